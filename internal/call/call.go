@@ -1,0 +1,190 @@
+// Package call holds toolpool's wire types: the Call a dispatcher publishes, and the Result envelope
+// (DESIGN.md §3) that every API path returns. It imports nothing of toolpool's and only the standard
+// library, so every other package may depend on it.
+package call
+
+import (
+	"crypto/rand"
+	"encoding/base32"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Status is the state of a call. Terminal statuses never change once recorded.
+type Status string
+
+// The statuses of DESIGN.md §3.
+const (
+	StatusQueued          Status = "queued"
+	StatusPendingApproval Status = "pending_approval"
+	StatusRunning         Status = "running"
+	StatusOK              Status = "ok"
+	StatusError           Status = "error"
+	StatusTimeout         Status = "timeout"
+	StatusDenied          Status = "denied"
+	StatusCancelled       Status = "cancelled"
+	StatusExpired         Status = "expired"
+	StatusLost            Status = "lost"
+)
+
+// Terminal reports whether s is a final status.
+func (s Status) Terminal() bool {
+	switch s {
+	case StatusOK, StatusError, StatusTimeout, StatusDenied, StatusCancelled, StatusExpired, StatusLost:
+		return true
+	}
+	return false
+}
+
+// Error types carried in Result.Error.Type.
+const (
+	ErrInvalidParams    = "invalid_params"
+	ErrNotFound         = "not_found"
+	ErrPermissionDenied = "permission_denied"
+	ErrPolicyDenied     = "policy_denied"
+	ErrTimeout          = "timeout"
+	ErrOOM              = "oom"
+	ErrExitCode         = "exit_code"
+	ErrQuota            = "quota_exceeded"
+	ErrCancelled        = "cancelled"
+	ErrExpired          = "expired"
+	ErrLost             = "lost"
+	ErrInternal         = "internal"
+)
+
+// Limits bound one call. Zero means "the configured default".
+type Limits struct {
+	TimeoutMS   int64 `json:"timeout_ms,omitempty"`
+	OutputBytes int64 `json:"output_bytes,omitempty"`
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
+	PIDs        int64 `json:"pids,omitempty"`
+	CPUMillis   int64 `json:"cpu_millis,omitempty"` // CPU quota in thousandths of a core
+	// Network grants the call's container egress. Only policy sets it; requests cannot.
+	Network bool `json:"network,omitempty"`
+}
+
+// Decision is the policy verdict on a call and the rule that produced it.
+type Decision struct {
+	Action string `json:"action"` // allow, ask, deny
+	Rule   string `json:"rule,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Call is one tool invocation as it travels from the dispatcher to a worker.
+type Call struct {
+	ID        string          `json:"id"`
+	Tenant    string          `json:"tenant"`
+	Workspace string          `json:"workspace"`
+	Tool      string          `json:"tool"`
+	Args      json.RawMessage `json:"args"`
+	Limits    Limits          `json:"limits"`
+	Decision  *Decision       `json:"decision,omitempty"`
+	CreatedAt time.Time       `json:"created_at"`
+	// Deadline, when set, is the time after which a call that has not started ends expired, unrun.
+	Deadline time.Time `json:"deadline,omitzero"`
+	// TraceParent carries the W3C trace context of the request that accepted the call.
+	TraceParent string `json:"traceparent,omitempty"`
+}
+
+// ErrorInfo is a machine-readable error type and a message written for the model.
+type ErrorInfo struct {
+	Type    string `json:"type"`
+	Message string `json:"message"`
+}
+
+// Timing is where a call's time went, in milliseconds.
+type Timing struct {
+	QueuedMS  int64 `json:"queued_ms"`
+	SandboxMS int64 `json:"sandbox_ms"`
+	RunMS     int64 `json:"run_ms"`
+	TotalMS   int64 `json:"total_ms"`
+}
+
+// Usage is what the call's container consumed.
+type Usage struct {
+	MaxRSSBytes    int64  `json:"max_rss_bytes"`
+	CPUMS          int64  `json:"cpu_ms"`
+	WallMS         int64  `json:"wall_ms"`
+	Signal         string `json:"signal,omitempty"`
+	WorkspaceBytes int64  `json:"workspace_bytes,omitempty"`
+}
+
+// Result is the envelope of DESIGN.md §3: every API path returns this shape, for queued, running and
+// finished calls alike.
+type Result struct {
+	ID          string     `json:"id"`
+	Tenant      string     `json:"tenant"`
+	Workspace   string     `json:"workspace"`
+	Tool        string     `json:"tool"`
+	Status      Status     `json:"status"`
+	ExitCode    *int       `json:"exit_code,omitempty"`
+	Output      string     `json:"output"`
+	Stdout      string     `json:"stdout,omitempty"`
+	Stderr      string     `json:"stderr,omitempty"`
+	Truncated   bool       `json:"truncated"`
+	OutputBytes int64      `json:"output_bytes"`
+	Error       *ErrorInfo `json:"error,omitempty"`
+	Decision    *Decision  `json:"decision,omitempty"`
+	Timing      Timing     `json:"timing"`
+	Usage       Usage      `json:"usage"`
+	Worker      string     `json:"worker,omitempty"`
+	TraceID     string     `json:"trace_id,omitempty"`
+	CreatedAt   time.Time  `json:"created_at"`
+	StartedAt   time.Time  `json:"started_at,omitzero"`
+	FinishedAt  time.Time  `json:"finished_at,omitzero"`
+}
+
+// NewResult returns the envelope of a call that has just been accepted with status s.
+func NewResult(c *Call, s Status) *Result {
+	return &Result{
+		ID: c.ID, Tenant: c.Tenant, Workspace: c.Workspace, Tool: c.Tool,
+		Status: s, Decision: c.Decision, CreatedAt: c.CreatedAt,
+	}
+}
+
+// Fail sets a terminal status with an error type and message, and mirrors the message in Output so a model
+// that reads only Output still learns what went wrong.
+func (r *Result) Fail(s Status, errType, msg string) {
+	r.Status = s
+	r.Error = &ErrorInfo{Type: errType, Message: msg}
+	if r.Output == "" {
+		r.Output = msg
+	}
+}
+
+// NewID returns a fresh call id: "c_" and 26 lowercase base32 characters (130 random bits), valid as a
+// NATS subject token and KV key.
+func NewID() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("read random: %v", err)) // crypto/rand never fails on Linux
+	}
+	return "c_" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
+}
+
+// MaxNameLen bounds tenant and workspace names.
+const MaxNameLen = 64
+
+// ValidateName checks a tenant or workspace name: 1 to MaxNameLen characters of [A-Za-z0-9._-], not starting
+// with a dot or dash, and never "." or "..". what names the field in the error ("workspace").
+func ValidateName(what, name string) error {
+	if name == "" {
+		return fmt.Errorf("%s is empty: give a name of letters, digits, '.', '_' or '-'", what)
+	}
+	if len(name) > MaxNameLen {
+		return fmt.Errorf("%s %.20q... is %d characters long: the limit is %d", what, name, len(name), MaxNameLen)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
+		if !ok {
+			return fmt.Errorf("%s %q has the character %q: use only letters, digits, '.', '_' and '-'", what, name, c)
+		}
+	}
+	if name[0] == '.' || name[0] == '-' {
+		return fmt.Errorf("%s %q starts with %q: start it with a letter, digit or '_'", what, name, name[0])
+	}
+	return nil
+}
