@@ -63,6 +63,8 @@ type Limits struct {
 	CPUMillis   int64 `json:"cpu_millis,omitempty"` // CPU quota in thousandths of a core
 	// Network grants the call's container egress. Only policy sets it; requests cannot.
 	Network bool `json:"network,omitempty"`
+	// AllowedDomains, when not nil, is the only domains a fetch may reach (policy's allowlist).
+	AllowedDomains []string `json:"allowed_domains,omitempty"`
 }
 
 // Decision is the policy verdict on a call and the rule that produced it.
@@ -130,10 +132,12 @@ type Result struct {
 	Timing      Timing     `json:"timing"`
 	Usage       Usage      `json:"usage"`
 	Worker      string     `json:"worker,omitempty"`
-	TraceID     string     `json:"trace_id,omitempty"`
-	CreatedAt   time.Time  `json:"created_at"`
-	StartedAt   time.Time  `json:"started_at,omitzero"`
-	FinishedAt  time.Time  `json:"finished_at,omitzero"`
+	// CancelRequested asks the worker running the call to kill it (DELETE /v1/calls/{id}).
+	CancelRequested bool      `json:"cancel_requested,omitempty"`
+	TraceID         string    `json:"trace_id,omitempty"`
+	CreatedAt       time.Time `json:"created_at"`
+	StartedAt       time.Time `json:"started_at,omitzero"`
+	FinishedAt      time.Time `json:"finished_at,omitzero"`
 }
 
 // NewResult returns the envelope of a call that has just been accepted with status s.

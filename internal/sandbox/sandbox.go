@@ -5,8 +5,13 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"time"
 )
+
+// ErrNotStarted marks a Run error that came before the process started: nothing of the call ran, so it may
+// be retried elsewhere.
+var ErrNotStarted = errors.New("process not started")
 
 // Mount is an extra bind mount from the host into the container, always read-only unless Writable.
 type Mount struct {

@@ -88,7 +88,7 @@ func prepareHostRootFS(dir string, uid, gid uint32) (*hostRootFS, error) {
 		r.mounts = append(r.mounts, roBind(host, host))
 	}
 	files := map[string]string{
-		"passwd": fmt.Sprintf("root:x:0:0:root:/root:/usr/sbin/nologin\nsandbox:x:%d:%d:toolpool sandbox:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n", uid, gid),
+		"passwd":        fmt.Sprintf("root:x:0:0:root:/root:/usr/sbin/nologin\nsandbox:x:%d:%d:toolpool sandbox:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n", uid, gid),
 		"group":         fmt.Sprintf("root:x:0:\nsandbox:x:%d:\nnogroup:x:65534:\n", gid),
 		"hosts":         "127.0.0.1\tlocalhost toolpool\n::1\tlocalhost ip6-localhost ip6-loopback\n",
 		"hostname":      "toolpool\n",

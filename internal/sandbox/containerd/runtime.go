@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -183,19 +184,19 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (out sandbox.Outco
 	if spec.Image != "" {
 		img, err := r.client.GetImage(ctx, spec.Image)
 		if err != nil {
-			return out, fmt.Errorf("get image %s: %w", spec.Image, err)
+			return out, fmt.Errorf("%w: get image %s: %w", sandbox.ErrNotStarted, spec.Image, err)
 		}
 		mounts, rootPath = nil, ""
 		containerOpts = append(containerOpts, containerd.WithNewSnapshot(spec.ID, img))
 	}
 	mounts, err := callMounts(mounts, spec, lim)
 	if err != nil {
-		return out, err
+		return out, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
 	}
 	containerOpts = append(containerOpts, containerd.WithNewSpec(r.hardenedSpec(spec, lim, rootPath, mounts)...))
 	container, err := r.client.NewContainer(ctx, spec.ID, containerOpts...)
 	if err != nil {
-		return out, fmt.Errorf("create container %s: %w", spec.ID, err)
+		return out, fmt.Errorf("%w: create container %s: %w", sandbox.ErrNotStarted, spec.ID, err)
 	}
 	var task containerd.Task
 	defer func() {
@@ -208,8 +209,9 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (out sandbox.Outco
 
 	stdout, stderr := sandbox.NewCapWriter(lim.OutputBytes), sandbox.NewCapWriter(lim.OutputBytes)
 	var stdin io.Reader
+	stdinDone := make(chan struct{})
 	if spec.Stdin != nil {
-		stdin = bytes.NewReader(spec.Stdin)
+		stdin = &eofSignal{r: bytes.NewReader(spec.Stdin), done: stdinDone}
 	}
 	var callIO cio.IO
 	creator := func(id string) (cio.IO, error) {
@@ -219,20 +221,31 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (out sandbox.Outco
 	}
 	task, err = container.NewTask(ctx, creator)
 	if err != nil {
-		return out, fmt.Errorf("create task %s: %w", spec.ID, err)
+		return out, fmt.Errorf("%w: create task %s: %w", sandbox.ErrNotStarted, spec.ID, err)
 	}
 	// Wait before Start, on a context that outlives ctx so that a cancelled call still learns its exit.
 	waitCtx, cancelWait := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWait()
 	exitCh, err := task.Wait(waitCtx)
 	if err != nil {
-		return out, fmt.Errorf("wait task %s: %w", spec.ID, err)
+		return out, fmt.Errorf("%w: wait task %s: %w", sandbox.ErrNotStarted, spec.ID, err)
 	}
 	if err := task.Start(ctx); err != nil {
-		return out, fmt.Errorf("start task %s: %w", spec.ID, err)
+		return out, fmt.Errorf("%w: start task %s: %w", sandbox.ErrNotStarted, spec.ID, err)
 	}
 	started := time.Now()
 	out.SandboxTime = started.Sub(began)
+	if spec.Stdin != nil {
+		// The shim keeps the stdin FIFO open until told otherwise: close it once everything is written, so
+		// the process reads EOF.
+		go func() {
+			select {
+			case <-stdinDone:
+				_ = task.CloseIO(waitCtx, containerd.WithStdinCloser)
+			case <-waitCtx.Done():
+			}
+		}()
+	}
 
 	timer := time.NewTimer(lim.Timeout)
 	defer timer.Stop()
@@ -260,6 +273,21 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (out sandbox.Outco
 	out.Signal = signalName(code)
 	r.collectUsage(ctx, task, &out)
 	return out, err
+}
+
+// eofSignal closes done when its reader is exhausted.
+type eofSignal struct {
+	r    io.Reader
+	done chan struct{}
+	once sync.Once
+}
+
+func (e *eofSignal) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil {
+		e.once.Do(func() { close(e.done) })
+	}
+	return n, err
 }
 
 // kill ends every process of the task and waits for its exit status.

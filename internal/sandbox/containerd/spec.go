@@ -50,7 +50,7 @@ func (r *Runtime) hardenedSpec(spec sandbox.Spec, lim sandbox.Limits, rootPath s
 		withoutCapabilities,
 		oci.WithNoNewPrivileges,
 		withSeccomp,
-		oci.WithCgroup("/" + r.cfg.Namespace + "/" + spec.ID),
+		oci.WithCgroup("/"+r.cfg.Namespace+"/"+spec.ID),
 		oci.WithMemoryLimit(uint64(lim.MemoryBytes)),
 		oci.WithMemorySwap(lim.MemoryBytes), // no swap beyond the memory limit
 		oci.WithPidsLimit(lim.PIDs),

@@ -1,0 +1,199 @@
+// Command dispatcher serves toolpool's HTTP API. It embeds a NATS server with JetStream on disk unless
+// --nats-url points it at an external one.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/toolpool/toolpool/internal/dispatcher"
+	"github.com/toolpool/toolpool/internal/policy"
+	"github.com/toolpool/toolpool/internal/queue/jetstream"
+	"github.com/toolpool/toolpool/internal/tools"
+)
+
+// config is the dispatcher's whole configuration: defaults, then the YAML file, then flags, then Validate.
+type config struct {
+	Listen     string `yaml:"listen"`
+	DataDir    string `yaml:"data_dir"`
+	NATSURL    string `yaml:"nats_url"`
+	NATSListen string `yaml:"nats_listen"`
+	// NATSSync is "always" (fsync before every acknowledgement, the default) or "interval".
+	NATSSync   string            `yaml:"nats_sync"`
+	PolicyFile string            `yaml:"policy_file"`
+	LogLevel   string            `yaml:"log_level"`
+	API        dispatcher.Config `yaml:"api"`
+	Tools      struct {
+		Custom []tools.CustomTool `yaml:"custom"`
+	} `yaml:"tools"`
+}
+
+func defaults() config {
+	return config{
+		Listen: "127.0.0.1:8080", DataDir: "/var/lib/toolpool/dispatcher", NATSListen: "127.0.0.1:4222",
+		NATSSync: "always", LogLevel: "info", API: dispatcher.DefaultConfig(),
+	}
+}
+
+func (c *config) validate() error {
+	var errs []error
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		errs = append(errs, fmt.Errorf("listen %q: %w", c.Listen, err))
+	}
+	if c.NATSSync != "always" && c.NATSSync != "interval" {
+		errs = append(errs, fmt.Errorf("nats_sync %q is not always or interval", c.NATSSync))
+	}
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		errs = append(errs, fmt.Errorf("log level %q is not debug, info, warn or error", c.LogLevel))
+	}
+	if err := c.API.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "dispatcher:", err)
+		os.Exit(1)
+	}
+}
+
+func loadConfig(args []string) (config, error) {
+	cfg := defaults()
+	fs := flag.NewFlagSet("dispatcher", flag.ContinueOnError)
+	configPath := fs.String("config", "", "YAML config file")
+	listen := fs.String("listen", "", "HTTP listen address (default 127.0.0.1:8080)")
+	dataDir := fs.String("data-dir", "", "state directory (default /var/lib/toolpool/dispatcher)")
+	natsURL := fs.String("nats-url", "", "external NATS URL; empty embeds a NATS server")
+	natsListen := fs.String("nats-listen", "", "embedded NATS listen address for workers (default 127.0.0.1:4222)")
+	policyFile := fs.String("policy", "", "policy file (default: the shipped default policy)")
+	logLevel := fs.String("log-level", "", "debug, info, warn or error")
+	devTenant := fs.Bool("dev-tenant", false, "add tenant 'dev' whose token is $TOOLPOOL_TOKEN (default 'dev'), with the approver role")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if *configPath != "" {
+		f, err := os.Open(*configPath)
+		if err != nil {
+			return cfg, fmt.Errorf("open config: %w", err)
+		}
+		dec := yaml.NewDecoder(f)
+		dec.KnownFields(true)
+		err = dec.Decode(&cfg)
+		f.Close()
+		if err != nil {
+			return cfg, fmt.Errorf("read config %s: %w", *configPath, err)
+		}
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for name, p := range map[string]struct{ dst, v *string }{
+		"listen": {&cfg.Listen, listen}, "data-dir": {&cfg.DataDir, dataDir}, "nats-url": {&cfg.NATSURL, natsURL},
+		"nats-listen": {&cfg.NATSListen, natsListen}, "policy": {&cfg.PolicyFile, policyFile}, "log-level": {&cfg.LogLevel, logLevel},
+	} {
+		if set[name] {
+			*p.dst = *p.v
+		}
+	}
+	if *devTenant {
+		token := os.Getenv("TOOLPOOL_TOKEN")
+		if token == "" {
+			token = "dev"
+		}
+		cfg.API.Tenants = append(cfg.API.Tenants, dispatcher.Tenant{Name: "dev", Tokens: []dispatcher.Token{{Token: token, Role: dispatcher.RoleApprover}}})
+	}
+	if abs, err := filepath.Abs(cfg.DataDir); err == nil {
+		cfg.DataDir = abs
+	}
+	return cfg, cfg.validate()
+}
+
+func run(args []string) error {
+	cfg, err := loadConfig(args)
+	if err != nil {
+		return err
+	}
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.LogLevel))
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("component", "dispatcher")
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	reg, err := tools.NewRegistry(cfg.Tools.Custom...)
+	if err != nil {
+		return fmt.Errorf("load tools: %w", err)
+	}
+	pol := policy.Default()
+	if cfg.PolicyFile != "" {
+		if pol, err = policy.Load(cfg.PolicyFile, policy.KnownTools(reg.Names()...)); err != nil {
+			return err
+		}
+	}
+
+	natsURL := cfg.NATSURL
+	if natsURL == "" {
+		srv, err := jetstream.StartEmbedded(jetstream.EmbeddedConfig{
+			Listen: cfg.NATSListen, StoreDir: filepath.Join(cfg.DataDir, "jetstream"), SyncAlways: cfg.NATSSync == "always",
+		})
+		if err != nil {
+			return err
+		}
+		defer srv.Shutdown()
+		natsURL = srv.URL()
+		log.Info("started embedded nats", "url", natsURL, "store", filepath.Join(cfg.DataDir, "jetstream"))
+	}
+	qcfg := jetstream.DefaultConfig()
+	qcfg.URL, qcfg.Name = natsURL, "dispatcher"
+	conn, err := jetstream.Connect(ctx, qcfg)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+
+	api, err := dispatcher.New(cfg.API, dispatcher.Deps{Store: conn, Publisher: conn, Tools: reg, Policy: pol, Log: log},
+		dispatcher.WithReadyChecks(conn.Ready))
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	srv := &http.Server{
+		Handler:           api.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+	}
+	errCh := make(chan error, 1)
+	go func() { errCh <- srv.Serve(ln) }()
+	log.Info("dispatcher ready", "listen", ln.Addr().String(), "nats", natsURL, "tenants", len(cfg.API.Tenants))
+	select {
+	case err := <-errCh:
+		return fmt.Errorf("serve http: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("dispatcher stopping: finishing in-flight requests")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("shut down http: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,407 @@
+// Command toolpool is the command-line client of a toolpool dispatcher.
+//
+//	toolpool call TOOL [--workspace WS] [--json] [--timeout 30s] [--no-wait] [key=value | key:=json]...
+//	toolpool get ID [--wait 30s] [--json]
+//	toolpool cancel ID
+//	toolpool tools [--format native|openai|anthropic|mcp]
+//	toolpool policy check TOOL [key=value | key:=json]...
+//
+// It reads the dispatcher's address from $TOOLPOOL_URL (default http://127.0.0.1:8080) and the bearer
+// token from $TOOLPOOL_TOKEN (default dev).
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+
+	"github.com/toolpool/toolpool/internal/call"
+)
+
+const usage = `toolpool: run AI agents' tool calls in sandboxes.
+
+usage:
+  toolpool call TOOL [flags] [key=value | key:=json]...   run a tool call and print its result
+  toolpool get ID [--wait 30s] [--json]                    print a call's state or result
+  toolpool cancel ID                                      cancel a queued or running call
+  toolpool tools [--format native|openai|anthropic|mcp]   list the tools you may call
+  toolpool policy check TOOL [key=value | key:=json]...   what policy decides, without running
+
+Arguments: key=value passes a string; key:=value passes raw JSON (numbers, booleans, arrays).
+  toolpool call run_shell command='ls -la'
+  toolpool call read_file path=README.md limit:=20
+
+Environment: TOOLPOOL_URL (default http://127.0.0.1:8080), TOOLPOOL_TOKEN (default dev).
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	c := newClient()
+	var err error
+	code := 0
+	switch args[0] {
+	case "call":
+		code, err = cmdCall(c, args[1:], stdout, stderr)
+	case "get":
+		code, err = cmdGet(c, args[1:], stdout, stderr)
+	case "cancel":
+		code, err = cmdCancel(c, args[1:], stdout, stderr)
+	case "tools":
+		err = cmdTools(c, args[1:], stdout)
+	case "policy":
+		err = cmdPolicy(c, args[1:], stdout)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "toolpool: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "toolpool:", err)
+		if errors.Is(err, flag.ErrHelp) || errors.Is(err, errUsage) {
+			return 2
+		}
+		return 1
+	}
+	return code
+}
+
+var errUsage = errors.New("usage")
+
+type client struct {
+	base  string
+	token string
+	http  *http.Client
+}
+
+func newClient() *client {
+	base := os.Getenv("TOOLPOOL_URL")
+	if base == "" {
+		base = "http://127.0.0.1:8080"
+	}
+	token := os.Getenv("TOOLPOOL_TOKEN")
+	if token == "" {
+		token = "dev"
+	}
+	return &client{base: strings.TrimRight(base, "/"), token: token, http: &http.Client{}}
+}
+
+// apiError is an error response of the API.
+type apiError struct {
+	Code  int
+	Error call.ErrorInfo `json:"error"`
+}
+
+// do sends a request and decodes a 2xx or 403 body into out; other statuses become errors with the API's
+// message.
+func (c *client) do(ctx context.Context, method, path string, body any, out any) (int, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, fmt.Errorf("encode request: %w", err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return 0, fmt.Errorf("build request: %w", err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("reach dispatcher at %s (is it running? set TOOLPOOL_URL): %w", c.base, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return resp.StatusCode, fmt.Errorf("read response: %w", err)
+	}
+	if resp.StatusCode >= 300 && resp.StatusCode != http.StatusForbidden {
+		var ae apiError
+		if json.Unmarshal(data, &ae) == nil && ae.Error.Message != "" {
+			return resp.StatusCode, fmt.Errorf("%s (HTTP %d %s)", ae.Error.Message, resp.StatusCode, ae.Error.Type)
+		}
+		return resp.StatusCode, fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(data)))
+	}
+	if out != nil {
+		if raw, ok := out.(*json.RawMessage); ok {
+			*raw = data
+			return resp.StatusCode, nil
+		}
+		if err := json.Unmarshal(data, out); err != nil {
+			return resp.StatusCode, fmt.Errorf("decode response: %w", err)
+		}
+	}
+	return resp.StatusCode, nil
+}
+
+// parseArgs turns key=value (string) and key:=json pairs into a JSON object.
+func parseArgs(pairs []string) (json.RawMessage, error) {
+	args := map[string]json.RawMessage{}
+	for _, p := range pairs {
+		if k, v, ok := strings.Cut(p, ":="); ok && !strings.Contains(k, "=") {
+			if !json.Valid([]byte(v)) {
+				return nil, fmt.Errorf("%w: %s: the value after := must be JSON (quote strings, or use key=value)", errUsage, p)
+			}
+			args[k] = json.RawMessage(v)
+			continue
+		}
+		k, v, ok := strings.Cut(p, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%w: argument %q is not key=value or key:=json", errUsage, p)
+		}
+		b, _ := json.Marshal(v)
+		args[k] = b
+	}
+	return json.Marshal(args)
+}
+
+// splitFlags separates flags (which may come after the positional arguments) from key=value pairs.
+func splitFlags(args []string) (flags, rest []string) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if strings.HasPrefix(a, "-") {
+			flags = append(flags, a)
+			if !strings.Contains(a, "=") && i+1 < len(args) && !isBoolFlag(a) {
+				flags = append(flags, args[i+1])
+				i++
+			}
+			continue
+		}
+		rest = append(rest, a)
+	}
+	return flags, rest
+}
+
+func isBoolFlag(a string) bool {
+	switch strings.TrimLeft(a, "-") {
+	case "json", "no-wait":
+		return true
+	}
+	return false
+}
+
+func cmdCall(c *client, args []string, stdout, stderr io.Writer) (int, error) {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		return 2, fmt.Errorf("%w: toolpool call TOOL [--workspace WS] [key=value]...", errUsage)
+	}
+	tool := args[0]
+	flagArgs, pairs := splitFlags(args[1:])
+	fs := flag.NewFlagSet("call", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	ws := fs.String("workspace", "default", "workspace name")
+	asJSON := fs.Bool("json", false, "print the result envelope as JSON")
+	timeout := fs.Duration("timeout", 0, "call timeout (default: the tool's)")
+	noWait := fs.Bool("no-wait", false, "return the call id at once")
+	rawArgs := fs.String("args", "", "the arguments as one JSON object (instead of key=value pairs)")
+	key := fs.String("idempotency-key", "", "retrying with the same key returns the same call")
+	if err := fs.Parse(flagArgs); err != nil {
+		return 2, err
+	}
+	var argsJSON json.RawMessage
+	var err error
+	if *rawArgs != "" {
+		if len(pairs) > 0 {
+			return 2, fmt.Errorf("%w: give --args or key=value pairs, not both", errUsage)
+		}
+		argsJSON = json.RawMessage(*rawArgs)
+	} else if argsJSON, err = parseArgs(pairs); err != nil {
+		return 2, err
+	}
+	body := map[string]any{"tool": tool, "args": argsJSON, "workspace": *ws}
+	if *timeout > 0 {
+		body["timeout_ms"] = timeout.Milliseconds()
+	}
+	if *noWait {
+		body["wait"] = false
+	}
+	if *key != "" {
+		body["idempotency_key"] = *key
+	}
+	var res call.Result
+	var raw json.RawMessage
+	if _, err := c.do(context.Background(), http.MethodPost, "/v1/calls", body, &raw); err != nil {
+		return 1, err
+	}
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return 1, fmt.Errorf("decode result: %w", err)
+	}
+	// A long call may outlast one request's wait: keep polling until it is final.
+	for !*noWait && (res.Status == call.StatusQueued || res.Status == call.StatusRunning) {
+		if _, err := c.do(context.Background(), http.MethodGet, "/v1/calls/"+res.ID+"?wait=60s", nil, &raw); err != nil {
+			return 1, err
+		}
+		if err := json.Unmarshal(raw, &res); err != nil {
+			return 1, fmt.Errorf("decode result: %w", err)
+		}
+	}
+	return printResult(&res, raw, *asJSON, stdout, stderr), nil
+}
+
+// printResult prints a result for a person (output, then a summary line on stderr) or as JSON, and returns
+// the exit code: the tool's own for run_shell, 0 for ok, 1 for other final statuses, 0 while pending.
+func printResult(res *call.Result, raw json.RawMessage, asJSON bool, stdout, stderr io.Writer) int {
+	if asJSON {
+		var buf bytes.Buffer
+		if json.Indent(&buf, raw, "", "  ") == nil {
+			buf.WriteByte('\n')
+			stdout.Write(buf.Bytes())
+		} else {
+			stdout.Write(raw)
+		}
+	} else {
+		out := res.Output
+		if out != "" && !strings.HasSuffix(out, "\n") {
+			out += "\n"
+		}
+		fmt.Fprint(stdout, out)
+		summary := []string{string(res.Status)}
+		if res.ExitCode != nil {
+			summary = append(summary, fmt.Sprintf("exit %d", *res.ExitCode))
+		}
+		if res.Error != nil && res.Status != call.StatusOK && !strings.Contains(res.Output, res.Error.Message) {
+			summary = append(summary, res.Error.Type+": "+res.Error.Message)
+		} else if res.Error != nil {
+			summary = append(summary, res.Error.Type)
+		}
+		if res.Decision != nil && res.Decision.Action != "allow" {
+			summary = append(summary, "policy "+res.Decision.Action+" ("+res.Decision.Rule+")")
+		}
+		if res.Timing.TotalMS > 0 {
+			summary = append(summary, fmt.Sprintf("%d ms", res.Timing.TotalMS))
+		}
+		summary = append(summary, res.ID)
+		fmt.Fprintf(stderr, "[%s]\n", strings.Join(summary, " · "))
+	}
+	switch {
+	case res.ExitCode != nil && res.Status == call.StatusError && res.Error != nil && res.Error.Type == call.ErrExitCode:
+		return *res.ExitCode
+	case res.Status == call.StatusOK, !res.Status.Terminal():
+		return 0
+	}
+	return 1
+}
+
+func cmdGet(c *client, args []string, stdout, stderr io.Writer) (int, error) {
+	flagArgs, rest := splitFlags(args)
+	fs := flag.NewFlagSet("get", flag.ContinueOnError)
+	wait := fs.Duration("wait", 0, "long-poll up to this long for the final result")
+	asJSON := fs.Bool("json", false, "print the envelope as JSON")
+	if err := fs.Parse(flagArgs); err != nil {
+		return 2, err
+	}
+	if len(rest) != 1 {
+		return 2, fmt.Errorf("%w: toolpool get ID [--wait 30s] [--json]", errUsage)
+	}
+	path := "/v1/calls/" + rest[0]
+	if *wait > 0 {
+		path += "?wait=" + wait.String()
+	}
+	var raw json.RawMessage
+	if _, err := c.do(context.Background(), http.MethodGet, path, nil, &raw); err != nil {
+		return 1, err
+	}
+	var res call.Result
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return 1, fmt.Errorf("decode result: %w", err)
+	}
+	return printResult(&res, raw, *asJSON, stdout, stderr), nil
+}
+
+func cmdCancel(c *client, args []string, stdout, stderr io.Writer) (int, error) {
+	if len(args) != 1 {
+		return 2, fmt.Errorf("%w: toolpool cancel ID", errUsage)
+	}
+	var raw json.RawMessage
+	if _, err := c.do(context.Background(), http.MethodDelete, "/v1/calls/"+args[0], nil, &raw); err != nil {
+		return 1, err
+	}
+	var res call.Result
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return 1, fmt.Errorf("decode result: %w", err)
+	}
+	return printResult(&res, raw, false, stdout, stderr), nil
+}
+
+func cmdTools(c *client, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("tools", flag.ContinueOnError)
+	format := fs.String("format", "", "native (default: a table), openai, anthropic or mcp (JSON)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	path := "/v1/tools"
+	if *format != "" {
+		path += "?format=" + *format
+	}
+	var raw json.RawMessage
+	if _, err := c.do(context.Background(), http.MethodGet, path, nil, &raw); err != nil {
+		return err
+	}
+	if *format != "" {
+		var buf bytes.Buffer
+		if err := json.Indent(&buf, raw, "", "  "); err != nil {
+			return fmt.Errorf("format response: %w", err)
+		}
+		fmt.Fprintln(stdout, buf.String())
+		return nil
+	}
+	var list struct {
+		Tools []struct {
+			Name        string `json:"name"`
+			Kind        string `json:"kind"`
+			Description string `json:"description"`
+		} `json:"tools"`
+	}
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return fmt.Errorf("decode tools: %w", err)
+	}
+	for _, t := range list.Tools {
+		desc, _, _ := strings.Cut(t.Description, "\n")
+		if len(desc) > 90 {
+			desc = desc[:87] + "..."
+		}
+		fmt.Fprintf(stdout, "%-12s %-8s %s\n", t.Name, t.Kind, desc)
+	}
+	return nil
+}
+
+func cmdPolicy(c *client, args []string, stdout io.Writer) error {
+	if len(args) < 2 || args[0] != "check" {
+		return fmt.Errorf("%w: toolpool policy check TOOL [key=value]...", errUsage)
+	}
+	flagArgs, pairs := splitFlags(args[2:])
+	fs := flag.NewFlagSet("policy check", flag.ContinueOnError)
+	ws := fs.String("workspace", "default", "workspace name")
+	if err := fs.Parse(flagArgs); err != nil {
+		return err
+	}
+	argsJSON, err := parseArgs(pairs)
+	if err != nil {
+		return err
+	}
+	var out struct {
+		Decision call.Decision `json:"decision"`
+	}
+	if _, err := c.do(context.Background(), http.MethodPost, "/v1/policy/check", map[string]any{"tool": args[1], "args": argsJSON, "workspace": *ws}, &out); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s (rule %s): %s\n", out.Decision.Action, out.Decision.Rule, out.Decision.Reason)
+	return nil
+}

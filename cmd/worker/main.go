@@ -1,0 +1,311 @@
+// Command worker pulls tool calls from JetStream and runs each in a fresh containerd container.
+//
+//	worker [flags]                     run the worker
+//	worker import-image --file F.tar   import an OCI image tarball into the worker's containerd
+//	worker tool-runner TOOL            (inside a call's container) run a built-in tool on /workspace
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/toolpool/toolpool/internal/queue/jetstream"
+	"github.com/toolpool/toolpool/internal/sandbox/containerd"
+	"github.com/toolpool/toolpool/internal/tools"
+	"github.com/toolpool/toolpool/internal/worker"
+)
+
+// config is the worker's whole configuration: defaults, then the YAML file, then flags, then Validate.
+type config struct {
+	ID                string        `yaml:"id"`
+	NATSURL           string        `yaml:"nats_url"`
+	ContainerdAddress string        `yaml:"containerd_address"`
+	ContainerdBinary  string        `yaml:"containerd_binary"`
+	Namespace         string        `yaml:"namespace"`
+	Runtime           string        `yaml:"runtime"`
+	DataDir           string        `yaml:"data_dir"`
+	WorkspacesDir     string        `yaml:"workspaces_dir"`
+	Slots             int           `yaml:"slots"`
+	Listen            string        `yaml:"listen"`
+	UID               uint32        `yaml:"uid"`
+	GID               uint32        `yaml:"gid"`
+	Heartbeat         time.Duration `yaml:"heartbeat"`
+	LogLevel          string        `yaml:"log_level"`
+	Tools             struct {
+		Custom []tools.CustomTool `yaml:"custom"`
+	} `yaml:"tools"`
+}
+
+func defaults() config {
+	host, _ := os.Hostname()
+	return config{
+		ID: "worker-" + host, NATSURL: "nats://127.0.0.1:4222", Namespace: "toolpool", Runtime: "io.containerd.runc.v2",
+		DataDir: "/var/lib/toolpool/worker", Slots: 4, Listen: "127.0.0.1:9091", UID: 65532, GID: 65532,
+		Heartbeat: 5 * time.Second, LogLevel: "info",
+	}
+}
+
+func (c *config) validate() error {
+	var errs []error
+	if c.Slots < 1 || c.Slots > 1024 {
+		errs = append(errs, fmt.Errorf("slots %d is outside 1..1024", c.Slots))
+	}
+	if !filepath.IsAbs(c.DataDir) {
+		errs = append(errs, fmt.Errorf("data dir %q must be absolute", c.DataDir))
+	}
+	if c.UID == 0 || c.GID == 0 {
+		errs = append(errs, errors.New("uid and gid must not be 0: sandboxes never run as root"))
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("log level %q is not debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+func main() {
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case tools.RunnerCommand:
+			if len(os.Args) != 3 {
+				fmt.Fprintln(os.Stderr, "usage: worker tool-runner TOOL < args.json")
+				os.Exit(2)
+			}
+			os.Exit(tools.RunnerMain(context.Background(), os.Args[2], tools.WorkspaceDir, os.Stdin, os.Stdout))
+		case "import-image":
+			os.Exit(importImage(os.Args[2:]))
+		}
+	}
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(1)
+	}
+}
+
+// loadConfig applies defaults, then the file, then flags, then validates.
+func loadConfig(fs *flag.FlagSet, args []string) (config, error) {
+	cfg := defaults()
+	configPath := fs.String("config", "", "YAML config file")
+	id := fs.String("id", "", "worker id (default worker-HOSTNAME)")
+	natsURL := fs.String("nats-url", "", "NATS server URL (default nats://127.0.0.1:4222, the dispatcher's embedded server)")
+	ctrd := fs.String("containerd-address", "", "containerd socket; empty starts a private containerd under the data dir")
+	runtimeName := fs.String("runtime", "", "containerd runtime handler (io.containerd.runc.v2, io.containerd.runsc.v1, ...)")
+	dataDir := fs.String("data-dir", "", "state directory (default /var/lib/toolpool/worker)")
+	wsDir := fs.String("workspaces", "", "workspaces directory (default DATA_DIR/workspaces)")
+	slots := fs.Int("slots", 0, "calls run at once (default 4)")
+	listen := fs.String("listen", "", "address for /metrics, /healthz and /readyz (default 127.0.0.1:9091)")
+	logLevel := fs.String("log-level", "", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if *configPath != "" {
+		if err := decodeYAMLFile(*configPath, &cfg); err != nil {
+			return cfg, err
+		}
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	apply := func(name string, dst *string, v string) {
+		if set[name] {
+			*dst = v
+		}
+	}
+	apply("id", &cfg.ID, *id)
+	apply("nats-url", &cfg.NATSURL, *natsURL)
+	apply("containerd-address", &cfg.ContainerdAddress, *ctrd)
+	apply("runtime", &cfg.Runtime, *runtimeName)
+	apply("data-dir", &cfg.DataDir, *dataDir)
+	apply("workspaces", &cfg.WorkspacesDir, *wsDir)
+	apply("listen", &cfg.Listen, *listen)
+	apply("log-level", &cfg.LogLevel, *logLevel)
+	if set["slots"] {
+		cfg.Slots = *slots
+	}
+	if abs, err := filepath.Abs(cfg.DataDir); err == nil {
+		cfg.DataDir = abs
+	}
+	if cfg.WorkspacesDir == "" {
+		cfg.WorkspacesDir = filepath.Join(cfg.DataDir, "workspaces")
+	}
+	if abs, err := filepath.Abs(cfg.WorkspacesDir); err == nil {
+		cfg.WorkspacesDir = abs
+	}
+	return cfg, cfg.validate()
+}
+
+func decodeYAMLFile(path string, v any) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("open config: %w", err)
+	}
+	defer f.Close()
+	dec := yaml.NewDecoder(f)
+	dec.KnownFields(true)
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("read config %s: %w", path, err)
+	}
+	return nil
+}
+
+func run(args []string) (retErr error) {
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	cfg, err := loadConfig(fs, args)
+	if err != nil {
+		return err
+	}
+	level, _ := parseLevel(cfg.LogLevel)
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("worker", cfg.ID)
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	address := cfg.ContainerdAddress
+	if address == "" {
+		d, err := containerd.StartDaemon(ctx, containerd.DaemonConfig{Dir: filepath.Join(cfg.DataDir, "containerd"), Binary: cfg.ContainerdBinary})
+		if err != nil {
+			return err
+		}
+		defer func() { retErr = errors.Join(retErr, d.Stop(context.Background())) }()
+		address = d.Address()
+		log.Info("started private containerd", "address", address)
+	}
+	rt, err := containerd.New(ctx, containerd.Config{
+		Address: address, Namespace: cfg.Namespace, RuntimeName: cfg.Runtime, StateDir: filepath.Join(cfg.DataDir, "sandbox"),
+		UID: cfg.UID, GID: cfg.GID, WorkerID: cfg.ID,
+	})
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	if n, err := rt.RemoveOrphans(ctx); err != nil {
+		log.Warn("remove orphan containers", "error", err)
+	} else if n > 0 {
+		log.Info("removed orphan containers of an earlier run", "count", n)
+	}
+	if err := rt.EnsureMountPoint(tools.RunnerPath, false); err != nil {
+		return err
+	}
+	runner, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find own binary for the tool runner: %w", err)
+	}
+
+	reg, err := tools.NewRegistry(cfg.Tools.Custom...)
+	if err != nil {
+		return fmt.Errorf("load tools: %w", err)
+	}
+	qcfg := jetstream.DefaultConfig()
+	qcfg.URL, qcfg.Name = cfg.NATSURL, cfg.ID
+	conn, err := connectRetry(ctx, qcfg, log)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+
+	w, err := worker.New(worker.Config{
+		ID: cfg.ID, WorkspacesDir: cfg.WorkspacesDir, RunnerBinary: runner, UID: int(cfg.UID), GID: int(cfg.GID),
+		Heartbeat: cfg.Heartbeat,
+	}, rt, conn, reg, log)
+	if err != nil {
+		return err
+	}
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := errors.Join(rt.Ready(r.Context()), conn.Ready(r.Context())); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	srv := &http.Server{Addr: cfg.Listen, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("serve health and metrics", "error", err)
+		}
+	}()
+	defer srv.Close()
+
+	log.Info("worker ready", "slots", cfg.Slots, "nats", cfg.NATSURL, "containerd", address, "runtime", cfg.Runtime, "workspaces", cfg.WorkspacesDir)
+	err = conn.Consume(ctx, cfg.Slots, w.Handle)
+	log.Info("worker stopped")
+	return err
+}
+
+// connectRetry connects to NATS, retrying while the dispatcher that embeds it is still starting.
+func connectRetry(ctx context.Context, cfg jetstream.Config, log *slog.Logger) (*jetstream.Conn, error) {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		conn, err := jetstream.Connect(cctx, cfg)
+		cancel()
+		if err == nil {
+			return conn, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return nil, err
+		}
+		log.Info("waiting for nats", "url", cfg.URL, "error", err)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func importImage(args []string) int {
+	fs := flag.NewFlagSet("import-image", flag.ContinueOnError)
+	file := fs.String("file", "", "OCI or Docker image tarball")
+	cfgAddr := fs.String("containerd-address", "", "containerd socket (default the private one under --data-dir)")
+	dataDir := fs.String("data-dir", defaults().DataDir, "the worker's data dir")
+	ns := fs.String("namespace", defaults().Namespace, "containerd namespace")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *file == "" {
+		fmt.Fprintln(os.Stderr, "usage: worker import-image --file IMAGE.tar [--data-dir DIR | --containerd-address SOCK]")
+		return 2
+	}
+	ctx := context.Background()
+	addr := *cfgAddr
+	if addr == "" {
+		addr = filepath.Join(*dataDir, "containerd", "containerd.sock")
+		if _, err := os.Stat(addr); err != nil {
+			d, err := containerd.StartDaemon(ctx, containerd.DaemonConfig{Dir: filepath.Join(*dataDir, "containerd")})
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "worker import-image:", err)
+				return 1
+			}
+			defer d.Stop(ctx)
+			addr = d.Address()
+		}
+	}
+	names, err := containerd.ImportImage(ctx, addr, *ns, *file)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker import-image:", err)
+		return 1
+	}
+	fmt.Println("imported:", strings.Join(names, ", "))
+	return 0
+}

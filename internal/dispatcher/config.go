@@ -1,0 +1,125 @@
+package dispatcher
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/toolpool/toolpool/internal/call"
+)
+
+// Roles a token can carry.
+const (
+	RoleCaller   = "caller"   // make calls and read their results
+	RoleApprover = "approver" // also list, approve and deny calls waiting for approval
+)
+
+// Token is one bearer token of a tenant. Give the token itself, or its SHA-256 in hex so that the config
+// file holds no secret.
+type Token struct {
+	Token  string `yaml:"token,omitempty"`
+	SHA256 string `yaml:"sha256,omitempty"`
+	Role   string `yaml:"role,omitempty"` // caller (default) or approver
+}
+
+// Tenant is one isolated customer: its calls, workspaces and policy are its own.
+type Tenant struct {
+	Name   string  `yaml:"name"`
+	Tokens []Token `yaml:"tokens"`
+	// MaxPending and MaxRunning bound the tenant's calls in flight; 0 means the server default.
+	MaxPending int `yaml:"max_pending,omitempty"`
+}
+
+// Config configures the HTTP API.
+type Config struct {
+	Tenants []Tenant `yaml:"tenants"`
+	// MaxBodyBytes bounds a request body.
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// DefaultTimeout is a call's timeout when the request names none; MaxTimeout the most a request may ask.
+	DefaultTimeout time.Duration `yaml:"default_timeout"`
+	MaxTimeout     time.Duration `yaml:"max_timeout"`
+	// MaxWait bounds how long one HTTP request waits for a result before answering 202.
+	MaxWait time.Duration `yaml:"max_wait"`
+	// MaxOutputBytes caps a call's output; a request may ask for less.
+	MaxOutputBytes int64 `yaml:"max_output_bytes"`
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{
+		MaxBodyBytes:   8 << 20,
+		DefaultTimeout: 60 * time.Second,
+		MaxTimeout:     30 * time.Minute,
+		MaxWait:        5 * time.Minute,
+		MaxOutputBytes: 1 << 20,
+	}
+}
+
+// Validate checks the configuration.
+func (c *Config) Validate() error {
+	if len(c.Tenants) == 0 {
+		return errors.New("no tenants: add one under tenants: with a name and a token")
+	}
+	seen := map[string]bool{}
+	tokens := map[string]string{}
+	for i, t := range c.Tenants {
+		if err := call.ValidateName("tenant name", t.Name); err != nil {
+			return fmt.Errorf("tenants[%d]: %w", i, err)
+		}
+		if seen[t.Name] {
+			return fmt.Errorf("tenants[%d]: tenant %q is listed twice", i, t.Name)
+		}
+		seen[t.Name] = true
+		if len(t.Tokens) == 0 {
+			return fmt.Errorf("tenant %q has no tokens", t.Name)
+		}
+		for j, tok := range t.Tokens {
+			h, err := tok.hash()
+			if err != nil {
+				return fmt.Errorf("tenant %q tokens[%d]: %w", t.Name, j, err)
+			}
+			if other, dup := tokens[h]; dup {
+				return fmt.Errorf("tenant %q tokens[%d]: the same token is also given to tenant %q", t.Name, j, other)
+			}
+			tokens[h] = t.Name
+			switch tok.Role {
+			case "", RoleCaller, RoleApprover:
+			default:
+				return fmt.Errorf("tenant %q tokens[%d]: role %q is not caller or approver", t.Name, j, tok.Role)
+			}
+		}
+	}
+	switch {
+	case c.MaxBodyBytes < 1024:
+		return fmt.Errorf("max_body_bytes %d is below 1024", c.MaxBodyBytes)
+	case c.DefaultTimeout <= 0 || c.MaxTimeout < c.DefaultTimeout:
+		return fmt.Errorf("default_timeout %s must be positive and at most max_timeout %s", c.DefaultTimeout, c.MaxTimeout)
+	case c.MaxWait <= 0:
+		return errors.New("max_wait must be positive")
+	case c.MaxOutputBytes < 1024:
+		return fmt.Errorf("max_output_bytes %d is below 1024", c.MaxOutputBytes)
+	}
+	return nil
+}
+
+func (t Token) hash() (string, error) {
+	switch {
+	case t.Token != "" && t.SHA256 != "":
+		return "", errors.New("give token or sha256, not both")
+	case t.Token != "":
+		if len(t.Token) < 3 {
+			return "", errors.New("token is shorter than 3 characters")
+		}
+		sum := sha256.Sum256([]byte(t.Token))
+		return hex.EncodeToString(sum[:]), nil
+	case len(t.SHA256) == 64:
+		if _, err := hex.DecodeString(t.SHA256); err != nil {
+			return "", fmt.Errorf("sha256 is not hex: %w", err)
+		}
+		return t.SHA256, nil
+	default:
+		return "", errors.New("give token, or sha256 as 64 hex digits")
+	}
+}

@@ -1,0 +1,553 @@
+// Package dispatcher is toolpool's HTTP API: it authenticates the tenant, checks each call against its
+// tool's schema and the policy, records it durably, publishes it for a worker, and answers with the
+// call's result envelope. It keeps no state between requests: every call lives in the Store, so any
+// replica can answer for any call.
+package dispatcher
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base32"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/toolpool/toolpool/internal/call"
+	"github.com/toolpool/toolpool/internal/policy"
+	"github.com/toolpool/toolpool/internal/queue"
+	"github.com/toolpool/toolpool/internal/tools"
+)
+
+// Store is the durable record of each call.
+type Store interface {
+	Create(ctx context.Context, r *call.Result) (uint64, error)
+	Get(ctx context.Context, id string) (queue.Record, error)
+	Update(ctx context.Context, r *call.Result, rev uint64) (uint64, error)
+	// Wait returns the record once done is true for it, or the latest one with ctx's error.
+	Wait(ctx context.Context, id string, done func(*call.Result) bool) (*call.Result, error)
+}
+
+// Publisher hands a call to the workers.
+type Publisher interface {
+	Publish(ctx context.Context, c *call.Call) error
+}
+
+// Policy decides calls and says which tools a tenant may see.
+type Policy interface {
+	policy.Engine
+	ToolEnabled(tenant, tool string, requestTools map[string]bool) bool
+}
+
+// ReadyChecker reports whether a dependency can serve.
+type ReadyChecker func(ctx context.Context) error
+
+// Server is the HTTP API. Safe for concurrent use.
+type Server struct {
+	cfg     Config
+	store   Store
+	pub     Publisher
+	tools   *tools.Registry
+	policy  Policy
+	log     *slog.Logger
+	ready   []ReadyChecker
+	now     func() time.Time
+	tokens  map[[32]byte]principal
+	handler http.Handler
+}
+
+type principal struct {
+	tenant string
+	role   string
+}
+
+// Option configures optional behaviour of a Server.
+type Option func(*Server)
+
+// WithReadyChecks adds checks that /readyz runs.
+func WithReadyChecks(checks ...ReadyChecker) Option {
+	return func(s *Server) { s.ready = append(s.ready, checks...) }
+}
+
+// WithClock replaces time.Now, for tests.
+func WithClock(now func() time.Time) Option { return func(s *Server) { s.now = now } }
+
+// Deps are the Server's required collaborators.
+type Deps struct {
+	Store     Store
+	Publisher Publisher
+	Tools     *tools.Registry
+	Policy    Policy
+	Log       *slog.Logger
+}
+
+// New returns a Server.
+func New(cfg Config, deps Deps, opts ...Option) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("validate dispatcher config: %w", err)
+	}
+	if deps.Store == nil || deps.Publisher == nil || deps.Tools == nil || deps.Policy == nil || deps.Log == nil {
+		return nil, errors.New("new dispatcher: store, publisher, tools, policy and log are all required")
+	}
+	s := &Server{cfg: cfg, store: deps.Store, pub: deps.Publisher, tools: deps.Tools, policy: deps.Policy,
+		log: deps.Log, now: time.Now, tokens: map[[32]byte]principal{}}
+	for _, t := range cfg.Tenants {
+		for _, tok := range t.Tokens {
+			h, _ := tok.hash() // validated above
+			var key [32]byte
+			b, _ := hex.DecodeString(h)
+			copy(key[:], b)
+			role := tok.Role
+			if role == "" {
+				role = RoleCaller
+			}
+			s.tokens[key] = principal{tenant: t.Name, role: role}
+		}
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.Handle("POST /v1/calls", s.auth(s.postCall))
+	mux.Handle("GET /v1/calls/{id}", s.auth(s.getCall))
+	mux.Handle("DELETE /v1/calls/{id}", s.auth(s.deleteCall))
+	mux.Handle("GET /v1/tools", s.auth(s.listTools))
+	mux.Handle("POST /v1/policy/check", s.auth(s.checkPolicy))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no endpoint %s %s: see GET /v1/tools, POST /v1/calls, GET /v1/calls/{id}", r.Method, r.URL.Path))
+	})
+	s.handler = mux
+	return s, nil
+}
+
+// Handler returns the API's root handler.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+type ctxKey struct{}
+
+func principalFrom(ctx context.Context) principal { return ctx.Value(ctxKey{}).(principal) }
+
+// auth resolves the bearer token to a tenant, comparing digests in constant time.
+func (s *Server) auth(next http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := r.Header.Get("Authorization")
+		token, ok := strings.CutPrefix(h, "Bearer ")
+		if !ok || token == "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="toolpool"`)
+			writeError(w, http.StatusUnauthorized, "unauthorized", "send your token as 'Authorization: Bearer TOKEN'")
+			return
+		}
+		sum := sha256.Sum256([]byte(token))
+		var found principal
+		matched := 0
+		for k, p := range s.tokens {
+			if subtle.ConstantTimeCompare(k[:], sum[:]) == 1 {
+				found, matched = p, 1
+			}
+		}
+		if matched == 0 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="toolpool", error="invalid_token"`)
+			writeError(w, http.StatusUnauthorized, "unauthorized", "the bearer token is not known: check TOOLPOOL_TOKEN or the dispatcher's tenants config")
+			return
+		}
+		next(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, found)))
+	})
+}
+
+// callRequest is the body of POST /v1/calls.
+type callRequest struct {
+	Tool           string          `json:"tool"`
+	Args           json.RawMessage `json:"args"`
+	Workspace      string          `json:"workspace"`
+	TimeoutMS      *int64          `json:"timeout_ms"`
+	OutputBytes    int64           `json:"output_bytes"`
+	MemoryBytes    int64           `json:"memory_bytes"`
+	Wait           *bool           `json:"wait"`
+	IdempotencyKey string          `json:"idempotency_key"`
+	Tools          json.RawMessage `json:"tools"`
+}
+
+// requestError is a problem with the request that the client must fix.
+type requestError struct {
+	code int
+	typ  string
+	msg  string
+}
+
+func (e *requestError) Error() string { return e.msg }
+
+func badRequest(format string, a ...any) *requestError {
+	return &requestError{code: http.StatusBadRequest, typ: "invalid_request", msg: fmt.Sprintf(format, a...)}
+}
+
+// decodeBody reads a JSON object body strictly: bounded size, valid UTF-8, no unknown fields, one value.
+func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any) *requestError {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return &requestError{code: http.StatusRequestEntityTooLarge, typ: "too_large",
+			msg: fmt.Sprintf("the request body is over the %d-byte limit: send less (write large files in parts)", s.cfg.MaxBodyBytes)}
+	}
+	if err != nil {
+		return badRequest("read request body: %v", err)
+	}
+	if !utf8.Valid(body) {
+		return badRequest("the request body is not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return badRequest("the request body is not the expected JSON object: %s", describeJSONError(err))
+	}
+	if dec.More() {
+		return badRequest("the request body has data after the JSON object: send exactly one object")
+	}
+	return nil
+}
+
+func describeJSONError(err error) string {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return fmt.Sprintf("syntax error at byte %d: %v", syn.Offset, syn)
+	case errors.As(err, &typ):
+		return fmt.Sprintf("field %q must be %s, got JSON %s", typ.Field, typ.Type, typ.Value)
+	case errors.Is(err, io.EOF):
+		return "the body is empty"
+	case strings.HasPrefix(err.Error(), "json: unknown field"):
+		return strings.TrimPrefix(err.Error(), "json: ") + " (known: tool, args, workspace, timeout_ms, output_bytes, memory_bytes, wait, idempotency_key, tools)"
+	}
+	return err.Error()
+}
+
+func (s *Server) postCall(w http.ResponseWriter, r *http.Request) {
+	p := principalFrom(r.Context())
+	var req callRequest
+	if rerr := s.decodeBody(w, r, &req); rerr != nil {
+		writeError(w, rerr.code, rerr.typ, rerr.msg)
+		return
+	}
+	if key := r.Header.Get("Idempotency-Key"); key != "" && req.IdempotencyKey == "" {
+		req.IdempotencyKey = key
+	}
+	c, dec, rerr := s.admit(r.Context(), p, &req)
+	if rerr != nil {
+		writeError(w, rerr.code, rerr.typ, rerr.msg)
+		return
+	}
+	res, rerr := s.accept(r.Context(), c, dec)
+	if rerr != nil {
+		writeError(w, rerr.code, rerr.typ, rerr.msg)
+		return
+	}
+	if res.Status.Terminal() || (req.Wait != nil && !*req.Wait) || res.Status == call.StatusPendingApproval {
+		writeResult(w, res)
+		return
+	}
+	wait := min(time.Duration(c.Limits.TimeoutMS)*time.Millisecond+30*time.Second, s.cfg.MaxWait)
+	s.waitAndWrite(w, r, c.ID, wait)
+}
+
+// admit turns a request into a call: names, tool, schema, policy and limits. It publishes nothing.
+func (s *Server) admit(ctx context.Context, p principal, req *callRequest) (*call.Call, policy.Decision, *requestError) {
+	var none policy.Decision
+	if req.Tool == "" {
+		return nil, none, badRequest(`"tool" is missing: name one of %s`, strings.Join(s.tools.Names(), ", "))
+	}
+	if req.Workspace == "" {
+		req.Workspace = "default"
+	}
+	if err := call.ValidateName("workspace", req.Workspace); err != nil {
+		return nil, none, badRequest("%v", err)
+	}
+	requestTools, err := policy.ParseRequestTools(req.Tools)
+	if err != nil {
+		return nil, none, badRequest("%v", err)
+	}
+	tool, ok := s.tools.Lookup(req.Tool)
+	if !ok || !s.policy.ToolEnabled(p.tenant, req.Tool, requestTools) {
+		return nil, none, &requestError{code: http.StatusUnprocessableEntity, typ: call.ErrInvalidParams,
+			msg: fmt.Sprintf("unknown tool %q: the tools you can call are %s", req.Tool, strings.Join(s.enabledTools(p.tenant, requestTools), ", "))}
+	}
+	if len(req.Args) == 0 || string(req.Args) == "null" {
+		req.Args = json.RawMessage("{}")
+	}
+	if err := tool.Validate(req.Args); err != nil {
+		return nil, none, &requestError{code: http.StatusUnprocessableEntity, typ: call.ErrInvalidParams, msg: err.Error()}
+	}
+	if req.TimeoutMS != nil && *req.TimeoutMS <= 0 {
+		return nil, none, badRequest("timeout_ms must be a positive number of milliseconds, got %d", *req.TimeoutMS)
+	}
+	if req.OutputBytes < 0 || req.MemoryBytes < 0 {
+		return nil, none, badRequest("output_bytes and memory_bytes must not be negative")
+	}
+	facts := tool.Facts(req.Args)
+	dec := s.policy.Decide(ctx, policy.Request{
+		Tenant: p.tenant, Tool: tool.Name, Kind: string(tool.Kind), RequestTools: requestTools,
+		Facts: policy.Facts{Paths: facts.Paths, Command: facts.Command, URL: facts.URL},
+	})
+	c := &call.Call{
+		ID: call.NewID(), Tenant: p.tenant, Workspace: req.Workspace, Tool: tool.Name, Args: req.Args,
+		CreatedAt: s.now().UTC(),
+		Decision:  &call.Decision{Action: string(dec.Action), Rule: dec.Rule, Reason: dec.Reason},
+	}
+	if req.IdempotencyKey != "" {
+		c.ID = idempotentID(p.tenant, req.IdempotencyKey)
+	}
+	c.Limits = s.limits(req, tool, dec.Limits)
+	return c, dec, nil
+}
+
+// limits clamps what the request asked for to what policy and config allow.
+func (s *Server) limits(req *callRequest, tool *tools.Tool, pl policy.Limits) call.Limits {
+	timeout := s.cfg.DefaultTimeout
+	if tool.DefaultTimeout > 0 {
+		timeout = tool.DefaultTimeout
+	}
+	if req.TimeoutMS != nil {
+		timeout = time.Duration(*req.TimeoutMS) * time.Millisecond
+	}
+	timeout = min(timeout, s.cfg.MaxTimeout)
+	if pl.TimeoutMS > 0 {
+		timeout = min(timeout, time.Duration(pl.TimeoutMS)*time.Millisecond)
+	}
+	output := s.cfg.MaxOutputBytes
+	if req.OutputBytes > 0 {
+		output = min(output, req.OutputBytes)
+	}
+	if pl.OutputBytes > 0 {
+		output = min(output, pl.OutputBytes)
+	}
+	return call.Limits{TimeoutMS: timeout.Milliseconds(), OutputBytes: output, MemoryBytes: req.MemoryBytes,
+		Network: pl.Network, AllowedDomains: pl.AllowedDomains}
+}
+
+// idempotentID derives a call id from the tenant and its idempotency key, so a retried POST finds the call
+// the first one created.
+func idempotentID(tenant, key string) string {
+	sum := sha256.Sum256([]byte(tenant + "\x00" + key))
+	return "c_" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(sum[:16]))
+}
+
+// accept records the call with its decision and, when allowed, publishes it. A call whose id exists
+// already (a retried idempotency key) returns the existing record.
+func (s *Server) accept(ctx context.Context, c *call.Call, dec policy.Decision) (*call.Result, *requestError) {
+	var res *call.Result
+	switch dec.Action {
+	case policy.Deny:
+		res = call.NewResult(c, call.StatusDenied)
+		res.Fail(call.StatusDenied, call.ErrPolicyDenied, dec.Reason)
+		res.FinishedAt = c.CreatedAt
+	case policy.Ask:
+		res = call.NewResult(c, call.StatusPendingApproval)
+		res.Output = "the call waits for a person's approval: " + dec.Reason
+	default:
+		res = call.NewResult(c, call.StatusQueued)
+	}
+	if _, err := s.store.Create(ctx, res); err != nil {
+		if errors.Is(err, queue.ErrExists) {
+			rec, gerr := s.store.Get(ctx, c.ID)
+			if gerr == nil && rec.Result.Tenant == c.Tenant {
+				return rec.Result, nil
+			}
+		}
+		s.log.Error("record call", "call_id", c.ID, "error", err)
+		return nil, &requestError{code: http.StatusServiceUnavailable, typ: call.ErrInternal, msg: "toolpool could not record the call; retry with the same idempotency_key"}
+	}
+	if res.Status != call.StatusQueued {
+		return res, nil
+	}
+	if err := s.pub.Publish(ctx, c); err != nil {
+		s.log.Error("publish call", "call_id", c.ID, "error", err)
+		res.Fail(call.StatusError, call.ErrInternal, "toolpool could not queue the call: "+err.Error())
+		if rec, gerr := s.store.Get(context.WithoutCancel(ctx), c.ID); gerr == nil {
+			_, _ = s.store.Update(context.WithoutCancel(ctx), res, rec.Revision)
+		}
+		return nil, &requestError{code: http.StatusServiceUnavailable, typ: call.ErrInternal, msg: "toolpool could not queue the call; retry with the same idempotency_key"}
+	}
+	return res, nil
+}
+
+func (s *Server) enabledTools(tenant string, requestTools map[string]bool) []string {
+	var names []string
+	for _, t := range s.tools.List() {
+		if s.policy.ToolEnabled(tenant, t.Name, requestTools) {
+			names = append(names, t.Name)
+		}
+	}
+	return names
+}
+
+func (s *Server) waitAndWrite(w http.ResponseWriter, r *http.Request, id string, wait time.Duration) {
+	ctx, cancel := context.WithTimeout(r.Context(), wait)
+	defer cancel()
+	res, err := s.store.Wait(ctx, id, func(r *call.Result) bool { return r.Status.Terminal() || r.Status == call.StatusPendingApproval })
+	if res == nil {
+		if errors.Is(err, queue.ErrNotFound) {
+			writeError(w, http.StatusNotFound, call.ErrNotFound, fmt.Sprintf("no call %s", id))
+			return
+		}
+		s.log.Error("wait for call", "call_id", id, "error", err)
+		writeError(w, http.StatusServiceUnavailable, call.ErrInternal, "toolpool could not read the call's state; poll GET /v1/calls/"+id)
+		return
+	}
+	writeResult(w, res)
+}
+
+func (s *Server) getCall(w http.ResponseWriter, r *http.Request) {
+	p := principalFrom(r.Context())
+	id := r.PathValue("id")
+	rec, err := s.store.Get(r.Context(), id)
+	if errors.Is(err, queue.ErrNotFound) || (err == nil && rec.Result.Tenant != p.tenant) {
+		writeError(w, http.StatusNotFound, call.ErrNotFound, fmt.Sprintf("no call %s for tenant %s", id, p.tenant))
+		return
+	}
+	if err != nil {
+		s.log.Error("read call", "call_id", id, "error", err)
+		writeError(w, http.StatusServiceUnavailable, call.ErrInternal, "toolpool could not read the call; retry")
+		return
+	}
+	waitParam := r.URL.Query().Get("wait")
+	if waitParam == "" || rec.Result.Status.Terminal() {
+		writeResult(w, rec.Result)
+		return
+	}
+	wait, err := time.ParseDuration(waitParam)
+	if err != nil || wait < 0 {
+		writeError(w, http.StatusBadRequest, "invalid_request", fmt.Sprintf("wait=%q is not a duration: use e.g. wait=30s", waitParam))
+		return
+	}
+	s.waitAndWrite(w, r, id, min(wait, s.cfg.MaxWait))
+}
+
+func (s *Server) deleteCall(w http.ResponseWriter, r *http.Request) {
+	p := principalFrom(r.Context())
+	id := r.PathValue("id")
+	for range 5 {
+		rec, err := s.store.Get(r.Context(), id)
+		if errors.Is(err, queue.ErrNotFound) || (err == nil && rec.Result.Tenant != p.tenant) {
+			writeError(w, http.StatusNotFound, call.ErrNotFound, fmt.Sprintf("no call %s for tenant %s", id, p.tenant))
+			return
+		}
+		if err != nil {
+			writeError(w, http.StatusServiceUnavailable, call.ErrInternal, "toolpool could not read the call; retry")
+			return
+		}
+		res := rec.Result
+		if res.Status.Terminal() {
+			writeResult(w, res)
+			return
+		}
+		if res.Status == call.StatusRunning {
+			// The worker that runs it watches for this request and kills the container.
+			res.CancelRequested = true
+		} else {
+			res.Fail(call.StatusCancelled, call.ErrCancelled, "the call was cancelled before it ran")
+			res.FinishedAt = s.now().UTC()
+		}
+		if _, err := s.store.Update(r.Context(), res, rec.Revision); errors.Is(err, queue.ErrConflict) {
+			continue // it moved on: look again
+		} else if err != nil {
+			writeError(w, http.StatusServiceUnavailable, call.ErrInternal, "toolpool could not cancel the call; retry")
+			return
+		}
+		if res.Status == call.StatusRunning {
+			s.waitAndWrite(w, r, id, 10*time.Second)
+			return
+		}
+		writeResult(w, res)
+		return
+	}
+	writeError(w, http.StatusConflict, "conflict", "the call kept changing while it was being cancelled; retry")
+}
+
+func (s *Server) listTools(w http.ResponseWriter, r *http.Request) {
+	p := principalFrom(r.Context())
+	var enabled []*tools.Tool
+	for _, t := range s.tools.List() {
+		if s.policy.ToolEnabled(p.tenant, t.Name, nil) {
+			enabled = append(enabled, t)
+		}
+	}
+	switch f := r.URL.Query().Get("format"); f {
+	case "", "native":
+		writeJSON(w, http.StatusOK, map[string]any{"tools": tools.Native(enabled)})
+	case "openai":
+		writeJSON(w, http.StatusOK, map[string]any{"tools": tools.OpenAI(enabled)})
+	case "anthropic":
+		writeJSON(w, http.StatusOK, map[string]any{"tools": tools.Anthropic(enabled)})
+	case "mcp":
+		writeJSON(w, http.StatusOK, map[string]any{"tools": tools.MCP(enabled)})
+	default:
+		writeError(w, http.StatusBadRequest, "invalid_request", fmt.Sprintf("format=%q is not one of native, openai, anthropic, mcp", f))
+	}
+}
+
+// checkPolicy answers what policy would decide for a call, without running it.
+func (s *Server) checkPolicy(w http.ResponseWriter, r *http.Request) {
+	p := principalFrom(r.Context())
+	var req callRequest
+	if rerr := s.decodeBody(w, r, &req); rerr != nil {
+		writeError(w, rerr.code, rerr.typ, rerr.msg)
+		return
+	}
+	c, dec, rerr := s.admit(r.Context(), p, &req)
+	if rerr != nil {
+		writeError(w, rerr.code, rerr.typ, rerr.msg)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"tool": c.Tool, "decision": c.Decision, "limits": c.Limits, "would_run": dec.Action == policy.Allow})
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+	defer cancel()
+	for _, check := range s.ready {
+		if err := check(ctx); err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "error": err.Error()})
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// statusCode maps a call's status to the HTTP code of DESIGN.md §3.
+func statusCode(s call.Status) int {
+	switch s {
+	case call.StatusDenied:
+		return http.StatusForbidden
+	case call.StatusQueued, call.StatusRunning, call.StatusPendingApproval:
+		return http.StatusAccepted
+	}
+	return http.StatusOK
+}
+
+func writeResult(w http.ResponseWriter, r *call.Result) {
+	w.Header().Set("Location", "/v1/calls/"+r.ID)
+	writeJSON(w, statusCode(r.Status), r)
+}
+
+func writeError(w http.ResponseWriter, code int, typ, msg string) {
+	writeJSON(w, code, map[string]any{"error": call.ErrorInfo{Type: typ, Message: msg}})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}

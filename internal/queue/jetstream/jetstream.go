@@ -1,0 +1,438 @@
+// Package jetstream implements internal/queue on NATS JetStream, and is the only package that imports
+// nats.go. Calls go through a durable work-queue stream, one subject per tenant; each call's state lives in
+// a key-value bucket under its id and moves by compare-and-set.
+package jetstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolpool/toolpool/internal/call"
+	"github.com/toolpool/toolpool/internal/queue"
+)
+
+// Config configures a connection and the stream and bucket it uses.
+type Config struct {
+	URL string
+	// Name identifies this client to the server ("dispatcher", "worker-host1").
+	Name string
+	// Stream, SubjectPrefix, Bucket and Consumer name the JetStream objects; the defaults fit one toolpool
+	// per NATS account.
+	Stream        string
+	SubjectPrefix string
+	Bucket        string
+	Consumer      string
+	// AckWait is how long a worker may go without a heartbeat before its call is redelivered.
+	AckWait time.Duration
+	// MaxDeliver bounds redeliveries of one call.
+	MaxDeliver int
+	// MaxAge and MaxBytes bound the queue; a call older than MaxAge is dropped from it unrun.
+	MaxAge   time.Duration
+	MaxBytes int64
+	// ResultTTL is how long call records are kept.
+	ResultTTL time.Duration
+	// Replicas is the stream and bucket replication factor (3 on a clustered NATS).
+	Replicas int
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{
+		Name: "toolpool", Stream: "TOOLPOOL_CALLS", SubjectPrefix: "toolpool.calls", Bucket: "toolpool_calls",
+		Consumer: "workers", AckWait: 30 * time.Second, MaxDeliver: 5, MaxAge: 24 * time.Hour,
+		MaxBytes: 1 << 30, ResultTTL: 7 * 24 * time.Hour, Replicas: 1,
+	}
+}
+
+// Validate checks the configuration.
+func (c *Config) Validate() error {
+	switch {
+	case c.URL == "":
+		return errors.New("nats url is empty")
+	case c.AckWait < time.Second:
+		return fmt.Errorf("ack wait %s is below 1s", c.AckWait)
+	case c.MaxDeliver < 1:
+		return fmt.Errorf("max deliver %d is below 1", c.MaxDeliver)
+	case c.Replicas < 1 || c.Replicas > 5:
+		return fmt.Errorf("replicas %d is outside 1..5", c.Replicas)
+	}
+	return nil
+}
+
+// Conn is a connection to JetStream with the calls stream and the records bucket. Safe for concurrent use.
+type Conn struct {
+	cfg Config
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	kv  jetstream.KeyValue
+
+	watchOnce sync.Once
+	watchErr  error
+	mu        sync.Mutex
+	waiters   map[string]map[chan *call.Result]struct{}
+	closeOnce sync.Once
+	stopWatch context.CancelFunc
+}
+
+// Connect connects to NATS and creates or updates the stream, the workers' consumer and the bucket. The
+// caller must Close the Conn.
+func Connect(ctx context.Context, cfg Config) (_ *Conn, retErr error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("validate nats config: %w", err)
+	}
+	nc, err := nats.Connect(cfg.URL, nats.Name(cfg.Name), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
+		nats.RetryOnFailedConnect(false))
+	if err != nil {
+		return nil, fmt.Errorf("connect nats at %s: %w", cfg.URL, err)
+	}
+	defer func() {
+		if retErr != nil {
+			nc.Close()
+		}
+	}()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("open jetstream: %w", err)
+	}
+	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        cfg.Stream,
+		Description: "toolpool calls waiting for a worker",
+		Subjects:    []string{cfg.SubjectPrefix + ".*"},
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     jetstream.FileStorage,
+		MaxAge:      cfg.MaxAge,
+		MaxBytes:    cfg.MaxBytes,
+		Discard:     jetstream.DiscardNew,
+		Duplicates:  2 * time.Minute,
+		Replicas:    cfg.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create stream %s: %w", cfg.Stream, err)
+	}
+	_, err = js.CreateOrUpdateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{
+		Durable:       cfg.Consumer,
+		Description:   "toolpool workers",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       cfg.AckWait,
+		MaxDeliver:    cfg.MaxDeliver,
+		MaxAckPending: -1,
+		Replicas:      cfg.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create consumer %s: %w", cfg.Consumer, err)
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      cfg.Bucket,
+		Description: "toolpool call records by id",
+		History:     1,
+		TTL:         cfg.ResultTTL,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create bucket %s: %w", cfg.Bucket, err)
+	}
+	return &Conn{cfg: cfg, nc: nc, js: js, kv: kv, waiters: map[string]map[chan *call.Result]struct{}{}}, nil
+}
+
+// Close drains nothing and closes the connection. It is idempotent.
+func (c *Conn) Close() {
+	c.closeOnce.Do(func() {
+		c.mu.Lock()
+		if c.stopWatch != nil {
+			c.stopWatch()
+		}
+		c.mu.Unlock()
+		c.nc.Close()
+	})
+}
+
+// Ready reports whether the connection is up.
+func (c *Conn) Ready(ctx context.Context) error {
+	if !c.nc.IsConnected() {
+		return fmt.Errorf("check nats: %s", c.nc.Status())
+	}
+	if _, err := c.js.AccountInfo(ctx); err != nil {
+		return fmt.Errorf("check jetstream: %w", err)
+	}
+	return nil
+}
+
+// Publish enqueues a call on its tenant's subject. The call id is the message id, so a publish retried
+// within the duplicate window is stored once.
+func (c *Conn) Publish(ctx context.Context, cl *call.Call) error {
+	data, err := json.Marshal(cl)
+	if err != nil {
+		return fmt.Errorf("encode call %s: %w", cl.ID, err)
+	}
+	msg := nats.NewMsg(c.cfg.SubjectPrefix + "." + cl.Tenant)
+	msg.Data = data
+	msg.Header.Set(jetstream.MsgIDHeader, cl.ID)
+	if cl.TraceParent != "" {
+		msg.Header.Set("traceparent", cl.TraceParent)
+	}
+	if _, err := c.js.PublishMsg(ctx, msg); err != nil {
+		return fmt.Errorf("publish call %s: %w", cl.ID, err)
+	}
+	return nil
+}
+
+// Create stores the first record of a call; queue.ErrExists if the id is taken.
+func (c *Conn) Create(ctx context.Context, r *call.Result) (uint64, error) {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return 0, fmt.Errorf("encode call %s: %w", r.ID, err)
+	}
+	rev, err := c.kv.Create(ctx, r.ID, data)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return 0, fmt.Errorf("create call %s: %w", r.ID, queue.ErrExists)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("create call %s: %w", r.ID, err)
+	}
+	return rev, nil
+}
+
+// Get reads a call's record; queue.ErrNotFound if there is none.
+func (c *Conn) Get(ctx context.Context, id string) (queue.Record, error) {
+	e, err := c.kv.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return queue.Record{}, fmt.Errorf("get call %s: %w", id, queue.ErrNotFound)
+	}
+	if err != nil {
+		return queue.Record{}, fmt.Errorf("get call %s: %w", id, err)
+	}
+	var r call.Result
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		return queue.Record{}, fmt.Errorf("decode call %s: %w", id, err)
+	}
+	return queue.Record{Result: &r, Revision: e.Revision()}, nil
+}
+
+// Update replaces a call's record if it is still at revision rev; queue.ErrConflict otherwise.
+func (c *Conn) Update(ctx context.Context, r *call.Result, rev uint64) (uint64, error) {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return 0, fmt.Errorf("encode call %s: %w", r.ID, err)
+	}
+	next, err := c.kv.Update(ctx, r.ID, data, rev)
+	if isWrongSequence(err) {
+		return 0, fmt.Errorf("update call %s at revision %d: %w", r.ID, rev, queue.ErrConflict)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("update call %s: %w", r.ID, err)
+	}
+	return next, nil
+}
+
+func isWrongSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}
+
+// Wait returns the call's record once done(record) is true, or the latest record when ctx ends (with ctx's
+// error). It watches the bucket through one shared watcher, so a waiting request costs no server state.
+func (c *Conn) Wait(ctx context.Context, id string, done func(*call.Result) bool) (*call.Result, error) {
+	if err := c.startWatch(); err != nil {
+		return nil, err
+	}
+	ch := make(chan *call.Result, 8)
+	c.mu.Lock()
+	if c.waiters[id] == nil {
+		c.waiters[id] = map[chan *call.Result]struct{}{}
+	}
+	c.waiters[id][ch] = struct{}{}
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.waiters[id], ch)
+		if len(c.waiters[id]) == 0 {
+			delete(c.waiters, id)
+		}
+		c.mu.Unlock()
+	}()
+	// Read after registering, so that an update between the two is not missed.
+	rec, err := c.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	latest := rec.Result
+	// A slow waiter may miss updates its full channel could not take; poll as a backstop.
+	poll := time.NewTicker(2 * time.Second)
+	defer poll.Stop()
+	for !done(latest) {
+		select {
+		case r := <-ch:
+			latest = r
+		case <-poll.C:
+			if rec, err := c.Get(ctx, id); err == nil {
+				latest = rec.Result
+			}
+		case <-ctx.Done():
+			return latest, ctx.Err()
+		}
+	}
+	return latest, nil
+}
+
+func (c *Conn) startWatch() error {
+	c.watchOnce.Do(func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		w, err := c.kv.WatchAll(ctx, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
+		if err != nil {
+			cancel()
+			c.watchErr = fmt.Errorf("watch bucket %s: %w", c.cfg.Bucket, err)
+			return
+		}
+		c.mu.Lock()
+		c.stopWatch = cancel
+		c.mu.Unlock()
+		go c.fanOut(w)
+	})
+	return c.watchErr
+}
+
+func (c *Conn) fanOut(w jetstream.KeyWatcher) {
+	defer w.Stop()
+	for e := range w.Updates() {
+		if e == nil {
+			continue
+		}
+		c.mu.Lock()
+		chans := c.waiters[e.Key()]
+		if len(chans) == 0 {
+			c.mu.Unlock()
+			continue
+		}
+		var r call.Result
+		if err := json.Unmarshal(e.Value(), &r); err != nil {
+			c.mu.Unlock()
+			continue
+		}
+		for ch := range chans {
+			select {
+			case ch <- &r:
+			default: // the waiter's poll catches up
+			}
+		}
+		c.mu.Unlock()
+	}
+}
+
+// Consume pulls calls and runs handle for each in its own goroutine, never more than slots at once: it
+// fetches only as many messages as there are free slots, so that no buffered message ages toward its ack
+// wait. It returns when ctx ends, after every handle it started has returned. handle must settle its
+// Delivery.
+func (c *Conn) Consume(ctx context.Context, slots int, handle func(context.Context, queue.Delivery)) error {
+	cons, err := c.js.Consumer(ctx, c.cfg.Stream, c.cfg.Consumer)
+	if err != nil {
+		return fmt.Errorf("get consumer %s: %w", c.cfg.Consumer, err)
+	}
+	free := make(chan struct{}, slots)
+	for range slots {
+		free <- struct{}{}
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-free:
+		}
+		n := 1
+	more:
+		for n < slots {
+			select {
+			case <-free:
+				n++
+			default:
+				break more
+			}
+		}
+		fetchCtx, cancelFetch := context.WithTimeout(ctx, 2*time.Second)
+		batch, err := cons.Fetch(n, jetstream.FetchContext(fetchCtx))
+		got := 0
+		if err == nil {
+			for msg := range batch.Messages() {
+				got++
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer func() { free <- struct{}{} }()
+					handle(ctx, delivery{msg})
+				}()
+			}
+			err = batch.Error()
+		}
+		cancelFetch()
+		for range n - got {
+			free <- struct{}{}
+		}
+		if err != nil && ctx.Err() == nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
+			// The server is unreachable or restarting: back off briefly and fetch again.
+			select {
+			case <-ctx.Done():
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+	}
+}
+
+type delivery struct{ msg jetstream.Msg }
+
+func (d delivery) Call() (*call.Call, error) {
+	var c call.Call
+	if err := json.Unmarshal(d.msg.Data(), &c); err != nil {
+		return nil, fmt.Errorf("decode call: %w", err)
+	}
+	if tp := d.msg.Headers().Get("traceparent"); tp != "" && c.TraceParent == "" {
+		c.TraceParent = tp
+	}
+	return &c, nil
+}
+
+func (d delivery) Attempt() uint64 {
+	md, err := d.msg.Metadata()
+	if err != nil {
+		return 1
+	}
+	return md.NumDelivered
+}
+
+func (d delivery) InProgress(ctx context.Context) error { return d.msg.InProgress() }
+func (d delivery) Ack(ctx context.Context) error        { return d.msg.DoubleAck(ctx) }
+func (d delivery) Nak(ctx context.Context, delay time.Duration) error {
+	return d.msg.NakWithDelay(delay)
+}
+func (d delivery) Term(ctx context.Context, reason string) error { return d.msg.TermWithReason(reason) }
+
+// QueueState is the depth of the calls stream and the age of its oldest message.
+type QueueState struct {
+	Pending   uint64
+	OldestAge time.Duration
+}
+
+// State reads the queue's depth and the age of its oldest pending call.
+func (c *Conn) State(ctx context.Context) (QueueState, error) {
+	s, err := c.js.Stream(ctx, c.cfg.Stream)
+	if err != nil {
+		return QueueState{}, fmt.Errorf("get stream %s: %w", c.cfg.Stream, err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return QueueState{}, fmt.Errorf("read stream %s: %w", c.cfg.Stream, err)
+	}
+	st := QueueState{Pending: info.State.Msgs}
+	if info.State.Msgs > 0 && !info.State.FirstTime.IsZero() {
+		st.OldestAge = time.Since(info.State.FirstTime)
+	}
+	return st, nil
+}

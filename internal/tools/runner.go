@@ -1,0 +1,345 @@
+package tools
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/toolpool/toolpool/internal/call"
+)
+
+// maxRunnerStdin bounds the JSON arguments the runner reads (write_file content is the largest).
+const maxRunnerStdin = 64 << 20
+
+// Exit codes of RunnerMain.
+const (
+	// RunnerExitOK: a RunnerResult was written; the tool ran, and may have reported its own failure in it.
+	RunnerExitOK = 0
+	// RunnerExitWrite: the RunnerResult could not be written to stdout.
+	RunnerExitWrite = 1
+	// RunnerExitUsage: the invocation was wrong (unknown tool, unreadable stdin or workspace); a RunnerResult
+	// with an internal error was written.
+	RunnerExitUsage = 2
+)
+
+// RunnerResult is what the in-container runner writes to stdout: one JSON object.
+type RunnerResult struct {
+	// Output is what the model should read, with a hint when it was cut.
+	Output string `json:"output"`
+	// Error is the tool's own failure (not_found, invalid_params, ...); nil on success.
+	Error *call.ErrorInfo `json:"error,omitempty"`
+	// Truncated is true when Output does not hold everything the tool found.
+	Truncated bool `json:"truncated,omitempty"`
+	// OutputBytes is the full size of what the tool found, when Truncated; otherwise len(Output).
+	OutputBytes int64 `json:"output_bytes,omitempty"`
+}
+
+// RunnerOption changes how RunnerMain runs.
+type RunnerOption func(*runnerConfig)
+
+type runnerConfig struct {
+	egressSocket string
+	rootCAs      *x509.CertPool // nil: the system's
+}
+
+// WithEgressSocket makes web_fetch reach the egress proxy at path instead of EgressSocket (tests).
+func WithEgressSocket(path string) RunnerOption {
+	return func(c *runnerConfig) { c.egressSocket = path }
+}
+
+// runEnv is what one tool implementation runs with.
+type runEnv struct {
+	ctx  context.Context
+	root *os.Root
+	cfg  runnerConfig
+}
+
+// RunnerMain runs the built-in tool named tool inside the call's container: it reads the JSON arguments
+// from stdin, reaches files only through an os.Root on workspace (WorkspaceDir in production), and writes
+// exactly one RunnerResult as JSON to stdout. It blocks until the tool is done; cancelling ctx stops the
+// tool at its next check and yields a result with a cancelled error. It returns one of the RunnerExit codes.
+func RunnerMain(ctx context.Context, tool, workspace string, stdin io.Reader, stdout io.Writer, opts ...RunnerOption) int {
+	cfg := runnerConfig{egressSocket: EgressSocket}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	res, code := runTool(ctx, tool, workspace, stdin, cfg)
+	if res.Error == nil && res.OutputBytes == 0 {
+		res.OutputBytes = int64(len(res.Output))
+	}
+	if res.Error != nil && res.Output == "" {
+		res.Output = res.Error.Message
+	}
+	res.Output = strings.ToValidUTF8(res.Output, "\uFFFD")
+	if err := json.NewEncoder(stdout).Encode(res); err != nil {
+		return RunnerExitWrite
+	}
+	return code
+}
+
+func runTool(ctx context.Context, tool, workspace string, stdin io.Reader, cfg runnerConfig) (RunnerResult, int) {
+	b := builtinByName(tool)
+	if b == nil || b.run == nil {
+		var names []string
+		for _, b := range builtins {
+			if b.run != nil {
+				names = append(names, b.name)
+			}
+		}
+		return failResult(call.ErrInternal, "run tool runner: unknown tool %q: the runner runs %s", tool, strings.Join(names, ", ")), RunnerExitUsage
+	}
+	args, err := io.ReadAll(io.LimitReader(stdin, maxRunnerStdin+1))
+	if err != nil {
+		return failResult(call.ErrInternal, "read arguments: %v", err), RunnerExitUsage
+	}
+	if len(args) > maxRunnerStdin {
+		return failResult(call.ErrInvalidParams, "arguments are larger than %d bytes: send less content per call", maxRunnerStdin), RunnerExitOK
+	}
+	root, err := os.OpenRoot(workspace)
+	if err != nil {
+		return failResult(call.ErrInternal, "open workspace: %v", err), RunnerExitUsage
+	}
+	defer root.Close()
+	res, err := b.run(&runEnv{ctx: ctx, root: root, cfg: cfg}, normalArgs(args))
+	if err != nil {
+		if ctx.Err() != nil {
+			return failResult(call.ErrCancelled, "%s stopped: %v", tool, context.Cause(ctx)), RunnerExitOK
+		}
+		return RunnerResult{Error: classify(err)}, RunnerExitOK
+	}
+	return res, RunnerExitOK
+}
+
+func failResult(typ, format string, a ...any) RunnerResult {
+	return RunnerResult{Error: &call.ErrorInfo{Type: typ, Message: fmt.Sprintf(format, a...)}}
+}
+
+// toolError is a failure of the tool itself, with its error type and a message for the model.
+type toolError struct {
+	typ string
+	msg string
+}
+
+func (e *toolError) Error() string { return e.msg }
+
+func toolErr(typ, format string, a ...any) error {
+	return &toolError{typ: typ, msg: fmt.Sprintf(format, a...)}
+}
+
+// classify turns an implementation's error into the ErrorInfo the model reads.
+func classify(err error) *call.ErrorInfo {
+	var te *toolError
+	if errors.As(err, &te) {
+		return &call.ErrorInfo{Type: te.typ, Message: te.msg}
+	}
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return &call.ErrorInfo{Type: call.ErrNotFound, Message: err.Error()}
+	case errors.Is(err, fs.ErrPermission):
+		return &call.ErrorInfo{Type: call.ErrPermissionDenied, Message: err.Error()}
+	}
+	return &call.ErrorInfo{Type: call.ErrInternal, Message: err.Error()}
+}
+
+// decodeArgs decodes args strictly into v; unknown fields are an invalid_params error.
+func decodeArgs(args json.RawMessage, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(args))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return toolErr(call.ErrInvalidParams, "decode arguments: %v", err)
+	}
+	return nil
+}
+
+// Run is what the sandbox reports about a finished process, as plain values.
+type Run struct {
+	// Stdout and Stderr are what the sandbox kept of the process's output.
+	Stdout, Stderr []byte
+	// StdoutBytes and StderrBytes are how much the process wrote in all; larger than len(Stdout) or
+	// len(Stderr) when the sandbox cut the stream. Zero means "what was kept".
+	StdoutBytes, StderrBytes int64
+	ExitCode                 int
+	// OutputBytes caps the model-facing output (the call's limit, as policy allowed it); zero means the
+	// tool's DefaultOutputBytes. Runner tools also keep to their own caps, whatever this says.
+	OutputBytes int64
+}
+
+// Outcome is the model-facing part of a finished call: the result fields the tool decides. Timeouts,
+// out-of-memory kills and cancellation are the worker's to report; it overrides Outcome for them.
+type Outcome struct {
+	Output string
+	// Stdout and Stderr are set for run_shell and custom tools only.
+	Stdout, Stderr string
+	// ExitCode is set for run_shell and custom tools only.
+	ExitCode    *int
+	Error       *call.ErrorInfo
+	Truncated   bool
+	OutputBytes int64
+}
+
+// Apply copies o into r and sets r.Status to ok, or error when o has an error.
+func (o Outcome) Apply(r *call.Result) {
+	r.Output, r.Stdout, r.Stderr = o.Output, o.Stdout, o.Stderr
+	r.ExitCode, r.Truncated, r.OutputBytes = o.ExitCode, o.Truncated, o.OutputBytes
+	r.Error = o.Error
+	r.Status = call.StatusOK
+	if o.Error != nil {
+		r.Status = call.StatusError
+	}
+}
+
+// Finish turns a finished process of this tool into its Outcome; it is a pure function of run. For runner
+// tools it decodes the RunnerResult on stdout (a missing or broken one is an internal error quoting
+// stderr); for run_shell and custom tools it composes Output from stdout, then "[stderr]" and stderr, then
+// "[exit code N]" when N is not 0, keeping the head and tail of each stream within the cap.
+func (t *Tool) Finish(run Run) Outcome {
+	limit := run.OutputBytes
+	if limit <= 0 {
+		limit = t.DefaultOutputBytes
+	}
+	if t.shell {
+		return finishShell(run, int(limit))
+	}
+	return finishRunner(t.Name, run, int(limit))
+}
+
+func finishRunner(tool string, run Run, limit int) Outcome {
+	var res RunnerResult
+	dec := json.NewDecoder(bytes.NewReader(run.Stdout))
+	if err := dec.Decode(&res); err != nil {
+		msg := fmt.Sprintf("run %s: the tool runner exited with code %d without a result (%v)", tool, run.ExitCode, err)
+		if s := strings.TrimSpace(string(run.Stderr)); s != "" {
+			msg += ": " + cutMiddle(s, 2000, "stderr", "")
+		}
+		return Outcome{Output: msg, Error: &call.ErrorInfo{Type: call.ErrInternal, Message: msg}}
+	}
+	o := Outcome{Output: res.Output, Error: res.Error, Truncated: res.Truncated, OutputBytes: res.OutputBytes}
+	if o.OutputBytes == 0 {
+		o.OutputBytes = int64(len(o.Output))
+	}
+	if len(o.Output) > limit {
+		o.Output = cutMiddle(o.Output, limit, "output", "ask for less: a smaller limit, an offset, or a narrower path or pattern")
+		o.Truncated = true
+	}
+	return o
+}
+
+func finishShell(run Run, limit int) Outcome {
+	code := run.ExitCode
+	o := Outcome{ExitCode: &code, Stdout: string(run.Stdout), Stderr: string(run.Stderr)}
+	outTotal, errTotal := max(run.StdoutBytes, int64(len(run.Stdout))), max(run.StderrBytes, int64(len(run.Stderr)))
+	o.OutputBytes = outTotal + errTotal
+	o.Truncated = outTotal > int64(len(run.Stdout)) || errTotal > int64(len(run.Stderr))
+
+	// Share the cap: stderr gets up to a quarter, or more when stdout needs less.
+	errBudget := min(len(run.Stderr), limit/4)
+	outBudget := limit - errBudget
+	if len(run.Stdout) < outBudget {
+		errBudget = min(len(run.Stderr), limit-len(run.Stdout))
+		outBudget = len(run.Stdout)
+	}
+	const hint = "rerun with less output: pipe through head, tail or grep, or redirect to a file and read it with read_file (offset/limit)"
+	stdout, stderr := string(run.Stdout), string(run.Stderr)
+	if len(stdout) > outBudget {
+		stdout, o.Truncated = cutMiddle(stdout, outBudget, "stdout", hint), true
+	}
+	if len(stderr) > errBudget {
+		stderr, o.Truncated = cutMiddle(stderr, errBudget, "stderr", hint), true
+	}
+	var b strings.Builder
+	b.WriteString(stdout)
+	if outTotal > int64(len(run.Stdout)) {
+		fmt.Fprintf(&b, "\n[stdout cut by the sandbox: %d of %d bytes kept; %s]\n", len(run.Stdout), outTotal, hint)
+	}
+	if stderr != "" || errTotal > 0 {
+		if b.Len() > 0 && !strings.HasSuffix(b.String(), "\n") {
+			b.WriteByte('\n')
+		}
+		b.WriteString("[stderr]\n")
+		b.WriteString(stderr)
+		if errTotal > int64(len(run.Stderr)) {
+			fmt.Fprintf(&b, "\n[stderr cut by the sandbox: %d of %d bytes kept]\n", len(run.Stderr), errTotal)
+		}
+	}
+	if code != 0 {
+		if b.Len() > 0 && !strings.HasSuffix(b.String(), "\n") {
+			b.WriteByte('\n')
+		}
+		fmt.Fprintf(&b, "[exit code %d]", code)
+		o.Error = &call.ErrorInfo{Type: call.ErrExitCode, Message: fmt.Sprintf("the command exited with code %d", code)}
+	}
+	if b.Len() == 0 {
+		b.WriteString("[no output]")
+	}
+	o.Output = strings.ToValidUTF8(b.String(), "\uFFFD")
+	return o
+}
+
+// cutMiddle fits s into max bytes by keeping its head and tail and putting in their place a note of what
+// was cut (what names the stream, hint says how to see the rest). Cuts fall on line boundaries near the
+// cut points when there are any, and never inside a UTF-8 sequence.
+func cutMiddle(s string, max int, what, hint string) string {
+	if len(s) <= max {
+		return s
+	}
+	note := func(cut int) string {
+		n := fmt.Sprintf("\n[... %d bytes of %s cut here (%d bytes in all) ...", cut, what, len(s))
+		if hint != "" {
+			n += " to see them: " + hint
+		}
+		return n + "]\n"
+	}
+	budget := max - len(note(len(s)))
+	if budget < 0 {
+		budget = 0
+	}
+	headN := budget * 2 / 3
+	tailN := budget - headN
+	head := s[:headN]
+	if i := strings.LastIndexByte(head, '\n'); i >= headN/2 {
+		head = head[:i+1]
+	}
+	for i := 0; i < utf8.UTFMax && len(head) > 0; i++ {
+		if r, size := utf8.DecodeLastRuneInString(head); r != utf8.RuneError || size != 1 {
+			break
+		}
+		head = head[:len(head)-1]
+	}
+	tail := s[len(s)-tailN:]
+	if i := strings.IndexByte(tail, '\n'); i >= 0 && i <= tailN/2 {
+		tail = tail[i+1:]
+	}
+	for i := 0; i < utf8.UTFMax && len(tail) > 0 && !utf8.RuneStart(tail[0]); i++ {
+		tail = tail[1:]
+	}
+	return head + note(len(s)-len(head)-len(tail)) + tail
+}
+
+// intArg is an integer argument that also accepts an integral JSON number written as a float ("10.0"),
+// which the schema accepts as an integer.
+type intArg int64
+
+func (n *intArg) UnmarshalJSON(b []byte) error {
+	var f json.Number
+	if err := json.Unmarshal(b, &f); err != nil {
+		return err
+	}
+	if i, err := f.Int64(); err == nil {
+		*n = intArg(i)
+		return nil
+	}
+	x, err := f.Float64()
+	if err != nil || x != float64(int64(x)) {
+		return fmt.Errorf("%s is not an integer", f)
+	}
+	*n = intArg(x)
+	return nil
+}

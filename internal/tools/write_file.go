@@ -1,0 +1,153 @@
+package tools
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"time"
+
+	"github.com/toolpool/toolpool/internal/call"
+)
+
+// newFileMode is the mode of a file write_file or edit_file creates.
+const newFileMode fs.FileMode = 0o644
+
+var writeFileTool = builtin{
+	name: "write_file",
+	kind: KindEdit,
+	description: `Write a whole file in the workspace: creates it (and any missing parent directories) or ` +
+		`replaces its entire content. The replacement is atomic (a temporary file renamed into place) and keeps ` +
+		`an existing file's permissions. Returns whether the file was created or overwritten and how many bytes ` +
+		`were written.
+Prefer edit_file to change part of an existing file: it is cheaper and cannot lose content you did not ` +
+		`read. Use write_file for new files or complete rewrites, and read the file first when it exists. ` +
+		`"content" is written exactly as given (UTF-8, no newline added). Paths are relative to /workspace (or ` +
+		`absolute under /workspace). The content is limited to 64 MiB.`,
+	schema: `{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "type": "object",
+  "properties": {
+    "path": {"type": "string", "minLength": 1, "description": "The file to write, relative to /workspace or absolute under /workspace."},
+    "content": {"type": "string", "description": "The complete new content of the file."}
+  },
+  "required": ["path", "content"],
+  "additionalProperties": false
+}`,
+	timeout:     30 * time.Second,
+	outputBytes: 4 << 10,
+	facts:       func(args json.RawMessage) Facts { return pathFacts(args, false, "path") },
+	check:       pathChecks("path"),
+	run:         runWriteFile,
+}
+
+type writeFileArgs struct {
+	Path    string  `json:"path"`
+	Content *string `json:"content"`
+}
+
+func runWriteFile(e *runEnv, raw json.RawMessage) (RunnerResult, error) {
+	var a writeFileArgs
+	if err := decodeArgs(raw, &a); err != nil {
+		return RunnerResult{}, err
+	}
+	if a.Content == nil {
+		return RunnerResult{}, toolErr(call.ErrInvalidParams, "argument \"content\" is required: give the file's complete content (\"\" for an empty file)")
+	}
+	rel, err := e.resolve("path", a.Path)
+	if err != nil {
+		return RunnerResult{}, err
+	}
+	if rel == "." {
+		return RunnerResult{}, toolErr(call.ErrInvalidParams, "write %s: it is the workspace directory: give a file path", WorkspaceDir)
+	}
+	old, err := e.root.Stat(rel)
+	switch {
+	case err == nil && old.IsDir():
+		return RunnerResult{}, toolErr(call.ErrInvalidParams, "write %s: it is a directory: give a file path", showPath(rel))
+	case err == nil && !old.Mode().IsRegular():
+		return RunnerResult{}, toolErr(call.ErrInvalidParams, "write %s: it is not a regular file (%s)", showPath(rel), old.Mode().Type())
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		return RunnerResult{}, pathErr(err, "write", rel)
+	}
+	created := err != nil
+	if created {
+		if dir := path.Dir(rel); dir != "." {
+			if err := e.root.MkdirAll(dir, 0o755); err != nil {
+				return RunnerResult{}, pathErr(err, "create directory", dir)
+			}
+		}
+	}
+	if err := writeAtomic(e.root, rel, []byte(*a.Content)); err != nil {
+		return RunnerResult{}, err
+	}
+	if created {
+		return RunnerResult{Output: fmt.Sprintf("Created %s (%d bytes).", showPath(rel), len(*a.Content))}, nil
+	}
+	return RunnerResult{Output: fmt.Sprintf("Overwrote %s (%d bytes; it had %d bytes).", showPath(rel), len(*a.Content), old.Size())}, nil
+}
+
+// writeAtomic replaces (or creates) the regular file rel with data: it writes a temporary file in the same
+// directory, syncs it, gives it the mode of the file it replaces (newFileMode for a new file) and renames it
+// into place, so a reader sees the old or the new content, never a mix. When rel is a symlink (inside the
+// workspace), the file it points to is rewritten in place instead, keeping the link.
+func writeAtomic(root *os.Root, rel string, data []byte) (retErr error) {
+	mode := newFileMode
+	if li, err := root.Lstat(rel); err == nil {
+		if li.Mode()&fs.ModeSymlink != 0 {
+			return writeThrough(root, rel, data)
+		}
+		mode = li.Mode().Perm()
+	}
+	var rnd [6]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		return fmt.Errorf("write %s: make a temporary name: %w", rel, err)
+	}
+	tmp := path.Join(path.Dir(rel), "."+path.Base(rel)+".toolpool-"+hex.EncodeToString(rnd[:])+".tmp")
+	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return pathErr(err, "write", rel)
+	}
+	defer func() {
+		if retErr != nil {
+			f.Close()
+			root.Remove(tmp)
+		}
+	}()
+	if _, err := f.Write(data); err != nil {
+		return fmt.Errorf("write %s: %w", rel, err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("write %s: sync: %w", rel, err)
+	}
+	if err := f.Chmod(mode); err != nil {
+		return fmt.Errorf("write %s: set mode: %w", rel, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write %s: close: %w", rel, err)
+	}
+	if err := root.Rename(tmp, rel); err != nil {
+		return pathErr(err, "write", rel)
+	}
+	return nil
+}
+
+// writeThrough rewrites the file at rel in place (rel is a symlink; os.Root keeps it inside the workspace).
+func writeThrough(root *os.Root, rel string, data []byte) error {
+	f, err := root.OpenFile(rel, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		return pathErr(err, "write", rel)
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", rel, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write %s: close: %w", rel, err)
+	}
+	return nil
+}

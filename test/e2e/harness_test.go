@@ -1,0 +1,277 @@
+// Package e2e starts the real dispatcher and worker binaries, with the dispatcher's embedded NATS and the
+// worker's private containerd, and calls them over HTTP the way a client does.
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/toolpool/toolpool/internal/call"
+	"github.com/toolpool/toolpool/internal/sandbox/containerd/ctrtest"
+)
+
+var (
+	buildOnce sync.Once
+	binDir    string
+	buildErr  error
+)
+
+// binaries builds dispatcher, worker and toolpool once per test process.
+func binaries(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "tpbin")
+		if buildErr != nil {
+			return
+		}
+		cmd := exec.Command("go", "build", "-trimpath", "-o", binDir+"/", "github.com/toolpool/toolpool/cmd/dispatcher",
+			"github.com/toolpool/toolpool/cmd/worker", "github.com/toolpool/toolpool/cmd/toolpool")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binDir
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// proc is a started binary whose JSON log lines are collected.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	logs []map[string]any
+	raw  bytes.Buffer
+	done chan struct{}
+}
+
+func start(t testing.TB, name string, args ...string) *proc {
+	t.Helper()
+	p := &proc{name: name, cmd: exec.Command(filepath.Join(binaries(t), name), args...), done: make(chan struct{})}
+	stderr, err := p.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cmd.Env = append(os.Environ(), "TOOLPOOL_TOKEN=dev-token")
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	go func() {
+		defer close(p.done)
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			var m map[string]any
+			p.mu.Lock()
+			p.raw.WriteString(sc.Text() + "\n")
+			if json.Unmarshal(sc.Bytes(), &m) == nil {
+				p.logs = append(p.logs, m)
+			}
+			p.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { p.stop(t) })
+	return p
+}
+
+// waitLog returns the first log line whose msg is msg, waiting up to timeout.
+func (p *proc) waitLog(t testing.TB, msg string, timeout time.Duration) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		p.mu.Lock()
+		for _, l := range p.logs {
+			if l["msg"] == msg {
+				p.mu.Unlock()
+				return l
+			}
+		}
+		p.mu.Unlock()
+		select {
+		case <-p.done:
+			t.Fatalf("%s exited before logging %q:\n%s", p.name, msg, p.output())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	t.Fatalf("%s did not log %q within %s:\n%s", p.name, msg, timeout, p.output())
+	return nil
+}
+
+func (p *proc) output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.raw.String()
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (p *proc) stop(t testing.TB) {
+	if p.cmd.ProcessState != nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	waited := make(chan error, 1)
+	go func() { waited <- p.cmd.Wait() }()
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Errorf("%s exited with %v:\n%s", p.name, err, p.output())
+		}
+	case <-time.After(60 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-waited
+		t.Errorf("%s did not stop within 60s of SIGTERM", p.name)
+	}
+}
+
+// stack is a running dispatcher and worker.
+type stack struct {
+	url        string
+	natsURL    string
+	dispatcher *proc
+	worker     *proc
+	dataDir    string
+	configPath string
+}
+
+const dispatcherConfig = `
+api:
+  tenants:
+    - name: alpha
+      tokens: [{token: alpha-token}]
+    - name: beta
+      tokens: [{token: beta-token}]
+`
+
+const permissivePolicy = `
+version: 1
+default_action: allow
+`
+
+// startStack starts a dispatcher with tenants alpha, beta and dev (tokens alpha-token, beta-token,
+// dev-token) and one worker, under a fresh data directory.
+func startStack(t testing.TB) *stack {
+	t.Helper()
+	ctrtest.Require(t)
+	s := &stack{dataDir: ctrtest.ShortTempDir(t)}
+	s.configPath = filepath.Join(s.dataDir, "dispatcher.yaml")
+	if err := os.WriteFile(s.configPath, []byte(dispatcherConfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(s.dataDir, "policy.yaml"), []byte(permissivePolicy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.startDispatcher(t)
+	s.worker = start(t, "worker", "--data-dir", filepath.Join(s.dataDir, "w"), "--nats-url", s.natsURL,
+		"--listen", "127.0.0.1:0", "--id", "e2e-worker", "--slots", "4")
+	s.worker.waitLog(t, "worker ready", 60*time.Second)
+	return s
+}
+
+func (s *stack) startDispatcher(t testing.TB) {
+	t.Helper()
+	natsListen := "127.0.0.1:0"
+	if s.natsURL != "" { // a restart keeps the address the worker knows
+		natsListen = strings.TrimPrefix(s.natsURL, "nats://")
+	}
+	s.dispatcher = start(t, "dispatcher", "--config", s.configPath, "--dev-tenant", "--listen", "127.0.0.1:0",
+		"--data-dir", filepath.Join(s.dataDir, "d"), "--nats-listen", natsListen, "--policy", filepath.Join(s.dataDir, "policy.yaml"))
+	s.natsURL = s.dispatcher.waitLog(t, "started embedded nats", 30*time.Second)["url"].(string)
+	s.url = "http://" + s.dispatcher.waitLog(t, "dispatcher ready", 30*time.Second)["listen"].(string)
+}
+
+// response is an HTTP answer: its code and body.
+type response struct {
+	code int
+	body []byte
+}
+
+func (r response) result(t testing.TB) *call.Result {
+	t.Helper()
+	var res call.Result
+	if err := json.Unmarshal(r.body, &res); err != nil {
+		t.Fatalf("decode result (HTTP %d): %v: %s", r.code, err, r.body)
+	}
+	return &res
+}
+
+func (r response) errorInfo(t testing.TB) call.ErrorInfo {
+	t.Helper()
+	var e struct {
+		Error call.ErrorInfo `json:"error"`
+	}
+	if err := json.Unmarshal(r.body, &e); err != nil || e.Error.Message == "" {
+		t.Fatalf("decode error (HTTP %d): %v: %s", r.code, err, r.body)
+	}
+	return e.Error
+}
+
+func (s *stack) do(t testing.TB, method, path, token string, body any) response {
+	t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		data, err := json.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(data)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, s.url+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return response{code: resp.StatusCode, body: data}
+}
+
+// shell runs a run_shell call for tenant token in workspace ws and waits for its result.
+func (s *stack) shell(t testing.TB, token, ws, command string, extra map[string]any) response {
+	t.Helper()
+	body := map[string]any{"tool": "run_shell", "args": map[string]any{"command": command}, "workspace": ws}
+	for k, v := range extra {
+		body[k] = v
+	}
+	return s.do(t, http.MethodPost, "/v1/calls", token, body)
+}
