@@ -133,11 +133,14 @@ type Result struct {
 	Usage       Usage      `json:"usage"`
 	Worker      string     `json:"worker,omitempty"`
 	// CancelRequested asks the worker running the call to kill it (DELETE /v1/calls/{id}).
-	CancelRequested bool      `json:"cancel_requested,omitempty"`
-	TraceID         string    `json:"trace_id,omitempty"`
-	CreatedAt       time.Time `json:"created_at"`
-	StartedAt       time.Time `json:"started_at,omitzero"`
-	FinishedAt      time.Time `json:"finished_at,omitzero"`
+	CancelRequested bool `json:"cancel_requested,omitempty"`
+	// LeaseUntil is when the running worker's claim lapses unless it renews it; a worker that finds a
+	// running call with a lapsed lease knows its runner is gone.
+	LeaseUntil time.Time `json:"lease_until,omitzero"`
+	TraceID    string    `json:"trace_id,omitempty"`
+	CreatedAt  time.Time `json:"created_at"`
+	StartedAt  time.Time `json:"started_at,omitzero"`
+	FinishedAt time.Time `json:"finished_at,omitzero"`
 }
 
 // NewResult returns the envelope of a call that has just been accepted with status s.

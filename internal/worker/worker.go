@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path"
+	"sync"
 	"time"
 
 	"github.com/toolpool/toolpool/internal/call"
@@ -22,6 +23,8 @@ import (
 type Store interface {
 	Get(ctx context.Context, id string) (queue.Record, error)
 	Update(ctx context.Context, r *call.Result, rev uint64) (uint64, error)
+	// Wait returns the record once done is true for it, or the latest one with ctx's error.
+	Wait(ctx context.Context, id string, done func(*call.Result) bool) (*call.Result, error)
 }
 
 // Config configures a Worker.
@@ -39,6 +42,9 @@ type Config struct {
 	Heartbeat time.Duration
 	// RetryDelay is how long a call that could not start waits before it is offered again.
 	RetryDelay time.Duration
+	// Lease is how long a claim on a running call lasts without renewal; the worker renews it every
+	// Heartbeat, so it must be several heartbeats long.
+	Lease time.Duration
 }
 
 // Validate checks the configuration.
@@ -50,6 +56,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("workspaces dir %q must be an absolute path", c.WorkspacesDir)
 	case c.Heartbeat <= 0:
 		return errors.New("heartbeat interval must be positive")
+	case c.Lease < 2*c.Heartbeat:
+		return fmt.Errorf("lease %s must be at least two heartbeats (%s)", c.Lease, 2*c.Heartbeat)
 	}
 	return nil
 }
@@ -74,6 +82,9 @@ func WithClock(now func() time.Time) Option { return func(w *Worker) { w.now = n
 func New(cfg Config, rt sandbox.Runtime, store Store, reg *tools.Registry, log *slog.Logger, opts ...Option) (*Worker, error) {
 	if cfg.RetryDelay == 0 {
 		cfg.RetryDelay = time.Second
+	}
+	if cfg.Lease == 0 {
+		cfg.Lease = 3 * cfg.Heartbeat
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("validate worker config: %w", err)
@@ -148,8 +159,19 @@ func (w *Worker) heartbeat(ctx context.Context, d queue.Delivery) (stop func()) 
 	return func() { cancel(); <-done }
 }
 
+// Why a running call's context was cancelled.
+var (
+	errCancelRequested = errors.New("cancelled by request")
+	errFenced          = errors.New("claim lost to another writer")
+)
+
 // process claims the call, runs it and records its final result. It returns how to settle the delivery and
 // the final result when this worker recorded one.
+//
+// The fence against a second execution is the record, not the queue: JetStream matches acks and
+// heartbeats by stream sequence, so a stalled worker's late ack can count for a redelivered copy. A call
+// runs only after its record moved to running under this worker's lease by compare-and-set; a worker that
+// cannot renew its lease kills its container and records nothing.
 func (w *Worker) process(ctx context.Context, c *call.Call, attempt uint64) (settle, *call.Result) {
 	storeCtx := context.WithoutCancel(ctx)
 	rec, err := w.store.Get(storeCtx, c.ID)
@@ -160,54 +182,161 @@ func (w *Worker) process(ctx context.Context, c *call.Call, attempt uint64) (set
 		return settleRetry, nil
 	}
 	r := rec.Result
+	now := w.now()
 	switch {
 	case r.Status.Terminal():
 		return settleAck, nil // already final (cancelled while queued, or a duplicate delivery)
+	case r.Status == call.StatusRunning && now.Before(r.LeaseUntil):
+		// Its runner is alive (this is a redelivery after a stall or a lost ack): leave it running there.
+		return settleRetry, nil
 	case r.Status == call.StatusRunning:
-		// A worker claimed it and then vanished before recording a result. A call that may have changed
-		// files is never run twice.
+		// Its runner vanished without a result. A call that may have changed files is never run twice.
 		if tool, ok := w.tools.Lookup(c.Tool); !ok || !tool.ReadOnly() {
 			r.Fail(call.StatusLost, call.ErrLost, fmt.Sprintf("worker %s stopped while running this call; it was not run again because %s can change files: check the workspace and call again if needed", r.Worker, c.Tool))
-			r.FinishedAt = w.now()
+			r.FinishedAt, r.LeaseUntil = now, time.Time{}
 			return w.record(storeCtx, r, rec.Revision)
 		}
+	case r.Status == call.StatusPendingApproval:
+		return settleRetry, nil // published before its approval landed: wait for it
 	}
-	if !c.Deadline.IsZero() && w.now().After(c.Deadline) {
+	if r.CancelRequested {
+		r.Fail(call.StatusCancelled, call.ErrCancelled, "the call was cancelled before it ran")
+		r.FinishedAt = now
+		return w.record(storeCtx, r, rec.Revision)
+	}
+	if !c.Deadline.IsZero() && now.After(c.Deadline) {
 		r.Fail(call.StatusExpired, call.ErrExpired, "the call was not started before its deadline and did not run")
-		r.FinishedAt = w.now()
+		r.FinishedAt = now
 		return w.record(storeCtx, r, rec.Revision)
 	}
 
-	// Claim: the record moves to running before the container starts.
+	// Claim: the record moves to running under this worker's lease before the container starts.
 	r.Status = call.StatusRunning
 	r.Worker = w.cfg.ID
-	r.StartedAt = w.now()
+	r.StartedAt = now
+	r.LeaseUntil = now.Add(w.cfg.Lease)
 	r.Timing.QueuedMS = r.StartedAt.Sub(c.CreatedAt).Milliseconds()
 	rev, err := w.store.Update(storeCtx, r, rec.Revision)
 	if err != nil {
-		// Someone else moved it (a cancel, another worker): look again on the next delivery.
-		return settleRetry, nil
+		return settleRetry, nil // someone else moved it (a cancel, another worker): look again later
 	}
-	out, runErr := w.run(ctx, c)
-	if errors.Is(runErr, sandbox.ErrNotStarted) && ctx.Err() == nil {
+	claim := &claim{rev: rev, result: r}
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stopGuard := w.guard(runCtx, cancel, claim)
+	out, runErr := w.run(runCtx, c)
+	stopGuard()
+	cause := context.Cause(runCtx)
+	if errors.Is(cause, errFenced) {
+		return settleAck, nil // the record belongs to another writer now; it settles the call
+	}
+	if errors.Is(runErr, sandbox.ErrNotStarted) && ctx.Err() == nil && cause == nil {
 		// Nothing ran: hand it back as queued for this or another worker.
 		w.log.Warn("call did not start; offering it again", "call_id", c.ID, "attempt", attempt, "error", runErr)
-		r.Status, r.Worker, r.StartedAt = call.StatusQueued, "", time.Time{}
-		if _, err := w.store.Update(storeCtx, r, rev); err != nil {
-			return settleRetry, nil
-		}
+		r.Status, r.Worker, r.StartedAt, r.LeaseUntil = call.StatusQueued, "", time.Time{}, time.Time{}
+		_, _ = w.store.Update(storeCtx, r, claim.rev)
 		return settleRetry, nil
 	}
-	w.complete(r, c, out, runErr, ctx.Err())
-	return w.record(storeCtx, r, rev)
+	w.complete(r, c, out, runErr, cause)
+	r.LeaseUntil = time.Time{}
+	for range 5 {
+		s, res := w.record(storeCtx, r, claim.rev)
+		if res != nil || s != settleRetry {
+			return s, res
+		}
+		// The record moved while the call ran (a cancel request): record over it if it is still ours.
+		cur, err := w.store.Get(storeCtx, c.ID)
+		if err != nil {
+			break
+		}
+		if cur.Result.Status.Terminal() || cur.Result.Worker != w.cfg.ID {
+			return settleAck, nil
+		}
+		claim.rev = cur.Revision
+	}
+	return settleRetry, nil
+}
+
+// claim is this worker's hold on a running call's record: the revision it last wrote. guard and process
+// share it; rev is updated under mu.
+type claim struct {
+	mu     sync.Mutex
+	rev    uint64
+	result *call.Result
+}
+
+// guard keeps the claim alive while the call runs: it renews the lease every heartbeat and watches the
+// record, cancelling the run with errCancelRequested when a cancel is requested and with errFenced when
+// the lease cannot be renewed because the record is no longer this worker's.
+func (w *Worker) guard(ctx context.Context, cancel context.CancelCauseFunc, cl *claim) (stop func()) {
+	ctx, stopCtx := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { // renew
+		defer wg.Done()
+		t := time.NewTicker(w.cfg.Heartbeat)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			cl.mu.Lock()
+			r := *cl.result
+			r.LeaseUntil = w.now().Add(w.cfg.Lease)
+			rev, err := w.store.Update(ctx, &r, cl.rev)
+			if err == nil {
+				cl.rev = rev
+				cl.mu.Unlock()
+				continue
+			}
+			cl.mu.Unlock()
+			if !errors.Is(err, queue.ErrConflict) {
+				continue // transient: the lease has room for a few misses
+			}
+			cur, gerr := w.store.Get(ctx, r.ID)
+			switch {
+			case gerr != nil:
+			case cur.Result.Worker != w.cfg.ID || cur.Result.Status != call.StatusRunning:
+				cancel(errFenced)
+				return
+			case cur.Result.CancelRequested:
+				cancel(errCancelRequested)
+				cl.mu.Lock()
+				cl.rev = cur.Revision
+				cl.mu.Unlock()
+				return
+			default:
+				cl.mu.Lock()
+				cl.rev = cur.Revision
+				cl.mu.Unlock()
+			}
+		}
+	}()
+	go func() { // watch for a cancel request, to act within a second rather than a heartbeat
+		defer wg.Done()
+		id := cl.result.ID
+		r, err := w.store.Wait(ctx, id, func(r *call.Result) bool {
+			return r.CancelRequested || r.Worker != w.cfg.ID || r.Status != call.StatusRunning
+		})
+		if err != nil || r == nil {
+			return
+		}
+		if r.Worker != w.cfg.ID || r.Status != call.StatusRunning {
+			cancel(errFenced)
+			return
+		}
+		cancel(errCancelRequested)
+	}()
+	return func() { stopCtx(); wg.Wait() }
 }
 
 func (w *Worker) record(ctx context.Context, r *call.Result, rev uint64) (settle, *call.Result) {
 	if _, err := w.store.Update(ctx, r, rev); err != nil {
-		if errors.Is(err, queue.ErrConflict) {
-			return settleAck, nil // another writer recorded the final state (a cancel)
+		if !errors.Is(err, queue.ErrConflict) {
+			w.log.Error("record result", "call_id", r.ID, "error", err)
 		}
-		w.log.Error("record result", "call_id", r.ID, "error", err)
 		return settleRetry, nil
 	}
 	return settleAck, r
@@ -278,8 +407,14 @@ func (w *Worker) complete(r *call.Result, c *call.Call, ro runOutcome, runErr, c
 		}
 	}
 	switch {
+	case errors.Is(cancelErr, errCancelRequested):
+		r.Status = call.StatusCancelled
+		r.Error = &call.ErrorInfo{Type: call.ErrCancelled, Message: "the call was cancelled while it ran; its container was killed"}
+		r.Output += "\n[cancelled: " + r.Error.Message + "]"
 	case cancelErr != nil:
-		r.Fail(call.StatusCancelled, call.ErrCancelled, "the worker shut down while the call ran; its container was killed. Call again.")
+		r.Status = call.StatusCancelled
+		r.Error = &call.ErrorInfo{Type: call.ErrCancelled, Message: "the worker shut down while the call ran; its container was killed. Call again."}
+		r.Output += "\n[cancelled: " + r.Error.Message + "]"
 	case runErr != nil:
 		r.Status = call.StatusError
 		r.Error = &call.ErrorInfo{Type: call.ErrInternal, Message: "toolpool failed to run the call: " + runErr.Error()}
