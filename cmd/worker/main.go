@@ -42,6 +42,7 @@ type config struct {
 	UID               uint32        `yaml:"uid"`
 	GID               uint32        `yaml:"gid"`
 	Heartbeat         time.Duration `yaml:"heartbeat"`
+	DrainTimeout      time.Duration `yaml:"drain_timeout"`
 	LogLevel          string        `yaml:"log_level"`
 	Tools             struct {
 		Custom []tools.CustomTool `yaml:"custom"`
@@ -53,7 +54,7 @@ func defaults() config {
 	return config{
 		ID: "worker-" + host, NATSURL: "nats://127.0.0.1:4222", Namespace: "toolpool", Runtime: "io.containerd.runc.v2",
 		DataDir: "/var/lib/toolpool/worker", Slots: 4, Listen: "127.0.0.1:9091", UID: 65532, GID: 65532,
-		Heartbeat: 5 * time.Second, LogLevel: "info",
+		Heartbeat: 5 * time.Second, DrainTimeout: 30 * time.Second, LogLevel: "info",
 	}
 }
 
@@ -114,6 +115,7 @@ func loadConfig(fs *flag.FlagSet, args []string) (config, error) {
 	slots := fs.Int("slots", 0, "calls run at once (default 4)")
 	listen := fs.String("listen", "", "address for /metrics, /healthz and /readyz (default 127.0.0.1:9091)")
 	logLevel := fs.String("log-level", "", "debug, info, warn or error")
+	drain := fs.Duration("drain-timeout", 0, "on SIGTERM, how long running calls may finish before they are killed (default 30s)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -139,6 +141,9 @@ func loadConfig(fs *flag.FlagSet, args []string) (config, error) {
 	apply("log-level", &cfg.LogLevel, *logLevel)
 	if set["slots"] {
 		cfg.Slots = *slots
+	}
+	if set["drain-timeout"] {
+		cfg.DrainTimeout = *drain
 	}
 	if abs, err := filepath.Abs(cfg.DataDir); err == nil {
 		cfg.DataDir = abs
@@ -247,7 +252,27 @@ func run(args []string) (retErr error) {
 	defer srv.Close()
 
 	log.Info("worker ready", "slots", cfg.Slots, "nats", cfg.NATSURL, "containerd", address, "runtime", cfg.Runtime, "workspaces", cfg.WorkspacesDir)
-	err = conn.Consume(ctx, cfg.Slots, w.Handle)
+	// Drain: on SIGTERM stop taking calls at once, let running ones finish for DrainTimeout, then kill them
+	// (each is recorded as cancelled).
+	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRun()
+	consumed := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+			log.Info("worker draining", "drain_timeout", cfg.DrainTimeout.String())
+		case <-consumed:
+			return
+		}
+		select {
+		case <-time.After(cfg.DrainTimeout):
+			log.Warn("drain timeout: killing the calls still running")
+			cancelRun()
+		case <-consumed:
+		}
+	}()
+	err = conn.ConsumeWith(ctx, runCtx, cfg.Slots, w.Handle)
+	close(consumed)
 	log.Info("worker stopped")
 	return err
 }

@@ -139,6 +139,8 @@ type Result struct {
 	LeaseUntil time.Time `json:"lease_until,omitzero"`
 	TraceID    string    `json:"trace_id,omitempty"`
 	CreatedAt  time.Time `json:"created_at"`
+	// Deadline is when a call that has not started ends expired.
+	Deadline   time.Time `json:"deadline,omitzero"`
 	StartedAt  time.Time `json:"started_at,omitzero"`
 	FinishedAt time.Time `json:"finished_at,omitzero"`
 }
@@ -147,7 +149,7 @@ type Result struct {
 func NewResult(c *Call, s Status) *Result {
 	return &Result{
 		ID: c.ID, Tenant: c.Tenant, Workspace: c.Workspace, Tool: c.Tool,
-		Status: s, Decision: c.Decision, CreatedAt: c.CreatedAt,
+		Status: s, Decision: c.Decision, CreatedAt: c.CreatedAt, Deadline: c.Deadline,
 	}
 }
 
@@ -169,6 +171,18 @@ func NewID() string {
 		panic(fmt.Sprintf("read random: %v", err)) // crypto/rand never fails on Linux
 	}
 	return "c_" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
+}
+
+// ValidateTenant checks a tenant name: ValidateName, and no '.', because the tenant is a token of NATS
+// subjects and consumer names.
+func ValidateTenant(name string) error {
+	if err := ValidateName("tenant", name); err != nil {
+		return err
+	}
+	if strings.Contains(name, ".") {
+		return fmt.Errorf("tenant %q has a '.': use only letters, digits, '_' and '-'", name)
+	}
+	return nil
 }
 
 // MaxNameLen bounds tenant and workspace names.

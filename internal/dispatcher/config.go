@@ -44,6 +44,9 @@ type Config struct {
 	MaxWait time.Duration `yaml:"max_wait"`
 	// MaxOutputBytes caps a call's output; a request may ask for less.
 	MaxOutputBytes int64 `yaml:"max_output_bytes"`
+	// QueueTimeout is how long a call may wait for a worker before it ends expired, unrun; a request may
+	// ask for less with deadline_ms.
+	QueueTimeout time.Duration `yaml:"queue_timeout"`
 }
 
 // DefaultConfig returns the defaults.
@@ -54,6 +57,7 @@ func DefaultConfig() Config {
 		MaxTimeout:     30 * time.Minute,
 		MaxWait:        5 * time.Minute,
 		MaxOutputBytes: 1 << 20,
+		QueueTimeout:   10 * time.Minute,
 	}
 }
 
@@ -65,7 +69,7 @@ func (c *Config) Validate() error {
 	seen := map[string]bool{}
 	tokens := map[string]string{}
 	for i, t := range c.Tenants {
-		if err := call.ValidateName("tenant name", t.Name); err != nil {
+		if err := call.ValidateTenant(t.Name); err != nil {
 			return fmt.Errorf("tenants[%d]: %w", i, err)
 		}
 		if seen[t.Name] {
@@ -98,6 +102,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("default_timeout %s must be positive and at most max_timeout %s", c.DefaultTimeout, c.MaxTimeout)
 	case c.MaxWait <= 0:
 		return errors.New("max_wait must be positive")
+	case c.QueueTimeout <= 0:
+		return errors.New("queue_timeout must be positive")
 	case c.MaxOutputBytes < 1024:
 		return fmt.Errorf("max_output_bytes %d is below 1024", c.MaxOutputBytes)
 	}

@@ -172,6 +172,7 @@ type callRequest struct {
 	Args           json.RawMessage `json:"args"`
 	Workspace      string          `json:"workspace"`
 	TimeoutMS      *int64          `json:"timeout_ms"`
+	DeadlineMS     *int64          `json:"deadline_ms"`
 	OutputBytes    int64           `json:"output_bytes"`
 	MemoryBytes    int64           `json:"memory_bytes"`
 	Wait           *bool           `json:"wait"`
@@ -181,9 +182,10 @@ type callRequest struct {
 
 // requestError is a problem with the request that the client must fix.
 type requestError struct {
-	code int
-	typ  string
-	msg  string
+	code       int
+	typ        string
+	msg        string
+	retryAfter int // seconds, for 429 and 503
 }
 
 func (e *requestError) Error() string { return e.msg }
@@ -228,7 +230,7 @@ func describeJSONError(err error) string {
 	case errors.Is(err, io.EOF):
 		return "the body is empty"
 	case strings.HasPrefix(err.Error(), "json: unknown field"):
-		return strings.TrimPrefix(err.Error(), "json: ") + " (known: tool, args, workspace, timeout_ms, output_bytes, memory_bytes, wait, idempotency_key, tools)"
+		return strings.TrimPrefix(err.Error(), "json: ") + " (known: tool, args, workspace, timeout_ms, deadline_ms, output_bytes, memory_bytes, wait, idempotency_key, tools)"
 	}
 	return err.Error()
 }
@@ -250,7 +252,7 @@ func (s *Server) postCall(w http.ResponseWriter, r *http.Request) {
 	}
 	res, rerr := s.accept(r.Context(), c, dec)
 	if rerr != nil {
-		writeError(w, rerr.code, rerr.typ, rerr.msg)
+		writeRequestError(w, rerr)
 		return
 	}
 	if res.Status.Terminal() || (req.Wait != nil && !*req.Wait) || res.Status == call.StatusPendingApproval {
@@ -291,6 +293,9 @@ func (s *Server) admit(ctx context.Context, p principal, req *callRequest) (*cal
 	if req.TimeoutMS != nil && *req.TimeoutMS <= 0 {
 		return nil, none, badRequest("timeout_ms must be a positive number of milliseconds, got %d", *req.TimeoutMS)
 	}
+	if req.DeadlineMS != nil && *req.DeadlineMS <= 0 {
+		return nil, none, badRequest("deadline_ms must be a positive number of milliseconds, got %d", *req.DeadlineMS)
+	}
 	if req.OutputBytes < 0 || req.MemoryBytes < 0 {
 		return nil, none, badRequest("output_bytes and memory_bytes must not be negative")
 	}
@@ -307,6 +312,11 @@ func (s *Server) admit(ctx context.Context, p principal, req *callRequest) (*cal
 	if req.IdempotencyKey != "" {
 		c.ID = idempotentID(p.tenant, req.IdempotencyKey)
 	}
+	queueTimeout := s.cfg.QueueTimeout
+	if req.DeadlineMS != nil {
+		queueTimeout = min(queueTimeout, time.Duration(*req.DeadlineMS)*time.Millisecond)
+	}
+	c.Deadline = c.CreatedAt.Add(queueTimeout)
 	c.Limits = s.limits(req, tool, dec.Limits)
 	return c, dec, nil
 }
@@ -371,14 +381,40 @@ func (s *Server) accept(ctx context.Context, c *call.Call, dec policy.Decision) 
 		return res, nil
 	}
 	if err := s.pub.Publish(ctx, c); err != nil {
-		s.log.Error("publish call", "call_id", c.ID, "error", err)
-		res.Fail(call.StatusError, call.ErrInternal, "toolpool could not queue the call: "+err.Error())
+		rerr := &requestError{code: http.StatusServiceUnavailable, typ: call.ErrInternal, retryAfter: 1,
+			msg: "toolpool could not queue the call; retry with the same idempotency_key"}
+		if errors.Is(err, queue.ErrTenantFull) {
+			rerr = &requestError{code: http.StatusTooManyRequests, typ: call.ErrQuota, retryAfter: 5,
+				msg: fmt.Sprintf("tenant %s has as many calls queued and running as it may; wait for some to finish and retry", c.Tenant)}
+		} else {
+			s.log.Error("publish call", "call_id", c.ID, "error", err)
+		}
+		// The call was not accepted: close its record so that nothing waits for it.
+		res.Fail(call.StatusError, rerr.typ, "not accepted: "+rerr.msg)
+		res.FinishedAt = s.now().UTC()
 		if rec, gerr := s.store.Get(context.WithoutCancel(ctx), c.ID); gerr == nil {
 			_, _ = s.store.Update(context.WithoutCancel(ctx), res, rec.Revision)
 		}
-		return nil, &requestError{code: http.StatusServiceUnavailable, typ: call.ErrInternal, msg: "toolpool could not queue the call; retry with the same idempotency_key"}
+		return nil, rerr
 	}
 	return res, nil
+}
+
+// expireIfDue ends a call that is still queued past its deadline: no worker started it in time. It
+// returns the record as it stands after the attempt.
+func (s *Server) expireIfDue(ctx context.Context, rec queue.Record) *call.Result {
+	r := rec.Result
+	if r.Status != call.StatusQueued || r.Deadline.IsZero() || s.now().Before(r.Deadline) {
+		return r
+	}
+	r.Fail(call.StatusExpired, call.ErrExpired, "no worker started the call before its deadline; it did not run. Check that workers are up, or give a longer deadline_ms.")
+	r.FinishedAt = s.now().UTC()
+	if _, err := s.store.Update(ctx, r, rec.Revision); err != nil {
+		if cur, gerr := s.store.Get(ctx, r.ID); gerr == nil {
+			return cur.Result // a worker got to it first
+		}
+	}
+	return r
 }
 
 func (s *Server) enabledTools(tenant string, requestTools map[string]bool) []string {
@@ -394,7 +430,15 @@ func (s *Server) enabledTools(tenant string, requestTools map[string]bool) []str
 func (s *Server) waitAndWrite(w http.ResponseWriter, r *http.Request, id string, wait time.Duration) {
 	ctx, cancel := context.WithTimeout(r.Context(), wait)
 	defer cancel()
-	res, err := s.store.Wait(ctx, id, func(r *call.Result) bool { return r.Status.Terminal() || r.Status == call.StatusPendingApproval })
+	res, err := s.store.Wait(ctx, id, func(r *call.Result) bool {
+		return r.Status.Terminal() || r.Status == call.StatusPendingApproval ||
+			(r.Status == call.StatusQueued && !r.Deadline.IsZero() && s.now().After(r.Deadline))
+	})
+	if res != nil && res.Status == call.StatusQueued {
+		if rec, gerr := s.store.Get(context.WithoutCancel(r.Context()), id); gerr == nil {
+			res = s.expireIfDue(context.WithoutCancel(r.Context()), rec)
+		}
+	}
 	if res == nil {
 		if errors.Is(err, queue.ErrNotFound) {
 			writeError(w, http.StatusNotFound, call.ErrNotFound, fmt.Sprintf("no call %s", id))
@@ -420,9 +464,10 @@ func (s *Server) getCall(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, call.ErrInternal, "toolpool could not read the call; retry")
 		return
 	}
+	res := s.expireIfDue(r.Context(), rec)
 	waitParam := r.URL.Query().Get("wait")
-	if waitParam == "" || rec.Result.Status.Terminal() {
-		writeResult(w, rec.Result)
+	if waitParam == "" || res.Status.Terminal() {
+		writeResult(w, res)
 		return
 	}
 	wait, err := time.ParseDuration(waitParam)
@@ -538,6 +583,13 @@ func statusCode(s call.Status) int {
 func writeResult(w http.ResponseWriter, r *call.Result) {
 	w.Header().Set("Location", "/v1/calls/"+r.ID)
 	writeJSON(w, statusCode(r.Status), r)
+}
+
+func writeRequestError(w http.ResponseWriter, e *requestError) {
+	if e.retryAfter > 0 {
+		w.Header().Set("Retry-After", fmt.Sprint(e.retryAfter))
+	}
+	writeError(w, e.code, e.typ, e.msg)
 }
 
 func writeError(w http.ResponseWriter, code int, typ, msg string) {

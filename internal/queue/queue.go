@@ -19,6 +19,8 @@ var (
 	ErrConflict = errors.New("call record changed concurrently")
 	// ErrExists: a record with that id exists already.
 	ErrExists = errors.New("call exists already")
+	// ErrTenantFull: the tenant has as many calls queued and running as it may.
+	ErrTenantFull = errors.New("tenant has too many calls in flight")
 )
 
 // Delivery is one call handed to a worker. The worker settles it exactly once with Ack or Term; until then

@@ -45,6 +45,9 @@ type Config struct {
 	// Lease is how long a claim on a running call lasts without renewal; the worker renews it every
 	// Heartbeat, so it must be several heartbeats long.
 	Lease time.Duration
+	// MaxAttempts is the delivery after which a call that still cannot start is given up with an error;
+	// keep it below the queue's max deliveries so the worker, not the server, settles it.
+	MaxAttempts uint64
 }
 
 // Validate checks the configuration.
@@ -86,6 +89,9 @@ func New(cfg Config, rt sandbox.Runtime, store Store, reg *tools.Registry, log *
 	if cfg.Lease == 0 {
 		cfg.Lease = 3 * cfg.Heartbeat
 	}
+	if cfg.MaxAttempts == 0 {
+		cfg.MaxAttempts = 8
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("validate worker config: %w", err)
 	}
@@ -122,6 +128,9 @@ func (w *Worker) Handle(ctx context.Context, d queue.Delivery) {
 	stopBeat := w.heartbeat(ctx, d)
 	s, res := w.process(ctx, c, d.Attempt())
 	stopBeat()
+	if s == settleRetry && d.Attempt() >= w.cfg.MaxAttempts && ctx.Err() == nil {
+		s, res = w.giveUp(settleCtx, c, d.Attempt())
+	}
 	switch s {
 	case settleAck:
 		err = d.Ack(settleCtx)
@@ -330,6 +339,27 @@ func (w *Worker) guard(ctx context.Context, cancel context.CancelCauseFunc, cl *
 		cancel(errCancelRequested)
 	}()
 	return func() { stopCtx(); wg.Wait() }
+}
+
+// giveUp ends a call that could not be started in MaxAttempts deliveries, unless it is final already or
+// running under a live lease elsewhere.
+func (w *Worker) giveUp(ctx context.Context, c *call.Call, attempt uint64) (settle, *call.Result) {
+	rec, err := w.store.Get(ctx, c.ID)
+	if err != nil {
+		return settleRetry, nil
+	}
+	r := rec.Result
+	switch {
+	case r.Status.Terminal():
+		return settleAck, nil
+	case r.Status == call.StatusRunning && w.now().Before(r.LeaseUntil):
+		return settleRetry, nil
+	case r.Status == call.StatusPendingApproval:
+		return settleAck, nil // the approval republishes it
+	}
+	r.Fail(call.StatusError, call.ErrInternal, fmt.Sprintf("toolpool could not start the call in %d attempts; it did not run. Retry later.", attempt))
+	r.FinishedAt, r.LeaseUntil = w.now(), time.Time{}
+	return w.record(ctx, r, rec.Revision)
 }
 
 func (w *Worker) record(ctx context.Context, r *call.Result, rev uint64) (settle, *call.Result) {

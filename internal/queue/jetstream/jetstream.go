@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -36,6 +38,9 @@ type Config struct {
 	// MaxAge and MaxBytes bound the queue; a call older than MaxAge is dropped from it unrun.
 	MaxAge   time.Duration
 	MaxBytes int64
+	// MaxPendingPerTenant bounds one tenant's calls in the queue (waiting or running); the server refuses
+	// more, and Publish returns queue.ErrTenantFull.
+	MaxPendingPerTenant int64
 	// ResultTTL is how long call records are kept.
 	ResultTTL time.Duration
 	// Replicas is the stream and bucket replication factor (3 on a clustered NATS).
@@ -46,8 +51,8 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Name: "toolpool", Stream: "TOOLPOOL_CALLS", SubjectPrefix: "toolpool.calls", Bucket: "toolpool_calls",
-		Consumer: "workers", AckWait: 30 * time.Second, MaxDeliver: 5, MaxAge: 24 * time.Hour,
-		MaxBytes: 1 << 30, ResultTTL: 7 * 24 * time.Hour, Replicas: 1,
+		Consumer: "workers", AckWait: 30 * time.Second, MaxDeliver: 10, MaxAge: 24 * time.Hour,
+		MaxBytes: 1 << 30, MaxPendingPerTenant: 1000, ResultTTL: 7 * 24 * time.Hour, Replicas: 1,
 	}
 }
 
@@ -60,6 +65,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("ack wait %s is below 1s", c.AckWait)
 	case c.MaxDeliver < 1:
 		return fmt.Errorf("max deliver %d is below 1", c.MaxDeliver)
+	case c.MaxPendingPerTenant < 1:
+		return fmt.Errorf("max pending per tenant %d is below 1", c.MaxPendingPerTenant)
 	case c.Replicas < 1 || c.Replicas > 5:
 		return fmt.Errorf("replicas %d is outside 1..5", c.Replicas)
 	}
@@ -110,23 +117,27 @@ func Connect(ctx context.Context, cfg Config) (_ *Conn, retErr error) {
 		MaxAge:      cfg.MaxAge,
 		MaxBytes:    cfg.MaxBytes,
 		Discard:     jetstream.DiscardNew,
-		Duplicates:  2 * time.Minute,
-		Replicas:    cfg.Replicas,
+		// One subject per tenant: the per-subject cap is the tenant's quota of queued and running calls.
+		MaxMsgsPerSubject:    cfg.MaxPendingPerTenant,
+		DiscardNewPerSubject: true,
+		Duplicates:           2 * time.Minute,
+		Replicas:             cfg.Replicas,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create stream %s: %w", cfg.Stream, err)
 	}
-	_, err = js.CreateOrUpdateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{
-		Durable:       cfg.Consumer,
-		Description:   "toolpool workers",
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       cfg.AckWait,
-		MaxDeliver:    cfg.MaxDeliver,
-		MaxAckPending: -1,
-		Replicas:      cfg.Replicas,
+	// Max-deliveries advisories are plain NATS messages, lost when nobody listens: keep them in a stream.
+	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        cfg.Stream + "_ADVISORIES",
+		Description: "toolpool calls that exhausted their deliveries",
+		Subjects:    []string{"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + cfg.Stream + ".>"},
+		Storage:     jetstream.FileStorage,
+		MaxAge:      7 * 24 * time.Hour,
+		MaxMsgs:     100000,
+		Replicas:    cfg.Replicas,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("create consumer %s: %w", cfg.Consumer, err)
+		return nil, fmt.Errorf("create advisories stream: %w", err)
 	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      cfg.Bucket,
@@ -179,6 +190,9 @@ func (c *Conn) Publish(ctx context.Context, cl *call.Call) error {
 		msg.Header.Set("traceparent", cl.TraceParent)
 	}
 	if _, err := c.js.PublishMsg(ctx, msg); err != nil {
+		if strings.Contains(err.Error(), "maximum messages per subject exceeded") {
+			return fmt.Errorf("publish call %s: %w", cl.ID, queue.ErrTenantFull)
+		}
 		return fmt.Errorf("publish call %s: %w", cl.ID, err)
 	}
 	return nil
@@ -326,64 +340,147 @@ func (c *Conn) fanOut(w jetstream.KeyWatcher) {
 	}
 }
 
-// Consume pulls calls and runs handle for each in its own goroutine, never more than slots at once: it
-// fetches only as many messages as there are free slots, so that no buffered message ages toward its ack
-// wait. It returns when ctx ends, after every handle it started has returned. handle must settle its
-// Delivery.
+// Consume pulls calls and runs handle for each in its own goroutine, never more than slots at once. It
+// fetches one call per free slot, so that no buffered message ages toward its ack wait, and it takes turns
+// among the tenants that have calls waiting, so that one tenant's flood does not starve the others: each
+// tenant has its own subject and durable consumer. A subscription to the calls' subjects wakes an idle
+// loop as soon as a call is published. Consume returns when ctx ends, after every handle it started has
+// returned; handle gets ctx too and must settle its Delivery.
 func (c *Conn) Consume(ctx context.Context, slots int, handle func(context.Context, queue.Delivery)) error {
-	cons, err := c.js.Consumer(ctx, c.cfg.Stream, c.cfg.Consumer)
+	return c.ConsumeWith(ctx, ctx, slots, handle)
+}
+
+// ConsumeWith is Consume with separate contexts: fetching stops when fetchCtx ends, while the handlers run
+// on runCtx, so that a draining worker finishes its calls (cancel runCtx after a grace period to stop
+// them). It returns once fetching stopped and every handler returned.
+func (c *Conn) ConsumeWith(fetchCtx, runCtx context.Context, slots int, handle func(context.Context, queue.Delivery)) error {
+	bell := make(chan struct{}, 1)
+	sub, err := c.nc.Subscribe(c.cfg.SubjectPrefix+".*", func(*nats.Msg) {
+		select {
+		case bell <- struct{}{}:
+		default:
+		}
+	})
 	if err != nil {
-		return fmt.Errorf("get consumer %s: %w", c.cfg.Consumer, err)
+		return fmt.Errorf("subscribe to call subjects: %w", err)
 	}
+	defer sub.Unsubscribe()
+
 	free := make(chan struct{}, slots)
 	for range slots {
 		free <- struct{}{}
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	f := &fairFetcher{conn: c, consumers: map[string]jetstream.Consumer{}}
 	for {
 		select {
-		case <-ctx.Done():
+		case <-fetchCtx.Done():
 			return nil
 		case <-free:
 		}
-		n := 1
-	more:
-		for n < slots {
-			select {
-			case <-free:
-				n++
-			default:
-				break more
-			}
-		}
-		fetchCtx, cancelFetch := context.WithTimeout(ctx, 2*time.Second)
-		batch, err := cons.Fetch(n, jetstream.FetchContext(fetchCtx))
-		got := 0
-		if err == nil {
-			for msg := range batch.Messages() {
-				got++
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					defer func() { free <- struct{}{} }()
-					handle(ctx, delivery{msg})
-				}()
-			}
-			err = batch.Error()
-		}
-		cancelFetch()
-		for range n - got {
+		msg, err := f.next(fetchCtx)
+		if msg == nil {
 			free <- struct{}{}
-		}
-		if err != nil && ctx.Err() == nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
-			// The server is unreachable or restarting: back off briefly and fetch again.
-			select {
-			case <-ctx.Done():
-			case <-time.After(250 * time.Millisecond):
+			if err != nil && fetchCtx.Err() == nil {
+				// The server is unreachable or restarting: back off briefly.
+				select {
+				case <-fetchCtx.Done():
+				case <-time.After(250 * time.Millisecond):
+				}
+				continue
 			}
+			// Nothing waiting: sleep until a publish rings, or poll again in a while (redeliveries ring no
+			// bell).
+			select {
+			case <-fetchCtx.Done():
+			case <-bell:
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { free <- struct{}{} }()
+			handle(runCtx, delivery{msg})
+		}()
+	}
+}
+
+// fairFetcher takes one message at a time, round-robin over the tenants with messages in the stream.
+type fairFetcher struct {
+	conn      *Conn
+	consumers map[string]jetstream.Consumer // by tenant
+	tenants   []string                      // tenants with messages, as last read
+	turn      int
+}
+
+// next returns the next message in tenant rotation, or nil when no tenant has one ready.
+func (f *fairFetcher) next(ctx context.Context) (jetstream.Msg, error) {
+	if f.turn >= len(f.tenants) {
+		if err := f.refresh(ctx); err != nil {
+			return nil, err
+		}
+		f.turn = 0
+	}
+	for f.turn < len(f.tenants) {
+		tenant := f.tenants[f.turn]
+		f.turn++
+		cons, err := f.consumer(ctx, tenant)
+		if err != nil {
+			return nil, err
+		}
+		batch, err := cons.FetchNoWait(1)
+		if err != nil {
+			return nil, fmt.Errorf("fetch call of tenant %s: %w", tenant, err)
+		}
+		for msg := range batch.Messages() {
+			return msg, nil
 		}
 	}
+	return nil, nil
+}
+
+// refresh reads which tenants have messages in the stream, in a stable order.
+func (f *fairFetcher) refresh(ctx context.Context) error {
+	s, err := f.conn.js.Stream(ctx, f.conn.cfg.Stream)
+	if err != nil {
+		return fmt.Errorf("get stream %s: %w", f.conn.cfg.Stream, err)
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(f.conn.cfg.SubjectPrefix+".*"))
+	if err != nil {
+		return fmt.Errorf("read stream %s: %w", f.conn.cfg.Stream, err)
+	}
+	f.tenants = f.tenants[:0]
+	for subj := range info.State.Subjects {
+		f.tenants = append(f.tenants, strings.TrimPrefix(subj, f.conn.cfg.SubjectPrefix+"."))
+	}
+	slices.Sort(f.tenants)
+	return nil
+}
+
+// consumer returns the tenant's durable consumer, creating it on first use.
+func (f *fairFetcher) consumer(ctx context.Context, tenant string) (jetstream.Consumer, error) {
+	if cons, ok := f.consumers[tenant]; ok {
+		return cons, nil
+	}
+	cfg := f.conn.cfg
+	cons, err := f.conn.js.CreateOrUpdateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{
+		Durable:       cfg.Consumer + "_" + tenant,
+		Description:   "toolpool workers, tenant " + tenant,
+		FilterSubject: cfg.SubjectPrefix + "." + tenant,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       cfg.AckWait,
+		MaxDeliver:    cfg.MaxDeliver,
+		MaxAckPending: -1,
+		Replicas:      cfg.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create consumer for tenant %s: %w", tenant, err)
+	}
+	f.consumers[tenant] = cons
+	return cons, nil
 }
 
 type delivery struct{ msg jetstream.Msg }

@@ -3,6 +3,7 @@ package jetstream_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,11 @@ import (
 
 func connect(t *testing.T) *jetstream.Conn {
 	t.Helper()
+	return connectWith(t, func(*jetstream.Config) {})
+}
+
+func connectWith(t *testing.T, edit func(*jetstream.Config)) *jetstream.Conn {
+	t.Helper()
 	srv, err := jetstream.StartEmbedded(jetstream.EmbeddedConfig{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -21,6 +27,7 @@ func connect(t *testing.T) *jetstream.Conn {
 	t.Cleanup(srv.Shutdown)
 	cfg := jetstream.DefaultConfig()
 	cfg.URL = srv.URL()
+	edit(&cfg)
 	c, err := jetstream.Connect(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -131,5 +138,72 @@ func TestPublishConsumeWait(t *testing.T) {
 	st, err := c.State(ctx)
 	if err != nil || st.Pending != 0 {
 		t.Errorf("queue state after draining: %+v %v", st, err)
+	}
+}
+
+// TestFairAcrossTenants: a tenant that floods the queue does not starve one that sends a little later.
+func TestFairAcrossTenants(t *testing.T) {
+	c := connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	publish := func(tenant string) string {
+		cl := &call.Call{ID: call.NewID(), Tenant: tenant, Tool: "run_shell"}
+		if err := c.Publish(ctx, cl); err != nil {
+			t.Fatal(err)
+		}
+		return cl.ID
+	}
+	for range 40 {
+		publish("flood")
+	}
+	small := map[string]bool{publish("small"): true, publish("small"): true}
+	var mu sync.Mutex
+	var order []string
+	consumeCtx, stop := context.WithCancel(ctx)
+	done := make(chan error)
+	go func() {
+		done <- c.Consume(consumeCtx, 1, func(ctx context.Context, d queue.Delivery) {
+			cl, _ := d.Call()
+			mu.Lock()
+			order = append(order, cl.Tenant+":"+cl.ID)
+			n := len(order)
+			mu.Unlock()
+			d.Ack(context.WithoutCancel(ctx))
+			if n == 42 {
+				stop()
+			}
+		})
+	}()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	seenSmall := 0
+	for i, o := range order {
+		if tenant, id, _ := strings.Cut(o, ":"); tenant == "small" && small[id] {
+			seenSmall++
+			if i > 5 {
+				t.Errorf("small tenant's call served at position %d of %d: starved by the flood", i, len(order))
+			}
+		}
+	}
+	if seenSmall != 2 || len(order) != 42 {
+		t.Fatalf("served %d calls, %d of the small tenant's", len(order), seenSmall)
+	}
+}
+
+// TestTenantQuota: the server refuses a tenant's call past its cap, and only that tenant's.
+func TestTenantQuota(t *testing.T) {
+	c := connectWith(t, func(cfg *jetstream.Config) { cfg.MaxPendingPerTenant = 3 })
+	ctx := context.Background()
+	for i := range 3 {
+		if err := c.Publish(ctx, &call.Call{ID: call.NewID(), Tenant: "busy"}); err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+	}
+	if err := c.Publish(ctx, &call.Call{ID: call.NewID(), Tenant: "busy"}); !errors.Is(err, queue.ErrTenantFull) {
+		t.Fatalf("fourth publish: %v, want ErrTenantFull", err)
+	}
+	if err := c.Publish(ctx, &call.Call{ID: call.NewID(), Tenant: "other"}); err != nil {
+		t.Fatalf("another tenant's publish: %v", err)
 	}
 }
