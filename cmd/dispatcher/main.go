@@ -35,6 +35,7 @@ type config struct {
 	PolicyFile string            `yaml:"policy_file"`
 	LogLevel   string            `yaml:"log_level"`
 	API        dispatcher.Config `yaml:"api"`
+	Queue      jetstream.Config  `yaml:"queue"`
 	Tools      struct {
 		Custom []tools.CustomTool `yaml:"custom"`
 	} `yaml:"tools"`
@@ -43,7 +44,7 @@ type config struct {
 func defaults() config {
 	return config{
 		Listen: "127.0.0.1:8080", DataDir: "/var/lib/toolpool/dispatcher", NATSListen: "127.0.0.1:4222",
-		NATSSync: "always", LogLevel: "info", API: dispatcher.DefaultConfig(),
+		NATSSync: "always", LogLevel: "info", API: dispatcher.DefaultConfig(), Queue: jetstream.DefaultConfig(),
 	}
 }
 
@@ -157,8 +158,8 @@ func run(args []string) error {
 		natsURL = srv.URL()
 		log.Info("started embedded nats", "url", natsURL, "store", filepath.Join(cfg.DataDir, "jetstream"))
 	}
-	qcfg := jetstream.DefaultConfig()
-	qcfg.URL, qcfg.Name = natsURL, "dispatcher"
+	qcfg := cfg.Queue
+	qcfg.URL, qcfg.Name, qcfg.Provision = natsURL, "dispatcher", true
 	conn, err := jetstream.Connect(ctx, qcfg)
 	if err != nil {
 		return err

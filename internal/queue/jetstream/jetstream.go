@@ -22,29 +22,33 @@ import (
 
 // Config configures a connection and the stream and bucket it uses.
 type Config struct {
-	URL string
+	URL string `yaml:"-"`
 	// Name identifies this client to the server ("dispatcher", "worker-host1").
-	Name string
+	Name string `yaml:"-"`
 	// Stream, SubjectPrefix, Bucket and Consumer name the JetStream objects; the defaults fit one toolpool
 	// per NATS account.
-	Stream        string
-	SubjectPrefix string
-	Bucket        string
-	Consumer      string
+	Stream        string `yaml:"stream"`
+	SubjectPrefix string `yaml:"subject_prefix"`
+	Bucket        string `yaml:"bucket"`
+	Consumer      string `yaml:"consumer"`
 	// AckWait is how long a worker may go without a heartbeat before its call is redelivered.
-	AckWait time.Duration
+	AckWait time.Duration `yaml:"ack_wait"`
 	// MaxDeliver bounds redeliveries of one call.
-	MaxDeliver int
+	MaxDeliver int `yaml:"max_deliver"`
 	// MaxAge and MaxBytes bound the queue; a call older than MaxAge is dropped from it unrun.
-	MaxAge   time.Duration
-	MaxBytes int64
+	MaxAge   time.Duration `yaml:"max_age"`
+	MaxBytes int64         `yaml:"max_bytes"`
 	// MaxPendingPerTenant bounds one tenant's calls in the queue (waiting or running); the server refuses
 	// more, and Publish returns queue.ErrTenantFull.
-	MaxPendingPerTenant int64
+	MaxPendingPerTenant int64 `yaml:"max_pending_per_tenant"`
 	// ResultTTL is how long call records are kept.
-	ResultTTL time.Duration
+	ResultTTL time.Duration `yaml:"result_ttl"`
 	// Replicas is the stream and bucket replication factor (3 on a clustered NATS).
-	Replicas int
+	Replicas int `yaml:"replicas"`
+	// Provision makes Connect create or update the streams and the bucket with this Config. The dispatcher
+	// provisions; workers only bind to what exists, so that their defaults never overwrite the
+	// operator's limits.
+	Provision bool `yaml:"-"`
 }
 
 // DefaultConfig returns the defaults.
@@ -108,7 +112,21 @@ func Connect(ctx context.Context, cfg Config) (_ *Conn, retErr error) {
 	if err != nil {
 		return nil, fmt.Errorf("open jetstream: %w", err)
 	}
-	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	var kv jetstream.KeyValue
+	if cfg.Provision {
+		kv, err = provision(ctx, js, cfg)
+	} else {
+		kv, err = bind(ctx, js, cfg)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &Conn{cfg: cfg, nc: nc, js: js, kv: kv, waiters: map[string]map[chan *call.Result]struct{}{}}, nil
+}
+
+// provision creates or updates the calls stream, the advisories stream and the records bucket.
+func provision(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.KeyValue, error) {
+	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        cfg.Stream,
 		Description: "toolpool calls waiting for a worker",
 		Subjects:    []string{cfg.SubjectPrefix + ".*"},
@@ -150,7 +168,19 @@ func Connect(ctx context.Context, cfg Config) (_ *Conn, retErr error) {
 	if err != nil {
 		return nil, fmt.Errorf("create bucket %s: %w", cfg.Bucket, err)
 	}
-	return &Conn{cfg: cfg, nc: nc, js: js, kv: kv, waiters: map[string]map[chan *call.Result]struct{}{}}, nil
+	return kv, nil
+}
+
+// bind looks up the stream and bucket a dispatcher provisioned.
+func bind(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.KeyValue, error) {
+	if _, err := js.Stream(ctx, cfg.Stream); err != nil {
+		return nil, fmt.Errorf("find stream %s (is a dispatcher up on this NATS?): %w", cfg.Stream, err)
+	}
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("find bucket %s (is a dispatcher up on this NATS?): %w", cfg.Bucket, err)
+	}
+	return kv, nil
 }
 
 // Close drains nothing and closes the connection. It is idempotent.

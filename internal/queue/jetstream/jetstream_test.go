@@ -26,7 +26,7 @@ func connectWith(t *testing.T, edit func(*jetstream.Config)) *jetstream.Conn {
 	}
 	t.Cleanup(srv.Shutdown)
 	cfg := jetstream.DefaultConfig()
-	cfg.URL = srv.URL()
+	cfg.URL, cfg.Provision = srv.URL(), true
 	edit(&cfg)
 	c, err := jetstream.Connect(context.Background(), cfg)
 	if err != nil {
