@@ -1,0 +1,50 @@
+package e2e
+
+import (
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/toolpool/toolpool/internal/call"
+)
+
+// BenchmarkEndToEndTrue runs `true` through the whole stack, one call after another, and reports the
+// p50/p95 of the envelope's total_ms and sandbox_ms (and the client-observed latency). Compare with
+// BenchmarkPlainContainerd in internal/sandbox/containerd, measured in the same `make bench` run.
+func BenchmarkEndToEndTrue(b *testing.B) {
+	s := startStack(b)
+	// Warm up: the first call prepares the workspace and pages in the binaries.
+	s.shell(b, "dev-token", "bench", "true", nil)
+	var total, sandbox, client []float64
+	b.ResetTimer()
+	for range b.N {
+		began := time.Now()
+		r := s.do(b, http.MethodPost, "/v1/calls", "dev-token", map[string]any{"tool": "run_shell", "workspace": "bench", "args": map[string]any{"command": "true"}})
+		client = append(client, float64(time.Since(began).Microseconds())/1000)
+		res := r.result(b)
+		if res.Status != call.StatusOK {
+			b.Fatalf("call: %s", r.body)
+		}
+		total = append(total, float64(res.Timing.TotalMS))
+		sandbox = append(sandbox, float64(res.Timing.SandboxMS))
+	}
+	b.StopTimer()
+	b.ReportMetric(percentile(total, 50), "total-p50-ms")
+	b.ReportMetric(percentile(total, 95), "total-p95-ms")
+	b.ReportMetric(percentile(sandbox, 50), "sandbox-p50-ms")
+	b.ReportMetric(percentile(sandbox, 95), "sandbox-p95-ms")
+	b.ReportMetric(percentile(client, 50), "client-p50-ms")
+	b.ReportMetric(percentile(client, 95), "client-p95-ms")
+}
+
+// percentile returns the p-th percentile (nearest rank) of xs.
+func percentile(xs []float64, p float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	i := int(float64(len(s))*p/100+0.5) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
