@@ -362,14 +362,32 @@ func (w *Worker) giveUp(ctx context.Context, c *call.Call, attempt uint64) (sett
 	return w.record(ctx, r, rec.Revision)
 }
 
+// recordRetryFor bounds how long a final result is retried while the store is unreachable (a NATS restart).
+const recordRetryFor = 2 * time.Minute
+
+// record writes r at revision rev. A conflict returns settleRetry at once for the caller to decide; any
+// other error is retried with backoff for recordRetryFor, so that a store outage does not lose a result.
 func (w *Worker) record(ctx context.Context, r *call.Result, rev uint64) (settle, *call.Result) {
-	if _, err := w.store.Update(ctx, r, rev); err != nil {
-		if !errors.Is(err, queue.ErrConflict) {
-			w.log.Error("record result", "call_id", r.ID, "error", err)
+	deadline := w.now().Add(recordRetryFor)
+	backoff := 50 * time.Millisecond
+	for {
+		_, err := w.store.Update(ctx, r, rev)
+		if err == nil {
+			return settleAck, r
 		}
-		return settleRetry, nil
+		if errors.Is(err, queue.ErrConflict) || w.now().After(deadline) {
+			if !errors.Is(err, queue.ErrConflict) {
+				w.log.Error("record result", "call_id", r.ID, "error", err)
+			}
+			return settleRetry, nil
+		}
+		select {
+		case <-ctx.Done():
+			return settleRetry, nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
 	}
-	return settleAck, r
 }
 
 // run plans the call's process and runs it in a fresh container.

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -116,7 +117,7 @@ func Connect(ctx context.Context, cfg Config) (_ *Conn, retErr error) {
 	if cfg.Provision {
 		kv, err = provision(ctx, js, cfg)
 	} else {
-		kv, err = bind(ctx, js, cfg)
+		kv, err = bind(ctx, js, &cfg)
 	}
 	if err != nil {
 		return nil, err
@@ -140,6 +141,9 @@ func provision(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstre
 		DiscardNewPerSubject: true,
 		Duplicates:           2 * time.Minute,
 		Replicas:             cfg.Replicas,
+		// Workers create the per-tenant consumers; they read these so that the dispatcher's config is
+		// the one source of the delivery settings.
+		Metadata: map[string]string{metaAckWait: cfg.AckWait.String(), metaMaxDeliver: strconv.Itoa(cfg.MaxDeliver)},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create stream %s: %w", cfg.Stream, err)
@@ -171,10 +175,25 @@ func provision(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstre
 	return kv, nil
 }
 
-// bind looks up the stream and bucket a dispatcher provisioned.
-func bind(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.KeyValue, error) {
-	if _, err := js.Stream(ctx, cfg.Stream); err != nil {
+// Stream metadata keys that carry the consumers' delivery settings from the dispatcher to the workers.
+const (
+	metaAckWait    = "toolpool.ack_wait"
+	metaMaxDeliver = "toolpool.max_deliver"
+)
+
+// bind looks up the stream and bucket a dispatcher provisioned, and takes the delivery settings from the
+// stream's metadata into cfg.
+func bind(ctx context.Context, js jetstream.JetStream, cfg *Config) (jetstream.KeyValue, error) {
+	s, err := js.Stream(ctx, cfg.Stream)
+	if err != nil {
 		return nil, fmt.Errorf("find stream %s (is a dispatcher up on this NATS?): %w", cfg.Stream, err)
+	}
+	meta := s.CachedInfo().Config.Metadata
+	if d, err := time.ParseDuration(meta[metaAckWait]); err == nil && d > 0 {
+		cfg.AckWait = d
+	}
+	if n, err := strconv.Atoi(meta[metaMaxDeliver]); err == nil && n > 0 {
+		cfg.MaxDeliver = n
 	}
 	kv, err := js.KeyValue(ctx, cfg.Bucket)
 	if err != nil {
@@ -194,6 +213,9 @@ func (c *Conn) Close() {
 		c.nc.Close()
 	})
 }
+
+// AckWait is the ack wait of the workers' consumers: how often a running call must be heartbeated.
+func (c *Conn) AckWait() time.Duration { return c.cfg.AckWait }
 
 // Ready reports whether the connection is up.
 func (c *Conn) Ready(ctx context.Context) error {

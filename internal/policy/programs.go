@@ -1,0 +1,632 @@
+package policy
+
+import (
+	"fmt"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Knowledge of single programs: their dangerous arguments, and which arguments are paths.
+
+func (j *shellJudge) rm(argv []word) {
+	for _, w := range argv[1:] {
+		if !w.known {
+			continue
+		}
+		if w.text == "--no-preserve-root" {
+			j.add(Deny, RuleDestructive, "`rm --no-preserve-root` exists to delete the whole file system and is never allowed")
+			continue
+		}
+		root := false
+		if w.glob {
+			root = globAtRoot(w.pattern)
+		} else if p, err := ResolvePath(w.text); err == nil && p == "/" {
+			root = true
+		}
+		if root {
+			j.add(Deny, RuleDestructive, fmt.Sprintf("`%s` would delete the whole file system; delete specific paths inside %s instead", showWords(argv), WorkspaceRoot))
+		}
+	}
+}
+
+// globAtRoot reports whether an absolute glob pattern expands at the top of the file system, like /* or
+// //.*.
+func globAtRoot(pattern string) bool {
+	if !strings.HasPrefix(pattern, "/") {
+		return false
+	}
+	for _, s := range strings.Split(pattern, "/") {
+		if s == "" || s == "." {
+			continue
+		}
+		return hasGlobMeta(s)
+	}
+	return false
+}
+
+// worldWritableMode reports whether a chmod mode gives others write permission: an octal mode with the
+// 0002 bit (777, 0666, 1777) or a symbolic one like o+w, a+rwx, ugo=rwx.
+func worldWritableMode(s string) bool {
+	if s == "" {
+		return false
+	}
+	if strings.Trim(s, "01234567") == "" {
+		if len(s) > 5 {
+			return false
+		}
+		v, err := strconv.ParseUint(s, 8, 32)
+		return err == nil && v&0o002 != 0
+	}
+	for _, clause := range strings.Split(s, ",") {
+		k := 0
+		for k < len(clause) && strings.IndexByte("ugoa", clause[k]) >= 0 {
+			k++
+		}
+		who, rest := clause[:k], clause[k:]
+		if rest == "" || strings.IndexByte("+-=", rest[0]) < 0 {
+			return false
+		}
+		for rest != "" {
+			op := rest[0]
+			rest = rest[1:]
+			end := strings.IndexAny(rest, "+-=")
+			if end < 0 {
+				end = len(rest)
+			}
+			perms := rest[:end]
+			rest = rest[end:]
+			if (op == '+' || op == '=') && strings.ContainsAny(who, "oa") && strings.ContainsAny(perms, "wug") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (j *shellJudge) netcat(name string, argv []word) {
+	for _, w := range argv[1:] {
+		t := w.text
+		if !w.known || len(t) < 2 || t[0] != '-' {
+			continue
+		}
+		if strings.HasPrefix(t, "--") {
+			n, _, _ := strings.Cut(t, "=")
+			for _, d := range []string{"--exec", "--sh-exec", "--lua-exec"} {
+				if isLongOptPrefix(n, d) {
+					j.add(Deny, RuleReverseShell, fmt.Sprintf("`%s %s` connects a program to the network; this is how reverse shells work and is never allowed", name, n))
+				}
+			}
+			continue
+		}
+		if strings.ContainsAny(t[1:], "ec") {
+			j.add(Deny, RuleReverseShell, fmt.Sprintf("`%s %s` runs a program connected to the network; this is how reverse shells work and is never allowed", name, t))
+		}
+	}
+}
+
+func (j *shellJudge) dd(argv []word) {
+	for _, w := range argv[1:] {
+		if !w.known {
+			continue
+		}
+		k, v, ok := strings.Cut(w.text, "=")
+		if !ok {
+			continue
+		}
+		if v == "~" || strings.HasPrefix(v, "~/") {
+			v = WorkspaceRoot + v[1:] // bash expands ~ after = in assignment-like words
+		}
+		switch k {
+		case "of":
+			if p, err := ResolvePath(v); err == nil && strings.HasPrefix(p, "/dev/") && !isHarmlessDevice(p) {
+				j.add(Deny, RuleDeviceWrite, fmt.Sprintf("`dd of=%s` writes raw data to a device and is never allowed; write to a file in the workspace", v))
+				continue
+			}
+			j.checkPathText(v, true)
+		case "if":
+			j.checkPathText(v, false)
+		}
+	}
+}
+
+// find judges find: its starting points and file arguments are paths, -exec and friends run a command
+// for each file (judged too), and -delete and -fprint write.
+func (j *shellJudge) find(argv []word, depth, unwrap int, info *callInfo) {
+	i := 1
+	for i < len(argv) && argv[i].known {
+		t := argv[i].text
+		if t == "-H" || t == "-L" || t == "-P" || strings.HasPrefix(t, "-O") {
+			i++
+		} else if t == "-D" {
+			i += 2
+		} else {
+			break
+		}
+	}
+	for ; i < len(argv); i++ {
+		t := argv[i].text
+		if argv[i].known && (strings.HasPrefix(t, "-") || t == "(" || t == "!" || t == ")" || t == ",") {
+			break
+		}
+		j.checkPathWord(argv[i], false)
+	}
+	for i < len(argv) {
+		t := argv[i].text
+		if !argv[i].known {
+			i++
+			continue
+		}
+		switch {
+		case t == "-exec" || t == "-execdir" || t == "-ok" || t == "-okdir":
+			k := i + 1
+			for k < len(argv) && !(argv[k].known && (argv[k].text == ";" || argv[k].text == "+" && k > i+1 && argv[k-1].text == "{}")) {
+				k++
+			}
+			var inner []word
+			for _, w := range argv[i+1 : k] {
+				if strings.Contains(w.text, "{}") {
+					w = runtimeWord("{}")
+				}
+				inner = append(inner, w)
+			}
+			j.add(Ask, RuleDangerousFlags, fmt.Sprintf("`find %s` runs %s on every file it finds; a person must approve it", t, shorten(showWords(inner))))
+			j.command(inner, depth, unwrap+1, info, true)
+			i = k + 1
+		case t == "-delete":
+			j.add(Ask, RuleDangerousFlags, "`find -delete` deletes every file it finds; a person must approve it")
+			i++
+		case t == "-fprint" || t == "-fprint0" || t == "-fls" || t == "-fprintf":
+			j.add(Ask, RuleDangerousFlags, fmt.Sprintf("`find %s` writes a file; a person must approve it", t))
+			if i+1 < len(argv) {
+				j.checkPathWord(argv[i+1], true)
+			}
+			i += 2
+			if t == "-fprintf" {
+				i++
+			}
+		case strings.HasPrefix(t, "-newer") || t == "-anewer" || t == "-cnewer" || t == "-samefile" || t == "-files0-from":
+			if i+1 < len(argv) {
+				j.checkPathWord(argv[i+1], false)
+			}
+			i += 2
+		default:
+			i++
+		}
+	}
+}
+
+func showWords(ws []word) string {
+	var s []string
+	for _, w := range ws {
+		s = append(s, w.show())
+	}
+	return strings.Join(s, " ")
+}
+
+// gitSubcommand returns the index of git's subcommand, after the global options.
+func gitSubcommand(argv []word) int {
+	i := 1
+	for i < len(argv) {
+		t := argv[i].text
+		if !argv[i].known {
+			return i
+		}
+		switch {
+		case t == "-C" || t == "-c" || t == "--git-dir" || t == "--work-tree" || t == "--namespace" ||
+			t == "--config-env" || t == "--super-prefix" || t == "--attr-source" || t == "--list-cmds":
+			i += 2
+		case strings.HasPrefix(t, "-"):
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// gitDangerous are subcommand options that write files or run programs.
+var gitDangerous = []struct{ name, why string }{
+	{"--output", "writes its output to a file"},
+	{"--ext-diff", "runs an external diff program"},
+	{"--textconv", "runs text conversion programs from the configuration"},
+	{"--upload-pack", "runs a program"},
+	{"--receive-pack", "runs a program"},
+	{"--exec", "runs a program"},
+	{"--open-files-in-pager", "runs a pager program"},
+}
+
+func (j *shellJudge) git(argv []word) {
+	sub := gitSubcommand(argv)
+	for i := 1; i < sub; i++ {
+		t := argv[i].text
+		switch {
+		case t == "-c" || strings.HasPrefix(t, "--config-env"):
+			j.add(Ask, RuleDangerousFlags, fmt.Sprintf("`git %s` sets configuration such as core.pager or core.sshCommand, which run programs; leave it out", t))
+			if t == "-c" || t == "--config-env" {
+				i++
+			}
+		case strings.HasPrefix(t, "--exec-path"):
+			j.add(Ask, RuleDangerousFlags, "`git --exec-path` changes where git finds the helper programs it runs; leave it out")
+		case strings.HasPrefix(t, "--git-dir") || strings.HasPrefix(t, "--work-tree"):
+			j.add(Ask, RuleDangerousFlags, fmt.Sprintf("`git %s` points git at another repository, whose configuration and hooks can run programs; run git inside the repository instead", t))
+			if v, ok := strings.CutPrefix(t, "--git-dir="); ok {
+				j.checkPathText(v, false)
+			} else if v, ok := strings.CutPrefix(t, "--work-tree="); ok {
+				j.checkPathText(v, false)
+			} else if i+1 < len(argv) {
+				i++
+				j.checkPathWord(argv[i], false)
+			}
+		case t == "-p" || t == "--paginate":
+			j.add(Ask, RuleDangerousFlags, "`git --paginate` runs a pager program; leave it out")
+		case t == "-C":
+			if i+1 < len(argv) {
+				i++
+				j.checkPathWord(argv[i], false)
+			}
+		case t == "--namespace" || t == "--super-prefix" || t == "--attr-source" || t == "--list-cmds":
+			i++
+		}
+	}
+	if sub >= len(argv) {
+		return
+	}
+	subName := argv[sub].text
+	args := argv[sub+1:]
+	endOpts := false
+	for _, w := range args {
+		if !w.known {
+			continue
+		}
+		t := w.text
+		if !endOpts && t == "--" {
+			endOpts = true
+			continue
+		}
+		if !endOpts && strings.HasPrefix(t, "-") && t != "-" {
+			n, v, hasV := strings.Cut(t, "=")
+			if strings.HasPrefix(n, "--") {
+				for _, d := range gitDangerous {
+					if isLongOptPrefix(n, d.name) {
+						j.add(Ask, RuleDangerousFlags, fmt.Sprintf("`git %s %s` %s; a person must approve it", subName, n, d.why))
+					}
+				}
+				if hasV && isLongOptPrefix(n, "--output") {
+					j.checkPathText(v, true)
+				}
+			} else if subName == "grep" && strings.HasPrefix(t, "-O") {
+				j.add(Ask, RuleDangerousFlags, "`git grep -O` runs a pager program; a person must approve it")
+			}
+			continue
+		}
+		j.checkPathWord(w, false)
+		if _, after, ok := strings.Cut(t, ":"); ok && after != "" && !w.glob {
+			j.checkPathText(after, false) // HEAD:secrets/.env names a file too
+		}
+	}
+	if subName == "branch" {
+		j.gitBranch(args)
+	}
+}
+
+// gitBranch asks for git branch forms that change branches: options that delete, move, copy or track,
+// or a name without a listing option (which creates a branch).
+func (j *shellJudge) gitBranch(args []word) {
+	listing := false
+	positional := 0
+	for _, w := range args {
+		t := w.text
+		if !w.known {
+			positional++
+			continue
+		}
+		switch {
+		case strings.HasPrefix(t, "--"):
+			n, _, _ := strings.Cut(t, "=")
+			for _, m := range []string{"--delete", "--move", "--copy", "--force", "--set-upstream-to", "--unset-upstream", "--edit-description", "--track", "--no-track", "--create-reflog"} {
+				if isLongOptPrefix(n, m) {
+					j.add(Ask, RuleDangerousFlags, fmt.Sprintf("`git branch %s` changes branches; a person must approve it", n))
+					return
+				}
+			}
+			for _, m := range []string{"--list", "--all", "--remotes", "--contains", "--no-contains", "--merged", "--no-merged", "--points-at", "--show-current"} {
+				if isLongOptPrefix(n, m) {
+					listing = true
+				}
+			}
+		case strings.HasPrefix(t, "-") && len(t) > 1:
+			if strings.ContainsAny(t[1:], "dDmMcCfut") {
+				j.add(Ask, RuleDangerousFlags, fmt.Sprintf("`git branch %s` changes branches; a person must approve it", t))
+				return
+			}
+			if strings.ContainsAny(t[1:], "alr") {
+				listing = true
+			}
+		default:
+			positional++
+		}
+	}
+	if positional > 0 && !listing {
+		j.add(Ask, RuleDangerousFlags, "`git branch NAME` creates a branch; a person must approve it (git branch alone lists branches)")
+	}
+}
+
+// isLongOptPrefix reports whether a long option as typed (GNU getopt accepts any unambiguous prefix)
+// may stand for full.
+func isLongOptPrefix(given, full string) bool {
+	return len(given) > 2 && strings.HasPrefix(given, "--") && strings.HasPrefix(full, given)
+}
+
+// argSpec says how a program's arguments read, so policy can find the paths among them.
+type argSpec struct {
+	insensitive  bool     // arguments are only strings (echo, printf): no paths, unknown values are fine
+	noPaths      bool     // arguments are not paths (tr)
+	shortValue   string   // short options that take a value (attached or the next word)
+	longValue    []string // long options whose value may be the next word
+	patternFirst bool     // the first operand is a pattern, script or mode, not a path...
+	patternOpts  string   // ...unless one of these short options gave it (grep -e)
+	pathOpts     []string // options whose value is a path the program reads
+	writeOpts    []string // options whose value is a path the program writes
+	writes       int      // which operands the program writes
+	writesWith   []string // options that make every operand written (sed -i)
+	dangerous    map[string]string
+}
+
+const (
+	writesNone = iota
+	writesAll
+	writesLast
+)
+
+var (
+	grepSpec = argSpec{shortValue: "efmABCDd", patternFirst: true, patternOpts: "ef",
+		pathOpts: []string{"-f", "--file", "--exclude-from"},
+		longValue: []string{"--regexp", "--file", "--max-count", "--context", "--after-context", "--before-context",
+			"--devices", "--directories", "--include", "--exclude", "--exclude-dir", "--exclude-from", "--label",
+			"--binary-files", "--group-separator"}}
+	filesFrom = map[string]string{"--files0-from": "reads the names of the files to open from a file, which policy cannot check"}
+	writeAll  = argSpec{writes: writesAll}
+	copySpec  = argSpec{shortValue: "tS", writeOpts: []string{"-t", "--target-directory"}, longValue: []string{"--target-directory", "--suffix"}, writes: writesLast}
+)
+
+var argSpecs = map[string]argSpec{
+	"echo": {insensitive: true}, "printf": {insensitive: true}, "true": {insensitive: true},
+	"false": {insensitive: true}, ":": {insensitive: true}, "pwd": {insensitive: true},
+	"test": {insensitive: true}, "[": {insensitive: true}, "basename": {insensitive: true},
+	"dirname": {insensitive: true}, "sleep": {insensitive: true}, "type": {insensitive: true},
+	"which": {insensitive: true}, "printenv": {insensitive: true}, "whoami": {insensitive: true},
+	"id": {insensitive: true}, "uname": {insensitive: true}, "nproc": {insensitive: true},
+
+	"ls": {shortValue: "ITw", longValue: []string{"--ignore", "--hide", "--format", "--sort", "--time-style",
+		"--width", "--block-size", "--tabsize", "--indicator-style", "--quoting-style"}},
+	"head": {shortValue: "nc", longValue: []string{"--lines", "--bytes"}},
+	"tail": {shortValue: "ncs", longValue: []string{"--lines", "--bytes", "--pid", "--sleep-interval", "--max-unchanged-stats"}},
+	"wc":   {dangerous: filesFrom},
+	"du": {shortValue: "dBtX", pathOpts: []string{"-X", "--exclude-from"}, dangerous: filesFrom,
+		longValue: []string{"--max-depth", "--block-size", "--threshold", "--exclude", "--time-style", "--exclude-from"}},
+	"grep": grepSpec, "egrep": grepSpec, "fgrep": grepSpec,
+	"rg": {shortValue: "efgtTmABCEjMrd", patternFirst: true, patternOpts: "ef",
+		pathOpts: []string{"-f", "--file", "--ignore-file"},
+		longValue: []string{"--regexp", "--file", "--glob", "--iglob", "--type", "--type-not", "--max-count",
+			"--max-columns", "--threads", "--encoding", "--replace", "--max-depth", "--context", "--after-context",
+			"--before-context", "--ignore-file", "--sort", "--sortr", "--colors", "--color", "--pre", "--pre-glob"},
+		dangerous: map[string]string{"--pre": "runs a preprocessor program on every file it searches",
+			"--hostname-bin": "runs a program"}},
+	"sort": {shortValue: "kotST", writeOpts: []string{"-o", "--output"},
+		longValue: []string{"--key", "--output", "--field-separator", "--buffer-size", "--temporary-directory",
+			"--parallel", "--batch-size", "--sort", "--random-source", "--compress-program"},
+		dangerous: map[string]string{"-o": "writes its output to a file", "--output": "writes its output to a file",
+			"--compress-program": "runs a compression program", "--files0-from": filesFrom["--files0-from"]}},
+	"uniq": {shortValue: "fsw", longValue: []string{"--skip-fields", "--skip-chars", "--check-chars"}},
+	"cut":  {shortValue: "bcdf", longValue: []string{"--bytes", "--characters", "--delimiter", "--fields", "--output-delimiter"}},
+	"tr":   {noPaths: true},
+	"diff": {shortValue: "CUIxXSFL", pathOpts: []string{"-X", "--exclude-from"}, longValue: []string{"--label", "--exclude", "--exclude-from", "--ignore-matching-lines"}},
+	"tree": {shortValue: "LPIo", writeOpts: []string{"-o"}, dangerous: map[string]string{"-o": "writes its output to a file"}},
+	"stat": {shortValue: "c", longValue: []string{"--format", "--printf"}},
+	"file": {shortValue: "mfFeP", pathOpts: []string{"-m", "-f", "--magic-file", "--files-from"}},
+	"sed":  {shortValue: "efl", patternFirst: true, patternOpts: "ef", pathOpts: []string{"-f", "--file"}, longValue: []string{"--expression", "--file", "--line-length"}, writesWith: []string{"-i", "--in-place"}, dangerous: map[string]string{"-i": "edits files in place", "--in-place": "edits files in place"}},
+	"date": {shortValue: "dfrI", pathOpts: []string{"-f", "-r", "--file", "--reference"}, dangerous: map[string]string{"-s": "sets the system clock", "--set": "sets the system clock"}},
+	"tar":  {dangerous: map[string]string{"--to-command": "runs a program for every file", "-I": "runs a compression program", "--use-compress-program": "runs a compression program", "--checkpoint-action": "can run a program", "--rsh-command": "runs a remote shell program", "--info-script": "runs a program", "--new-volume-script": "runs a program", "-F": "runs a program"}},
+	"rm":   writeAll, "rmdir": writeAll, "unlink": writeAll, "tee": writeAll,
+	"mkdir":    {shortValue: "m", longValue: []string{"--mode"}, writes: writesAll},
+	"touch":    {shortValue: "dtr", pathOpts: []string{"-r", "--reference"}, longValue: []string{"--date", "--reference"}, writes: writesAll},
+	"truncate": {shortValue: "sr", pathOpts: []string{"-r", "--reference"}, longValue: []string{"--size", "--reference"}, writes: writesAll},
+	"shred":    {shortValue: "nsu", writes: writesAll},
+	"mv":       {shortValue: "tS", writeOpts: []string{"-t", "--target-directory"}, longValue: []string{"--target-directory", "--suffix"}, writes: writesAll},
+	"cp":       copySpec, "ln": copySpec,
+	"install": {shortValue: "gmotS", writeOpts: []string{"-t", "--target-directory"}, longValue: []string{"--group", "--mode", "--owner", "--target-directory", "--suffix"}, writes: writesLast},
+	"chmod":   {patternFirst: true, pathOpts: []string{"--reference"}, writes: writesAll},
+	"chown":   {patternFirst: true, pathOpts: []string{"--reference"}, writes: writesAll},
+	"chgrp":   {patternFirst: true, pathOpts: []string{"--reference"}, writes: writesAll},
+	"dd":      {noPaths: true},
+}
+
+// argPaths checks the paths among a program's arguments and asks for its dangerous options. It returns
+// the operands (arguments that are not options).
+func (j *shellJudge) argPaths(argv []word, spec argSpec) []word {
+	name := argv[0].text
+	var operands []word
+	sawPattern := false
+	writes := spec.writes
+	targetDir := false
+	endOpts := false
+	value := func(opt string, v word, separate bool) {
+		switch {
+		case slices.Contains(spec.writeOpts, opt):
+			j.checkPathWord(v, true)
+			targetDir = targetDir || opt == "-t" || opt == "--target-directory"
+		case slices.Contains(spec.pathOpts, opt):
+			j.checkPathWord(v, false)
+		case separate && v.glob:
+			j.checkGlobWord(v, false) // a glob expands into file names wherever it stands
+		}
+	}
+	dangerous := func(opt string) {
+		for d, why := range spec.dangerous {
+			if opt == d || strings.HasPrefix(opt, "--") && isLongOptPrefix(opt, d) {
+				j.add(Ask, RuleDangerousFlags, fmt.Sprintf("`%s %s` %s; a person must approve it", commandBase(name), opt, why))
+			}
+		}
+		if slices.Contains(spec.writesWith, opt) {
+			writes = writesAll
+		}
+	}
+	for i := 1; i < len(argv); i++ {
+		w := argv[i]
+		t := w.text
+		if !w.known {
+			continue
+		}
+		if endOpts || t == "-" || !strings.HasPrefix(t, "-") {
+			operands = append(operands, w)
+			continue
+		}
+		if t == "--" {
+			endOpts = true
+			continue
+		}
+		if strings.HasPrefix(t, "--") {
+			n, v, hasV := strings.Cut(t, "=")
+			dangerous(n)
+			switch {
+			case hasV:
+				value(n, literalWord(v), false)
+			case slices.Contains(spec.longValue, n) && i+1 < len(argv):
+				i++
+				value(n, argv[i], true)
+			}
+			continue
+		}
+		for k := 1; k < len(t); k++ {
+			opt := "-" + t[k:k+1]
+			dangerous(opt)
+			if strings.IndexByte(spec.patternOpts, t[k]) >= 0 {
+				sawPattern = true
+			}
+			if strings.IndexByte(spec.shortValue, t[k]) >= 0 {
+				if k+1 < len(t) {
+					value(opt, literalWord(t[k+1:]), false)
+				} else if i+1 < len(argv) {
+					i++
+					value(opt, argv[i], true)
+				}
+				break
+			}
+		}
+	}
+	if spec.noPaths {
+		return operands
+	}
+	paths := operands
+	if spec.patternFirst && !sawPattern && len(paths) > 0 {
+		if paths[0].glob {
+			j.checkGlobWord(paths[0], false)
+		}
+		paths = paths[1:]
+	}
+	for i, w := range paths {
+		write := writes == writesAll || writes == writesLast && i == len(paths)-1 && !targetDir && len(paths) > 1
+		j.checkPathWord(w, write)
+	}
+	return operands
+}
+
+// checkPathWord checks an argument that names a file.
+func (j *shellJudge) checkPathWord(w word, write bool) {
+	if !w.known {
+		return // the unknown-argument rule has asked already
+	}
+	if w.glob {
+		j.checkGlobWord(w, write)
+		return
+	}
+	j.checkPathText(w.text, write)
+}
+
+// checkPathText checks a literal path from a command line against the tool's path rules. Reads outside
+// the roots ask; writes outside them, to system directories or to devices deny; denied globs deny.
+func (j *shellJudge) checkPathText(text string, write bool) {
+	if text == "" || text == "-" {
+		return
+	}
+	p, err := ResolvePath(text)
+	if err != nil {
+		j.add(Ask, RuleInvalidPath, fmt.Sprintf("the argument %s cannot be checked as a path (%v)", shorten(text), err))
+		return
+	}
+	if isHarmlessDevice(p) {
+		return
+	}
+	rules := j.env.paths
+	if g, ok := rules.deniedBy(p); ok {
+		j.add(Deny, RuleDeniedPath, deniedDetail(p, g))
+	}
+	switch {
+	case write && strings.HasPrefix(p, "/dev/"):
+		j.add(Deny, RuleDeviceWrite, fmt.Sprintf("the command writes to the device %s; write to a file in the workspace", p))
+	case write && isSystemPath(p):
+		j.add(Deny, RuleSystemPath, fmt.Sprintf("the command writes %s, a system path; write inside %s", p, WorkspaceRoot))
+	case write && !rules.inRoots(p):
+		j.add(Deny, RuleOutsideRoots, fmt.Sprintf("the command writes %s, outside the directories it may write (%s)", p, rules.rootsText()))
+	case !write && !rules.inRoots(p):
+		j.add(Ask, RuleOutsideRoots, fmt.Sprintf("the command reads %s, outside the workspace (%s); a person must approve it", p, rules.rootsText()))
+	}
+}
+
+// checkGlobWord checks an argument the shell expands into file names: its fixed directory must be
+// inside the roots, and it must not be able to match a denied glob.
+func (j *shellJudge) checkGlobWord(w word, write bool) {
+	pat := w.pattern
+	if !strings.HasPrefix(pat, "/") {
+		pat = WorkspaceRoot + "/" + pat
+	}
+	var segs []string
+	for _, s := range strings.Split(pat, "/") {
+		switch s {
+		case "", ".":
+			continue
+		case "..":
+			j.add(Ask, RuleOutsideRoots, fmt.Sprintf("the pattern %s climbs out with \"..\", so policy cannot tell which files it names; name them literally", shorten(w.text)))
+			return
+		}
+		segs = append(segs, s)
+	}
+	dir := "/"
+	for _, s := range segs {
+		if hasGlobMeta(s) {
+			break
+		}
+		dir = path.Join(dir, unescapeGlob(s))
+	}
+	rules := j.env.paths
+	switch {
+	case write && isSystemPath(dir):
+		j.add(Deny, RuleSystemPath, fmt.Sprintf("the pattern %s writes under %s, a system path; write inside %s", shorten(w.text), dir, WorkspaceRoot))
+	case write && !rules.inRoots(dir):
+		j.add(Deny, RuleOutsideRoots, fmt.Sprintf("the pattern %s writes under %s, outside the directories it may write (%s)", shorten(w.text), dir, rules.rootsText()))
+	case !write && !rules.inRoots(dir):
+		j.add(Ask, RuleOutsideRoots, fmt.Sprintf("the pattern %s reads under %s, outside the workspace; a person must approve it", shorten(w.text), dir))
+	}
+	for _, g := range rules.denied {
+		if globsIntersect(segs, g.segments) {
+			j.add(Ask, RuleDeniedPath, fmt.Sprintf("the pattern %s may match files denied by %q; name the files you need literally", shorten(w.text), g.source))
+			break
+		}
+	}
+}
+
+func unescapeGlob(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+1 < len(s) {
+			i++
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}

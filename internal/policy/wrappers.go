@@ -1,0 +1,559 @@
+package policy
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"mvdan.cc/sh/v3/syntax"
+)
+
+// Programs that run other programs or code: shells, eval and source, and wrappers such as env, nice,
+// timeout and xargs.
+
+// shells run shell code: from -c, from a script file, or from standard input.
+var shells = map[string]bool{
+	"sh": true, "bash": true, "dash": true, "zsh": true, "ksh": true, "mksh": true, "ash": true, "yash": true,
+	"posh": true, "rbash": true, "lksh": true, "oksh": true, "pdksh": true, "ksh93": true, "fish": true,
+	"csh": true, "tcsh": true,
+}
+
+func (j *shellJudge) shell(name string, argv []word, ruleArgv []string, depth int, info *callInfo) {
+	if f, listed := j.ruleFinding(ruleArgv); listed {
+		j.v.add(f)
+	}
+	if name == "zsh" {
+		j.add(Ask, RuleDangerousFlags, "zsh always runs the startup file ~/.zshenv from the workspace; use sh -c or bash -c")
+	}
+	hasC, stdin := false, false
+	i := 1
+loop:
+	for ; i < len(argv); i++ {
+		a := argv[i]
+		if !a.known {
+			if hasC {
+				break loop // the command string
+			}
+			if a.src != nil {
+				info.codeWords = append(info.codeWords, a.src)
+			}
+			j.add(Ask, RuleUnresolved, fmt.Sprintf("the argument %s of %s is only known when the line runs", shorten(a.show()), name))
+			return
+		}
+		t := a.text
+		switch {
+		case t == "--" || t == "-":
+			i++
+			break loop
+		case strings.HasPrefix(t, "--"):
+			switch t {
+			case "--rcfile", "--init-file":
+				j.add(Ask, RuleDangerousFlags, fmt.Sprintf("`%s %s` runs a startup file; leave it out", name, t))
+				i++
+			case "--login":
+				j.add(Ask, RuleDangerousFlags, fmt.Sprintf("`%s --login` runs the startup files in the workspace; leave it out", name))
+			}
+		case len(t) > 1 && (t[0] == '-' || t[0] == '+'):
+			for k := 1; k < len(t); k++ {
+				switch t[k] {
+				case 'c':
+					hasC = true
+				case 's':
+					stdin = true
+				case 'i', 'l':
+					j.add(Ask, RuleDangerousFlags, fmt.Sprintf("`%s %s` runs the startup files in the workspace; leave out -i and -l", name, t))
+				case 'o', 'O':
+					i++
+				}
+			}
+		default:
+			break loop
+		}
+	}
+	var rest []word
+	if i < len(argv) {
+		rest = argv[i:]
+	}
+	switch {
+	case hasC:
+		if len(rest) == 0 {
+			j.add(Ask, RuleUnresolved, fmt.Sprintf("`%s -c` has no command string", name))
+			return
+		}
+		j.shellString(rest[0], name+" -c", depth, info)
+	case len(rest) > 0 && !stdin && !isStdinPath(rest[0]):
+		if rest[0].src != nil {
+			info.codeWords = append(info.codeWords, rest[0].src)
+		}
+		j.add(Ask, RuleUnresolved, fmt.Sprintf("`%s %s` runs a script file whose content policy cannot see; a person must approve it, or run its commands directly", name, rest[0].show()))
+		j.checkPathWord(rest[0], false)
+	default:
+		info.stdinScript = true
+		info.posixShell = name != "fish" && name != "csh" && name != "tcsh"
+		j.add(Ask, RuleUnresolved, fmt.Sprintf("`%s` reads its commands from standard input, which policy cannot fully see; pass them with %s -c instead", name, name))
+	}
+}
+
+func isStdinPath(w word) bool {
+	return w.known && (w.text == "/dev/stdin" || w.text == "/dev/fd/0" || w.text == "/proc/self/fd/0")
+}
+
+// shellString judges a string that who runs as shell code.
+func (j *shellJudge) shellString(w word, who string, depth int, info *callInfo) {
+	if w.src != nil {
+		info.codeWords = append(info.codeWords, w.src)
+	}
+	if !w.known || w.glob {
+		j.add(Ask, RuleUnresolved, fmt.Sprintf("`%s` runs the command string %s, which is only known when the line runs; write it literally", who, shorten(w.show())))
+		return
+	}
+	j.program(w.text, depth+1)
+}
+
+func (j *shellJudge) eval(argv []word, ruleArgv []string, depth int, info *callInfo) {
+	if f, listed := j.ruleFinding(ruleArgv); listed {
+		j.v.add(f)
+	}
+	j.add(Ask, RuleUnresolved, "eval runs a string as code, so a person must approve it; run the commands directly")
+	args := argv[1:]
+	if len(args) > 0 && args[0].known && args[0].text == "--" {
+		args = args[1:]
+	}
+	texts := make([]string, 0, len(args))
+	known := true
+	for _, a := range args {
+		if a.src != nil {
+			info.codeWords = append(info.codeWords, a.src)
+		}
+		known = known && a.known && !a.glob
+		texts = append(texts, a.text)
+	}
+	if known && len(texts) > 0 {
+		j.program(strings.Join(texts, " "), depth+1)
+	}
+}
+
+func (j *shellJudge) source(name string, argv []word, ruleArgv []string, info *callInfo) {
+	if f, listed := j.ruleFinding(ruleArgv); listed {
+		j.v.add(f)
+	}
+	if len(argv) < 2 {
+		j.add(Ask, RuleUnresolved, fmt.Sprintf("`%s` without a file name reads nothing useful", name))
+		return
+	}
+	file := argv[1]
+	if file.src != nil {
+		info.codeWords = append(info.codeWords, file.src)
+	}
+	if isStdinPath(file) {
+		info.stdinScript, info.posixShell = true, true
+	}
+	j.add(Ask, RuleUnresolved, fmt.Sprintf("`%s %s` runs the commands in a file policy cannot see; a person must approve it, or run the commands directly", name, file.show()))
+	j.checkPathWord(file, false)
+}
+
+// wrapParse is what a wrapper's options say about the command it runs.
+type wrapParse struct {
+	inner       []word // the wrapped command; empty when the wrapper runs none
+	shellCode   *word  // a string the wrapper runs as shell code (watch, su -c, flock -c)
+	runtimeArgs bool   // the wrapper adds arguments at run time (xargs)
+	stdinShell  bool   // the wrapper starts a shell that reads standard input (script without -c)
+	bad         string // why the options could not be followed; empty when they could
+}
+
+type wrapperFunc func(j *shellJudge, argv []word) wrapParse
+
+// wrappers run another command, with options policy knows.
+var wrappers = map[string]wrapperFunc{
+	"env":      parseEnv,
+	"nice":     optsThen(optSpec{shortValue: "n", longValue: []string{"--adjustment"}}, 0, nil),
+	"timeout":  optsThen(optSpec{shortValue: "ks", longValue: []string{"--kill-after", "--signal"}}, 1, nil),
+	"nohup":    optsThen(optSpec{}, 0, nil),
+	"setsid":   optsThen(optSpec{}, 0, nil),
+	"unbuffer": optsThen(optSpec{}, 0, nil),
+	"stdbuf":   optsThen(optSpec{shortValue: "ioe", longValue: []string{"--input", "--output", "--error"}}, 0, nil),
+	"exec":     optsThen(optSpec{shortValue: "a"}, 0, nil),
+	"builtin":  func(j *shellJudge, argv []word) wrapParse { return wrapParse{inner: argv[1:]} },
+	"command":  optsThen(optSpec{}, 0, func(o opt) bool { return o.name == "-v" || o.name == "-V" }),
+	"ionice": optsThen(optSpec{shortValue: "cnpPu", longValue: []string{"--class", "--classdata", "--pid", "--pgid", "--uid"}}, 0,
+		func(o opt) bool {
+			return o.name == "-p" || o.name == "-P" || o.name == "-u" || strings.HasPrefix(o.name, "--p") || o.name == "--uid"
+		}),
+	"taskset": optsThen(optSpec{}, 1, func(o opt) bool { return o.name == "-p" || o.name == "--pid" }),
+	"time":    parseTime,
+	"xargs":   parseXargs,
+	"sudo": optsThen(optSpec{shortValue: "CDghpRrTtUu", longValue: []string{"--chdir", "--close-from", "--group", "--host",
+		"--prompt", "--chroot", "--role", "--type", "--command-timeout", "--other-user", "--user"}}, 0, nil),
+	"doas":    optsThen(optSpec{shortValue: "uC"}, 0, nil),
+	"pkexec":  optsThen(optSpec{longValue: []string{"--user"}}, 0, nil),
+	"su":      parseSu,
+	"runuser": parseSu,
+	"chroot":  parseChroot,
+	"flock":   parseFlock,
+	"watch":   parseWatch,
+	"script":  parseScript,
+	"busybox": parseBusybox,
+	"sg":      parseSg,
+}
+
+// genericWrappers run another command with options policy does not model: they are always at least ask,
+// and every operand is also judged as a possible command.
+var genericWrappers = map[string]bool{
+	"strace": true, "ltrace": true, "valgrind": true, "catchsegv": true, "fakeroot": true, "fakechroot": true,
+	"eatmydata": true, "torsocks": true, "proxychains": true, "proxychains4": true, "tsocks": true,
+	"firejail": true, "bwrap": true, "proot": true, "systemd-run": true, "chrt": true, "numactl": true,
+	"nsenter": true, "unshare": true, "faketime": true, "prlimit": true, "cgexec": true, "setpriv": true,
+	"capsh": true, "gdb": true, "perf": true, "nocache": true, "trickle": true, "rlwrap": true,
+	"parallel": true, "sem": true, "xvfb-run": true, "dbus-run-session": true, "entr": true, "watchexec": true,
+	"expect": true,
+}
+
+func (j *shellJudge) wrapper(name string, argv []word, ruleArgv []string, depth, unwrap int, info *callInfo, runtimeArgs bool) {
+	f, listed := j.ruleFinding(ruleArgv)
+	if listed {
+		j.v.add(f)
+	}
+	wp := wrappers[name](j, argv)
+	if !listed && wp.bad == "" && len(wp.inner) == 0 && wp.shellCode == nil && !wp.stdinShell {
+		j.v.add(f) // it runs no other command: judge it as itself (env alone prints the environment)
+	}
+	if wp.bad != "" {
+		j.add(Ask, RuleUnresolved, fmt.Sprintf("policy cannot tell which command `%s` runs here (%s); write it more plainly", name, wp.bad))
+		return
+	}
+	if wp.shellCode != nil {
+		j.shellString(*wp.shellCode, name, depth, info)
+	}
+	if wp.stdinShell {
+		info.stdinScript, info.posixShell = true, true
+		j.add(Ask, RuleUnresolved, fmt.Sprintf("`%s` starts a shell that reads commands from standard input, which policy cannot fully see", name))
+	}
+	j.command(wp.inner, depth, unwrap+1, info, runtimeArgs || wp.runtimeArgs)
+}
+
+func (j *shellJudge) genericWrapper(name string, argv []word, ruleArgv []string, depth, unwrap int, info *callInfo) {
+	if f, listed := j.ruleFinding(ruleArgv); listed {
+		j.v.add(f)
+	}
+	j.add(Ask, RuleUnresolved, fmt.Sprintf("`%s` runs another command in a way policy cannot follow exactly; a person must approve it", name))
+	if j.inGeneric {
+		return // an outer generic wrapper already tries every operand of this argv
+	}
+	j.inGeneric = true
+	defer func() { j.inGeneric = false }()
+	tried := 0
+	for i := 1; i < len(argv) && tried < maxGenericTries; i++ {
+		if w := argv[i]; w.known && !w.glob && !strings.HasPrefix(w.text, "-") {
+			tried++
+			j.command(argv[i:], depth, unwrap+1, info, false)
+		}
+	}
+}
+
+type optSpec struct {
+	shortValue string   // short options that take a value
+	longValue  []string // long options whose value may be the next word
+}
+
+type opt struct {
+	name  string // "-u", "--unset"
+	value word
+}
+
+// parseOpts reads a wrapper's options from argv[1:] up to the first operand, the way getopt does with a
+// leading "+" (which these wrappers use): it returns the options and the index of the first operand.
+func parseOpts(argv []word, spec optSpec) (opts []opt, rest int, bad string) {
+	i := 1
+	for i < len(argv) {
+		a := argv[i]
+		if !a.known {
+			return opts, i, ""
+		}
+		t := a.text
+		if t == "--" {
+			return opts, i + 1, ""
+		}
+		if t == "-" || !strings.HasPrefix(t, "-") {
+			return opts, i, ""
+		}
+		if strings.HasPrefix(t, "--") {
+			n, v, hasV := strings.Cut(t, "=")
+			o := opt{name: n}
+			if hasV {
+				o.value = literalWord(v)
+			} else if slices.ContainsFunc(spec.longValue, func(full string) bool { return isLongOptPrefix(n, full) }) {
+				// getopt accepts any unambiguous prefix: --adj 5 is --adjustment 5.
+				if i+1 >= len(argv) {
+					return opts, i, n + " has no value"
+				}
+				i++
+				o.value = argv[i]
+			}
+			opts = append(opts, o)
+			i++
+			continue
+		}
+		for k := 1; k < len(t); k++ {
+			o := opt{name: "-" + t[k:k+1]}
+			if strings.IndexByte(spec.shortValue, t[k]) >= 0 {
+				if k+1 < len(t) {
+					o.value = literalWord(t[k+1:])
+				} else {
+					if i+1 >= len(argv) {
+						return opts, i, o.name + " has no value"
+					}
+					i++
+					o.value = argv[i]
+				}
+				opts = append(opts, o)
+				break
+			}
+			opts = append(opts, o)
+		}
+		i++
+	}
+	return opts, i, ""
+}
+
+// optsThen builds a wrapper parser: options, then skip operands (timeout's duration), then the command.
+// noCommand reports options after which the wrapper runs no command (command -v, ionice -p).
+func optsThen(spec optSpec, skip int, noCommand func(opt) bool) wrapperFunc {
+	return func(j *shellJudge, argv []word) wrapParse {
+		opts, i, bad := parseOpts(argv, spec)
+		if bad != "" {
+			return wrapParse{bad: bad}
+		}
+		for _, o := range opts {
+			if noCommand != nil && noCommand(o) {
+				return wrapParse{}
+			}
+		}
+		i += skip
+		if i >= len(argv) {
+			return wrapParse{}
+		}
+		return wrapParse{inner: argv[i:]}
+	}
+}
+
+func parseEnv(j *shellJudge, argv []word) wrapParse {
+	opts, i, bad := parseOpts(argv, optSpec{shortValue: "uCS", longValue: []string{"--unset", "--chdir", "--split-string"}})
+	if bad != "" {
+		return wrapParse{bad: bad}
+	}
+	var split *word
+	for _, o := range opts {
+		switch {
+		case o.name == "-C" || isLongOptPrefix(o.name, "--chdir"):
+			j.checkPathWord(o.value, false)
+		case o.name == "-S" || isLongOptPrefix(o.name, "--split-string"):
+			v := o.value
+			split = &v
+		}
+	}
+	for ; i < len(argv); i++ {
+		a := argv[i]
+		if !a.known {
+			break
+		}
+		if a.text == "-" {
+			continue
+		}
+		name, _, isAssign := strings.Cut(a.text, "=")
+		if !isAssign {
+			break
+		}
+		if injectionVar(name) {
+			j.add(Ask, RuleInjectionEnv, fmt.Sprintf("`env %s=...` sets a variable that can make programs load or run other code; leave it unset", name))
+		}
+	}
+	inner := argv[i:]
+	if split != nil {
+		words, ok := j.splitWords(*split)
+		if !ok {
+			return wrapParse{bad: "the env -S string is not plain words"}
+		}
+		// env -S splits its string into arguments in place: judge env again with them.
+		again := append([]word{literalWord("env")}, words...)
+		return wrapParse{inner: append(again, inner...)}
+	}
+	return wrapParse{inner: inner}
+}
+
+// splitWords splits a string into words the way a shell would, when they are all literal.
+func (j *shellJudge) splitWords(w word) ([]word, bool) {
+	if !w.known {
+		return nil, false
+	}
+	f, err := newParser().Parse(strings.NewReader(w.text), "")
+	if err != nil || len(f.Stmts) != 1 || len(f.Stmts[0].Redirs) > 0 {
+		return nil, false
+	}
+	ce, ok := f.Stmts[0].Cmd.(*syntax.CallExpr)
+	if !ok || len(ce.Assigns) > 0 {
+		return nil, false
+	}
+	var out []word
+	for _, a := range ce.Args {
+		for _, r := range resolveWord(a) {
+			if !r.known {
+				return nil, false
+			}
+			out = append(out, r)
+		}
+	}
+	return out, true
+}
+
+func parseTime(j *shellJudge, argv []word) wrapParse {
+	opts, i, bad := parseOpts(argv, optSpec{shortValue: "fo", longValue: []string{"--format", "--output"}})
+	if bad != "" {
+		return wrapParse{bad: bad}
+	}
+	for _, o := range opts {
+		if o.name == "-o" || isLongOptPrefix(o.name, "--output") {
+			j.checkPathWord(o.value, true)
+			j.add(Ask, RuleDangerousFlags, "`time -o` writes a file; a person must approve it")
+		}
+	}
+	return wrapParse{inner: argv[i:]}
+}
+
+func parseXargs(j *shellJudge, argv []word) wrapParse {
+	opts, i, bad := parseOpts(argv, optSpec{shortValue: "adEILnPs", longValue: []string{"--arg-file", "--delimiter",
+		"--max-args", "--max-procs", "--max-chars", "--process-slot-var"}})
+	if bad != "" {
+		return wrapParse{bad: bad}
+	}
+	for _, o := range opts {
+		if o.name == "-a" || isLongOptPrefix(o.name, "--arg-file") {
+			j.checkPathWord(o.value, false)
+		}
+	}
+	inner := argv[i:]
+	if len(inner) == 0 {
+		inner = []word{literalWord("echo")}
+	}
+	return wrapParse{inner: inner, runtimeArgs: true}
+}
+
+func parseSu(j *shellJudge, argv []word) wrapParse {
+	opts, i, bad := parseOpts(argv, optSpec{shortValue: "cgGsuw", longValue: []string{"--command", "--session-command",
+		"--group", "--supp-group", "--shell", "--user", "--whitelist-environment"}})
+	if bad != "" {
+		return wrapParse{bad: bad}
+	}
+	for _, o := range opts {
+		if o.name == "-c" || isLongOptPrefix(o.name, "--command") || isLongOptPrefix(o.name, "--session-command") {
+			v := o.value
+			return wrapParse{shellCode: &v}
+		}
+		if (o.name == "-u" || isLongOptPrefix(o.name, "--user")) && i < len(argv) {
+			return wrapParse{inner: argv[i:]} // runuser -u USER COMMAND...
+		}
+	}
+	return wrapParse{stdinShell: true}
+}
+
+func parseChroot(j *shellJudge, argv []word) wrapParse {
+	_, i, bad := parseOpts(argv, optSpec{longValue: []string{"--userspec", "--groups"}})
+	if bad != "" {
+		return wrapParse{bad: bad}
+	}
+	if i >= len(argv) {
+		return wrapParse{bad: "no new root"}
+	}
+	j.checkPathWord(argv[i], false)
+	if i+1 >= len(argv) {
+		return wrapParse{stdinShell: true}
+	}
+	return wrapParse{inner: argv[i+1:]}
+}
+
+func parseFlock(j *shellJudge, argv []word) wrapParse {
+	opts, i, bad := parseOpts(argv, optSpec{shortValue: "Ewc", longValue: []string{"--conflict-exit-code", "--timeout", "--command"}})
+	if bad != "" {
+		return wrapParse{bad: bad}
+	}
+	for _, o := range opts {
+		if o.name == "-c" || isLongOptPrefix(o.name, "--command") {
+			v := o.value
+			return wrapParse{shellCode: &v}
+		}
+	}
+	if i >= len(argv) {
+		return wrapParse{}
+	}
+	j.checkPathWord(argv[i], false)
+	rest := argv[i+1:]
+	if len(rest) > 1 && rest[0].known && (rest[0].text == "-c" || rest[0].text == "--command") {
+		v := rest[1]
+		return wrapParse{shellCode: &v}
+	}
+	return wrapParse{inner: rest}
+}
+
+func parseWatch(j *shellJudge, argv []word) wrapParse {
+	opts, i, bad := parseOpts(argv, optSpec{shortValue: "nq", longValue: []string{"--interval", "--equexit"}})
+	if bad != "" {
+		return wrapParse{bad: bad}
+	}
+	for _, o := range opts {
+		if o.name == "-x" || isLongOptPrefix(o.name, "--exec") {
+			return wrapParse{inner: argv[i:]}
+		}
+	}
+	if i >= len(argv) {
+		return wrapParse{}
+	}
+	// watch joins its operands with spaces and runs them with sh -c.
+	joined := word{known: true}
+	var texts []string
+	for _, w := range argv[i:] {
+		if !w.known || w.glob {
+			joined.known = false
+			joined.src = w.src
+		}
+		texts = append(texts, w.text)
+	}
+	joined.text = strings.Join(texts, " ")
+	return wrapParse{shellCode: &joined}
+}
+
+func parseScript(j *shellJudge, argv []word) wrapParse {
+	opts, i, bad := parseOpts(argv, optSpec{shortValue: "cEIOBTm", longValue: []string{"--command", "--echo", "--log-in",
+		"--log-out", "--log-io", "--log-timing", "--logging-format"}})
+	if bad != "" {
+		return wrapParse{bad: bad}
+	}
+	if i < len(argv) {
+		j.checkPathWord(argv[i], true)
+	}
+	for _, o := range opts {
+		if o.name == "-c" || isLongOptPrefix(o.name, "--command") {
+			v := o.value
+			return wrapParse{shellCode: &v}
+		}
+	}
+	return wrapParse{stdinShell: true}
+}
+
+func parseBusybox(j *shellJudge, argv []word) wrapParse {
+	if len(argv) < 2 || argv[1].known && strings.HasPrefix(argv[1].text, "-") {
+		return wrapParse{}
+	}
+	return wrapParse{inner: argv[1:]}
+}
+
+// parseSg reads sg GROUP [-c] COMMAND, where COMMAND is a string run by /bin/sh.
+func parseSg(j *shellJudge, argv []word) wrapParse {
+	i := 2
+	if i < len(argv) && argv[i].known && argv[i].text == "-c" {
+		i++
+	}
+	if i >= len(argv) {
+		return wrapParse{stdinShell: true}
+	}
+	v := argv[i]
+	return wrapParse{shellCode: &v}
+}
