@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/toolpool/toolpool/internal/audit"
 	"github.com/toolpool/toolpool/internal/dispatcher"
 	"github.com/toolpool/toolpool/internal/policy"
 	"github.com/toolpool/toolpool/internal/queue/jetstream"
@@ -65,6 +67,9 @@ func (c *config) validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// allowRulesKey names the approve-always rules in the shared state bucket.
+const allowRulesKey = "allow_rules"
 
 func main() {
 	if err := run(os.Args[1:]); err != nil {
@@ -166,8 +171,48 @@ func run(args []string) error {
 	}
 	defer conn.Close()
 
-	api, err := dispatcher.New(cfg.API, dispatcher.Deps{Store: conn, Publisher: conn, Tools: reg, Policy: pol, Log: log},
-		dispatcher.WithReadyChecks(conn.Ready))
+	// Policy: hot-reloaded from its file; approve-always rules are shared by every replica through NATS.
+	pstore := policy.NewStore(pol, policy.KnownTools(reg.Names()...))
+	if cfg.PolicyFile != "" {
+		go func() {
+			_ = pstore.Watch(ctx, cfg.PolicyFile, 2*time.Second, func(err error) {
+				if err != nil {
+					log.Error("reload policy: keeping the previous one", "file", cfg.PolicyFile, "error", err)
+					return
+				}
+				log.Info("reloaded policy", "file", cfg.PolicyFile)
+			})
+		}()
+	}
+	if err := conn.WatchState(ctx, allowRulesKey, func(b []byte) {
+		var rules []policy.AllowRule
+		if err := json.Unmarshal(b, &rules); err != nil {
+			log.Error("decode approve-always rules", "error", err)
+			return
+		}
+		if err := pstore.SetAllowRules(rules); err != nil {
+			log.Error("apply approve-always rules", "error", err)
+		}
+	}); err != nil {
+		return err
+	}
+	persistRules := func() {
+		b, err := json.Marshal(pstore.AllowRules())
+		if err == nil {
+			err = conn.PutState(context.WithoutCancel(ctx), allowRulesKey, b)
+		}
+		if err != nil {
+			log.Error("persist approve-always rules", "error", err)
+		}
+	}
+
+	store := audit.Wrap(conn, conn, func(err error) { log.Warn("write audit event", "error", err) })
+	api, err := dispatcher.New(cfg.API,
+		dispatcher.Deps{Store: store, Publisher: conn, Tools: reg, Policy: pstore, Approvals: conn, Log: log},
+		dispatcher.WithReadyChecks(conn.Ready),
+		dispatcher.WithAudit(conn, store),
+		dispatcher.WithRuleBook(pstore, persistRules),
+	)
 	if err != nil {
 		return err
 	}

@@ -33,6 +33,10 @@ usage:
   toolpool cancel ID                                      cancel a queued or running call
   toolpool tools [--format native|openai|anthropic|mcp]   list the tools you may call
   toolpool policy check TOOL [key=value | key:=json]...   what policy decides, without running
+  toolpool approvals                                      calls waiting for approval (approver token)
+  toolpool approvals approve ID [--always --prefix 'git push']   approve one (and, with --always, like it)
+  toolpool approvals deny ID                              deny one
+  toolpool audit [--since 1h] [--limit N] [--json]        the tenant's audit log
 
 Arguments: key=value passes a string; key:=value passes raw JSON (numbers, booleans, arrays).
   toolpool call run_shell command='ls -la'
@@ -64,6 +68,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdTools(c, args[1:], stdout)
 	case "policy":
 		err = cmdPolicy(c, args[1:], stdout)
+	case "approvals":
+		err = cmdApprovals(c, args[1:], stdout)
+	case "audit":
+		err = cmdAudit(c, args[1:], stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -403,5 +411,82 @@ func cmdPolicy(c *client, args []string, stdout io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "%s (rule %s): %s\n", out.Decision.Action, out.Decision.Rule, out.Decision.Reason)
+	return nil
+}
+
+func cmdApprovals(c *client, args []string, stdout io.Writer) error {
+	if len(args) == 0 || args[0] == "list" {
+		var out struct {
+			Approvals []struct {
+				ID         string          `json:"id"`
+				Tool       string          `json:"tool"`
+				Workspace  string          `json:"workspace"`
+				Args       json.RawMessage `json:"args"`
+				ArgsDigest string          `json:"args_digest"`
+				Reason     string          `json:"reason"`
+				ExpiresAt  string          `json:"expires_at"`
+			} `json:"approvals"`
+		}
+		if _, err := c.do(context.Background(), http.MethodGet, "/v1/approvals", nil, &out); err != nil {
+			return err
+		}
+		if len(out.Approvals) == 0 {
+			fmt.Fprintln(stdout, "no calls wait for approval")
+		}
+		for _, a := range out.Approvals {
+			fmt.Fprintf(stdout, "%s  %s  workspace %s  expires %s\n  args: %s\n  why:  %s\n", a.ID, a.Tool, a.Workspace, a.ExpiresAt, a.Args, a.Reason)
+		}
+		return nil
+	}
+	if len(args) < 2 || (args[0] != "approve" && args[0] != "deny") {
+		return fmt.Errorf("%w: toolpool approvals [list | approve ID [--always --prefix 'git push'] | deny ID]", errUsage)
+	}
+	fs := flag.NewFlagSet("approvals", flag.ContinueOnError)
+	always := fs.Bool("always", false, "also allow this tool (with --prefix for run_shell) for the tenant from now on")
+	prefix := fs.String("prefix", "", "the command prefix that --always allows, e.g. 'git push'")
+	digest := fs.String("digest", "", "approve only if the arguments still have this digest")
+	if err := fs.Parse(args[2:]); err != nil {
+		return err
+	}
+	body := map[string]any{"decision": args[0], "always": *always}
+	if *prefix != "" {
+		body["argv_prefix"] = strings.Fields(*prefix)
+	}
+	if *digest != "" {
+		body["args_digest"] = *digest
+	}
+	var res call.Result
+	if _, err := c.do(context.Background(), http.MethodPost, "/v1/approvals/"+args[1], body, &res); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s: %s\n", res.ID, res.Status)
+	return nil
+}
+
+func cmdAudit(c *client, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("audit", flag.ContinueOnError)
+	since := fs.String("since", "1h", "how far back: a duration (24h) or an RFC 3339 time")
+	limit := fs.Int("limit", 100, "at most this many events")
+	asJSON := fs.Bool("json", false, "print the events as JSON")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var raw json.RawMessage
+	if _, err := c.do(context.Background(), http.MethodGet, fmt.Sprintf("/v1/audit?since=%s&limit=%d", *since, *limit), nil, &raw); err != nil {
+		return err
+	}
+	if *asJSON {
+		fmt.Fprintln(stdout, string(raw))
+		return nil
+	}
+	var out struct {
+		Events []call.AuditEvent `json:"events"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return fmt.Errorf("decode audit log: %w", err)
+	}
+	for _, e := range out.Events {
+		fmt.Fprintf(stdout, "%s  %-9s %-16s %-10s %-6s %-18s %s %s\n", e.Time.Format("2006-01-02T15:04:05Z"), e.Event, e.Status, e.Tool, e.Action, e.Rule, e.CallID, e.Actor)
+	}
 	return nil
 }

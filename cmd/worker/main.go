@@ -16,11 +16,13 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/toolpool/toolpool/internal/audit"
 	"github.com/toolpool/toolpool/internal/queue/jetstream"
 	"github.com/toolpool/toolpool/internal/sandbox/containerd"
 	"github.com/toolpool/toolpool/internal/tools"
@@ -184,13 +186,14 @@ func run(args []string) (retErr error) {
 	defer stop()
 
 	address := cfg.ContainerdAddress
+	var daemon *supervisedDaemon
 	if address == "" {
-		d, err := containerd.StartDaemon(ctx, containerd.DaemonConfig{Dir: filepath.Join(cfg.DataDir, "containerd"), Binary: cfg.ContainerdBinary})
+		daemon, err = startSupervised(ctx, containerd.DaemonConfig{Dir: filepath.Join(cfg.DataDir, "containerd"), Binary: cfg.ContainerdBinary}, log)
 		if err != nil {
 			return err
 		}
-		defer func() { retErr = errors.Join(retErr, d.Stop(context.Background())) }()
-		address = d.Address()
+		defer func() { retErr = errors.Join(retErr, daemon.Stop()) }()
+		address = daemon.Address()
 		log.Info("started private containerd", "address", address)
 	}
 	rt, err := containerd.New(ctx, containerd.Config{
@@ -201,10 +204,18 @@ func run(args []string) (retErr error) {
 		return err
 	}
 	defer rt.Close()
-	if n, err := rt.RemoveOrphans(ctx); err != nil {
-		log.Warn("remove orphan containers", "error", err)
-	} else if n > 0 {
-		log.Info("removed orphan containers of an earlier run", "count", n)
+	removeOrphans := func() {
+		if n, err := rt.RemoveOrphans(ctx); err != nil {
+			log.Warn("remove orphan containers", "error", err)
+		} else if n > 0 {
+			log.Info("removed orphan containers", "count", n)
+		}
+	}
+	removeOrphans()
+	if daemon != nil {
+		// A containerd that died took its calls' task streams with it: those calls end with an error,
+		// and once it is back, whatever they left is removed.
+		go daemon.Supervise(ctx, removeOrphans)
 	}
 	if err := rt.EnsureMountPoint(tools.RunnerPath, false); err != nil {
 		return err
@@ -229,7 +240,7 @@ func run(args []string) (retErr error) {
 	w, err := worker.New(worker.Config{
 		ID: cfg.ID, WorkspacesDir: cfg.WorkspacesDir, RunnerBinary: runner, UID: int(cfg.UID), GID: int(cfg.GID),
 		Heartbeat: cfg.Heartbeat,
-	}, rt, conn, reg, log)
+	}, rt, audit.Wrap(conn, conn, func(err error) { log.Warn("write audit event", "error", err) }), reg, log)
 	if err != nil {
 		return err
 	}
@@ -333,4 +344,78 @@ func importImage(args []string) int {
 	}
 	fmt.Println("imported:", strings.Join(names, ", "))
 	return 0
+}
+
+// supervisedDaemon is the worker's private containerd, restarted when it dies.
+type supervisedDaemon struct {
+	cfg     containerd.DaemonConfig
+	log     *slog.Logger
+	mu      sync.Mutex
+	current *containerd.Daemon
+	stopped bool
+}
+
+func startSupervised(ctx context.Context, cfg containerd.DaemonConfig, log *slog.Logger) (*supervisedDaemon, error) {
+	d, err := containerd.StartDaemon(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &supervisedDaemon{cfg: cfg, log: log, current: d}, nil
+}
+
+// Address is the daemon's socket; it stays the same across restarts.
+func (s *supervisedDaemon) Address() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.current.Address()
+}
+
+// Supervise restarts the daemon whenever it exits, until ctx ends or Stop is called, and runs afterRestart
+// once it is back. It blocks.
+func (s *supervisedDaemon) Supervise(ctx context.Context, afterRestart func()) {
+	for {
+		s.mu.Lock()
+		d := s.current
+		s.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.Done():
+		}
+		backoff := 100 * time.Millisecond
+		for {
+			s.mu.Lock()
+			if s.stopped || ctx.Err() != nil {
+				s.mu.Unlock()
+				return
+			}
+			s.mu.Unlock()
+			s.log.Error("containerd exited; restarting it")
+			nd, err := containerd.StartDaemon(ctx, s.cfg)
+			if err == nil {
+				s.mu.Lock()
+				s.current = nd
+				s.mu.Unlock()
+				s.log.Info("restarted private containerd")
+				afterRestart()
+				break
+			}
+			s.log.Error("restart containerd", "error", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 5*time.Second)
+		}
+	}
+}
+
+// Stop stops the daemon and the supervision. It is idempotent.
+func (s *supervisedDaemon) Stop() error {
+	s.mu.Lock()
+	s.stopped = true
+	d := s.current
+	s.mu.Unlock()
+	return d.Stop(context.Background())
 }

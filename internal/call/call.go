@@ -86,6 +86,8 @@ type Call struct {
 	CreatedAt time.Time       `json:"created_at"`
 	// Deadline, when set, is the time after which a call that has not started ends expired, unrun.
 	Deadline time.Time `json:"deadline,omitzero"`
+	// ArgsDigest is "sha256:" and the hex digest of Args as received.
+	ArgsDigest string `json:"args_digest,omitempty"`
 	// TraceParent carries the W3C trace context of the request that accepted the call.
 	TraceParent string `json:"traceparent,omitempty"`
 }
@@ -132,6 +134,9 @@ type Result struct {
 	Timing      Timing     `json:"timing"`
 	Usage       Usage      `json:"usage"`
 	Worker      string     `json:"worker,omitempty"`
+	// ArgsDigest is "sha256:" and the hex digest of the call's arguments as received: what an approval
+	// binds to and what the audit log records instead of the arguments themselves.
+	ArgsDigest string `json:"args_digest,omitempty"`
 	// CancelRequested asks the worker running the call to kill it (DELETE /v1/calls/{id}).
 	CancelRequested bool `json:"cancel_requested,omitempty"`
 	// LeaseUntil is when the running worker's claim lapses unless it renews it; a worker that finds a
@@ -149,7 +154,7 @@ type Result struct {
 func NewResult(c *Call, s Status) *Result {
 	return &Result{
 		ID: c.ID, Tenant: c.Tenant, Workspace: c.Workspace, Tool: c.Tool,
-		Status: s, Decision: c.Decision, CreatedAt: c.CreatedAt, Deadline: c.Deadline,
+		Status: s, Decision: c.Decision, CreatedAt: c.CreatedAt, Deadline: c.Deadline, ArgsDigest: c.ArgsDigest,
 	}
 }
 
@@ -208,4 +213,28 @@ func ValidateName(what, name string) error {
 		return fmt.Errorf("%s %q starts with %q: start it with a letter, digit or '_'", what, name, name[0])
 	}
 	return nil
+}
+
+// AuditEvent is one entry of the audit log: a decision or an outcome of a call.
+type AuditEvent struct {
+	Time       time.Time `json:"time"`
+	Event      string    `json:"event"` // accepted, approved, rejected, finished
+	Tenant     string    `json:"tenant"`
+	CallID     string    `json:"call_id"`
+	Tool       string    `json:"tool"`
+	Workspace  string    `json:"workspace,omitempty"`
+	ArgsDigest string    `json:"args_digest,omitempty"`
+	Action     string    `json:"action,omitempty"` // the policy decision
+	Rule       string    `json:"rule,omitempty"`
+	Status     Status    `json:"status"`
+	ErrorType  string    `json:"error_type,omitempty"`
+	DurationMS int64     `json:"duration_ms,omitempty"`
+	Worker     string    `json:"worker,omitempty"`
+	Actor      string    `json:"actor,omitempty"` // who approved or rejected
+}
+
+// Pending is a call parked for a person's approval, with what the approval binds to.
+type Pending struct {
+	Call      *Call     `json:"call"`
+	ExpiresAt time.Time `json:"expires_at"`
 }

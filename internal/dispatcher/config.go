@@ -22,6 +22,8 @@ type Token struct {
 	Token  string `yaml:"token,omitempty"`
 	SHA256 string `yaml:"sha256,omitempty"`
 	Role   string `yaml:"role,omitempty"` // caller (default) or approver
+	// Name identifies the token's holder in the audit log ("ci-bot", "alice").
+	Name string `yaml:"name,omitempty"`
 }
 
 // Tenant is one isolated customer: its calls, workspaces and policy are its own.
@@ -47,6 +49,8 @@ type Config struct {
 	// QueueTimeout is how long a call may wait for a worker before it ends expired, unrun; a request may
 	// ask for less with deadline_ms.
 	QueueTimeout time.Duration `yaml:"queue_timeout"`
+	// ApprovalTTL is how long a call waits for approval before it ends expired.
+	ApprovalTTL time.Duration `yaml:"approval_ttl"`
 }
 
 // DefaultConfig returns the defaults.
@@ -58,6 +62,7 @@ func DefaultConfig() Config {
 		MaxWait:        5 * time.Minute,
 		MaxOutputBytes: 1 << 20,
 		QueueTimeout:   10 * time.Minute,
+		ApprovalTTL:    time.Hour,
 	}
 }
 
@@ -102,6 +107,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("default_timeout %s must be positive and at most max_timeout %s", c.DefaultTimeout, c.MaxTimeout)
 	case c.MaxWait <= 0:
 		return errors.New("max_wait must be positive")
+	case c.ApprovalTTL <= 0:
+		return errors.New("approval_ttl must be positive")
 	case c.QueueTimeout <= 0:
 		return errors.New("queue_timeout must be positive")
 	case c.MaxOutputBytes < 1024:

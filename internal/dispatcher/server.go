@@ -47,6 +47,29 @@ type Policy interface {
 	ToolEnabled(tenant, tool string, requestTools map[string]bool) bool
 }
 
+// Approvals parks calls that wait for a person's approval.
+type Approvals interface {
+	PutPending(ctx context.Context, p *call.Pending) error
+	GetPending(ctx context.Context, tenant, id string) (*call.Pending, error)
+	ListPending(ctx context.Context, tenant string) ([]*call.Pending, error)
+	DeletePending(ctx context.Context, tenant, id string) error
+}
+
+// AuditLog reads the audit log.
+type AuditLog interface {
+	ReadAudit(ctx context.Context, tenant string, since time.Time, limit int) ([]call.AuditEvent, error)
+}
+
+// Recorder logs events that are not store writes: an approver's decision.
+type Recorder interface {
+	Record(ctx context.Context, event string, r *call.Result, actor string)
+}
+
+// RuleBook takes "approve always" rules.
+type RuleBook interface {
+	AddAllowRule(tenant, tool string, argvPrefix []string) error
+}
+
 // ReadyChecker reports whether a dependency can serve.
 type ReadyChecker func(ctx context.Context) error
 
@@ -62,11 +85,19 @@ type Server struct {
 	now     func() time.Time
 	tokens  map[[32]byte]principal
 	handler http.Handler
+
+	approvals     Approvals
+	auditLog      AuditLog
+	recorder      Recorder
+	rules         RuleBook
+	onRuleAdded   func()
+	pendingGauges func(int)
 }
 
 type principal struct {
 	tenant string
 	role   string
+	name   string
 }
 
 // Option configures optional behaviour of a Server.
@@ -80,12 +111,23 @@ func WithReadyChecks(checks ...ReadyChecker) Option {
 // WithClock replaces time.Now, for tests.
 func WithClock(now func() time.Time) Option { return func(s *Server) { s.now = now } }
 
+// WithAudit serves GET /v1/audit from log and records approvers' decisions with rec.
+func WithAudit(log AuditLog, rec Recorder) Option {
+	return func(s *Server) { s.auditLog, s.recorder = log, rec }
+}
+
+// WithRuleBook lets approvers add "approve always" rules; onAdded runs after each (to persist them).
+func WithRuleBook(rb RuleBook, onAdded func()) Option {
+	return func(s *Server) { s.rules, s.onRuleAdded = rb, onAdded }
+}
+
 // Deps are the Server's required collaborators.
 type Deps struct {
 	Store     Store
 	Publisher Publisher
 	Tools     *tools.Registry
 	Policy    Policy
+	Approvals Approvals
 	Log       *slog.Logger
 }
 
@@ -94,11 +136,11 @@ func New(cfg Config, deps Deps, opts ...Option) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("validate dispatcher config: %w", err)
 	}
-	if deps.Store == nil || deps.Publisher == nil || deps.Tools == nil || deps.Policy == nil || deps.Log == nil {
-		return nil, errors.New("new dispatcher: store, publisher, tools, policy and log are all required")
+	if deps.Store == nil || deps.Publisher == nil || deps.Tools == nil || deps.Policy == nil || deps.Approvals == nil || deps.Log == nil {
+		return nil, errors.New("new dispatcher: store, publisher, tools, policy, approvals and log are all required")
 	}
 	s := &Server{cfg: cfg, store: deps.Store, pub: deps.Publisher, tools: deps.Tools, policy: deps.Policy,
-		log: deps.Log, now: time.Now, tokens: map[[32]byte]principal{}}
+		approvals: deps.Approvals, log: deps.Log, now: time.Now, tokens: map[[32]byte]principal{}}
 	for _, t := range cfg.Tenants {
 		for _, tok := range t.Tokens {
 			h, _ := tok.hash() // validated above
@@ -109,7 +151,7 @@ func New(cfg Config, deps Deps, opts ...Option) (*Server, error) {
 			if role == "" {
 				role = RoleCaller
 			}
-			s.tokens[key] = principal{tenant: t.Name, role: role}
+			s.tokens[key] = principal{tenant: t.Name, role: role, name: tok.Name}
 		}
 	}
 	for _, o := range opts {
@@ -125,6 +167,9 @@ func New(cfg Config, deps Deps, opts ...Option) (*Server, error) {
 	mux.Handle("DELETE /v1/calls/{id}", s.auth(s.deleteCall))
 	mux.Handle("GET /v1/tools", s.auth(s.listTools))
 	mux.Handle("POST /v1/policy/check", s.auth(s.checkPolicy))
+	mux.Handle("GET /v1/approvals", s.auth(s.approver(s.listApprovals)))
+	mux.Handle("POST /v1/approvals/{id}", s.auth(s.approver(s.decideApproval)))
+	mux.Handle("GET /v1/audit", s.auth(s.readAudit))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no endpoint %s %s: see GET /v1/tools, POST /v1/calls, GET /v1/calls/{id}", r.Method, r.URL.Path))
 	})
@@ -309,6 +354,7 @@ func (s *Server) admit(ctx context.Context, p principal, req *callRequest) (*cal
 		CreatedAt: s.now().UTC(),
 		Decision:  &call.Decision{Action: string(dec.Action), Rule: dec.Rule, Reason: dec.Reason},
 	}
+	c.ArgsDigest = argsDigest(req.Args)
 	if req.IdempotencyKey != "" {
 		c.ID = idempotentID(p.tenant, req.IdempotencyKey)
 	}
@@ -345,6 +391,12 @@ func (s *Server) limits(req *callRequest, tool *tools.Tool, pl policy.Limits) ca
 		Network: pl.Network, AllowedDomains: pl.AllowedDomains}
 }
 
+// argsDigest is what an approval binds to: the SHA-256 of the arguments as received.
+func argsDigest(args json.RawMessage) string {
+	sum := sha256.Sum256(args)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
 // idempotentID derives a call id from the tenant and its idempotency key, so a retried POST finds the call
 // the first one created.
 func idempotentID(tenant, key string) string {
@@ -362,6 +414,7 @@ func (s *Server) accept(ctx context.Context, c *call.Call, dec policy.Decision) 
 		res.Fail(call.StatusDenied, call.ErrPolicyDenied, dec.Reason)
 		res.FinishedAt = c.CreatedAt
 	case policy.Ask:
+		c.Deadline = c.CreatedAt.Add(s.cfg.ApprovalTTL)
 		res = call.NewResult(c, call.StatusPendingApproval)
 		res.Output = "the call waits for a person's approval: " + dec.Reason
 	default:
@@ -376,6 +429,17 @@ func (s *Server) accept(ctx context.Context, c *call.Call, dec policy.Decision) 
 		}
 		s.log.Error("record call", "call_id", c.ID, "error", err)
 		return nil, &requestError{code: http.StatusServiceUnavailable, typ: call.ErrInternal, msg: "toolpool could not record the call; retry with the same idempotency_key"}
+	}
+	if res.Status == call.StatusPendingApproval {
+		if err := s.approvals.PutPending(ctx, &call.Pending{Call: c, ExpiresAt: c.Deadline}); err != nil {
+			s.log.Error("park call for approval", "call_id", c.ID, "error", err)
+			res.Fail(call.StatusError, call.ErrInternal, "toolpool could not park the call for approval")
+			if rec, gerr := s.store.Get(context.WithoutCancel(ctx), c.ID); gerr == nil {
+				_, _ = s.store.Update(context.WithoutCancel(ctx), res, rec.Revision)
+			}
+			return nil, &requestError{code: http.StatusServiceUnavailable, typ: call.ErrInternal, retryAfter: 1, msg: "toolpool could not park the call for approval; retry"}
+		}
+		return res, nil
 	}
 	if res.Status != call.StatusQueued {
 		return res, nil
@@ -404,10 +468,15 @@ func (s *Server) accept(ctx context.Context, c *call.Call, dec policy.Decision) 
 // returns the record as it stands after the attempt.
 func (s *Server) expireIfDue(ctx context.Context, rec queue.Record) *call.Result {
 	r := rec.Result
-	if r.Status != call.StatusQueued || r.Deadline.IsZero() || s.now().Before(r.Deadline) {
+	if (r.Status != call.StatusQueued && r.Status != call.StatusPendingApproval) || r.Deadline.IsZero() || s.now().Before(r.Deadline) {
 		return r
 	}
-	r.Fail(call.StatusExpired, call.ErrExpired, "no worker started the call before its deadline; it did not run. Check that workers are up, or give a longer deadline_ms.")
+	if r.Status == call.StatusPendingApproval {
+		r.Fail(call.StatusExpired, call.ErrExpired, "no one approved the call before its approval expired; it did not run")
+		_ = s.approvals.DeletePending(ctx, r.Tenant, r.ID)
+	} else {
+		r.Fail(call.StatusExpired, call.ErrExpired, "no worker started the call before its deadline; it did not run. Check that workers are up, or give a longer deadline_ms.")
+	}
 	r.FinishedAt = s.now().UTC()
 	if _, err := s.store.Update(ctx, r, rec.Revision); err != nil {
 		if cur, gerr := s.store.Get(ctx, r.ID); gerr == nil {

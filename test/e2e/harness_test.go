@@ -155,6 +155,8 @@ type stack struct {
 	worker     *proc
 	dataDir    string
 	configPath string
+	policyPath string
+	opts       stackOptions
 }
 
 const dispatcherConfig = `
@@ -171,35 +173,75 @@ version: 1
 default_action: allow
 `
 
+// stackOptions vary a stack.
+type stackOptions struct {
+	policy       string // policy file content; "" means the shipped default policy
+	workerConfig string // worker YAML config
+	extraConfig  string // appended to the dispatcher's YAML config
+	natsURL      string // an external NATS server; "" embeds one
+}
+
 // startStack starts a dispatcher with tenants alpha, beta and dev (tokens alpha-token, beta-token,
-// dev-token) and one worker, under a fresh data directory.
+// dev-token; dev is an approver) and one worker, under a fresh data directory, with a permissive policy.
 func startStack(t testing.TB) *stack {
+	return startStackWith(t, stackOptions{policy: permissivePolicy})
+}
+
+func startStackWith(t testing.TB, o stackOptions) *stack {
 	t.Helper()
 	ctrtest.Require(t)
-	s := &stack{dataDir: ctrtest.ShortTempDir(t)}
+	s := &stack{dataDir: ctrtest.ShortTempDir(t), opts: o}
 	s.configPath = filepath.Join(s.dataDir, "dispatcher.yaml")
-	if err := os.WriteFile(s.configPath, []byte(dispatcherConfig), 0o600); err != nil {
+	if err := os.WriteFile(s.configPath, []byte(dispatcherConfig+o.extraConfig), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(s.dataDir, "policy.yaml"), []byte(permissivePolicy), 0o600); err != nil {
-		t.Fatal(err)
+	if o.policy != "" {
+		s.policyPath = filepath.Join(s.dataDir, "policy.yaml")
+		if err := os.WriteFile(s.policyPath, []byte(o.policy), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
+	s.natsURL = o.natsURL
 	s.startDispatcher(t)
-	s.worker = start(t, "worker", "--data-dir", filepath.Join(s.dataDir, "w"), "--nats-url", s.natsURL,
-		"--listen", "127.0.0.1:0", "--id", "e2e-worker", "--slots", "4")
-	s.worker.waitLog(t, "worker ready", 60*time.Second)
+	s.startWorker(t)
 	return s
+}
+
+// startWorker starts (or restarts) the stack's worker on its data directory.
+func (s *stack) startWorker(t testing.TB) {
+	t.Helper()
+	args := []string{"--data-dir", filepath.Join(s.dataDir, "w"), "--nats-url", s.natsURL,
+		"--listen", "127.0.0.1:0", "--id", "e2e-worker", "--slots", "4"}
+	if s.opts.workerConfig != "" {
+		path := filepath.Join(s.dataDir, "worker.yaml")
+		if err := os.WriteFile(path, []byte(s.opts.workerConfig), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "--config", path)
+	}
+	s.worker = start(t, "worker", args...)
+	s.worker.waitLog(t, "worker ready", 60*time.Second)
 }
 
 func (s *stack) startDispatcher(t testing.TB) {
 	t.Helper()
-	natsListen := "127.0.0.1:0"
-	if s.natsURL != "" { // a restart keeps the address the worker knows
-		natsListen = strings.TrimPrefix(s.natsURL, "nats://")
+	args := []string{"--config", s.configPath, "--dev-tenant", "--listen", "127.0.0.1:0", "--data-dir", filepath.Join(s.dataDir, "d")}
+	if s.policyPath != "" {
+		args = append(args, "--policy", s.policyPath)
 	}
-	s.dispatcher = start(t, "dispatcher", "--config", s.configPath, "--dev-tenant", "--listen", "127.0.0.1:0",
-		"--data-dir", filepath.Join(s.dataDir, "d"), "--nats-listen", natsListen, "--policy", filepath.Join(s.dataDir, "policy.yaml"))
-	s.natsURL = s.dispatcher.waitLog(t, "started embedded nats", 30*time.Second)["url"].(string)
+	if s.opts.natsURL != "" {
+		args = append(args, "--nats-url", s.opts.natsURL)
+	} else {
+		natsListen := "127.0.0.1:0"
+		if s.natsURL != "" { // a restart keeps the address the worker knows
+			natsListen = strings.TrimPrefix(s.natsURL, "nats://")
+		}
+		args = append(args, "--nats-listen", natsListen)
+	}
+	s.dispatcher = start(t, "dispatcher", args...)
+	if s.opts.natsURL == "" {
+		s.natsURL = s.dispatcher.waitLog(t, "started embedded nats", 30*time.Second)["url"].(string)
+	}
 	s.url = "http://" + s.dispatcher.waitLog(t, "dispatcher ready", 30*time.Second)["listen"].(string)
 }
 

@@ -172,6 +172,9 @@ func provision(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstre
 	if err != nil {
 		return nil, fmt.Errorf("create bucket %s: %w", cfg.Bucket, err)
 	}
+	if err := provisionState(ctx, js, cfg); err != nil {
+		return nil, err
+	}
 	return kv, nil
 }
 

@@ -1,0 +1,197 @@
+package dispatcher
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/toolpool/toolpool/internal/call"
+	"github.com/toolpool/toolpool/internal/queue"
+)
+
+// approver lets only tokens with the approver role through.
+func (s *Server) approver(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if principalFrom(r.Context()).role != RoleApprover {
+			writeError(w, http.StatusForbidden, call.ErrPermissionDenied, "this token may not approve calls: approvals need a token with role approver")
+			return
+		}
+		next(w, r)
+	}
+}
+
+// approvalView is one call waiting for approval, as an approver sees it.
+type approvalView struct {
+	ID         string          `json:"id"`
+	Tool       string          `json:"tool"`
+	Workspace  string          `json:"workspace"`
+	Args       json.RawMessage `json:"args"`
+	ArgsDigest string          `json:"args_digest"`
+	Rule       string          `json:"rule"`
+	Reason     string          `json:"reason"`
+	CreatedAt  time.Time       `json:"created_at"`
+	ExpiresAt  time.Time       `json:"expires_at"`
+}
+
+func (s *Server) listApprovals(w http.ResponseWriter, r *http.Request) {
+	p := principalFrom(r.Context())
+	pending, err := s.approvals.ListPending(r.Context(), p.tenant)
+	if err != nil {
+		s.log.Error("list approvals", "error", err)
+		writeError(w, http.StatusServiceUnavailable, call.ErrInternal, "toolpool could not list the approvals; retry")
+		return
+	}
+	views := []approvalView{}
+	for _, pc := range pending {
+		rec, err := s.store.Get(r.Context(), pc.Call.ID)
+		if err != nil || s.expireIfDue(r.Context(), rec).Status != call.StatusPendingApproval {
+			continue // decided, expired or gone
+		}
+		c := pc.Call
+		v := approvalView{ID: c.ID, Tool: c.Tool, Workspace: c.Workspace, Args: c.Args, ArgsDigest: c.ArgsDigest,
+			CreatedAt: c.CreatedAt, ExpiresAt: pc.ExpiresAt}
+		if c.Decision != nil {
+			v.Rule, v.Reason = c.Decision.Rule, c.Decision.Reason
+		}
+		views = append(views, v)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"approvals": views})
+}
+
+// approvalRequest is the body of POST /v1/approvals/{id}.
+type approvalRequest struct {
+	Decision string `json:"decision"`
+	// ArgsDigest, when given, must be the digest of the call's arguments: the approval binds to exactly
+	// the arguments the approver saw.
+	ArgsDigest string `json:"args_digest"`
+	// Always adds a rule that allows this tool with ArgvPrefix for the tenant from now on.
+	Always     bool     `json:"always"`
+	ArgvPrefix []string `json:"argv_prefix"`
+}
+
+func (s *Server) decideApproval(w http.ResponseWriter, r *http.Request) {
+	p := principalFrom(r.Context())
+	id := r.PathValue("id")
+	var req approvalRequest
+	if rerr := s.decodeBody(w, r, &req); rerr != nil {
+		writeRequestError(w, rerr)
+		return
+	}
+	if req.Decision != "approve" && req.Decision != "deny" {
+		writeError(w, http.StatusBadRequest, "invalid_request", fmt.Sprintf(`decision %q must be "approve" or "deny"`, req.Decision))
+		return
+	}
+	pc, err := s.approvals.GetPending(r.Context(), p.tenant, id)
+	if errors.Is(err, queue.ErrNotFound) {
+		writeError(w, http.StatusNotFound, call.ErrNotFound, fmt.Sprintf("no call %s waits for approval", id))
+		return
+	}
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, call.ErrInternal, "toolpool could not read the approval; retry")
+		return
+	}
+	if req.ArgsDigest != "" && req.ArgsDigest != pc.Call.ArgsDigest {
+		writeError(w, http.StatusConflict, "digest_mismatch", fmt.Sprintf("the call's arguments have digest %s, not %s: list the approvals again and approve what you see", pc.Call.ArgsDigest, req.ArgsDigest))
+		return
+	}
+	if req.Always && req.Decision == "approve" {
+		if s.rules == nil {
+			writeError(w, http.StatusBadRequest, "invalid_request", "approve always is not available on this dispatcher")
+			return
+		}
+		if err := s.rules.AddAllowRule(p.tenant, pc.Call.Tool, req.ArgvPrefix); err != nil {
+			writeError(w, http.StatusBadRequest, "invalid_request", "add approve-always rule: "+err.Error())
+			return
+		}
+		if s.onRuleAdded != nil {
+			s.onRuleAdded()
+		}
+	}
+	rec, err := s.store.Get(r.Context(), id)
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, call.ErrInternal, "toolpool could not read the call; retry")
+		return
+	}
+	res := s.expireIfDue(r.Context(), rec)
+	if res.Status != call.StatusPendingApproval {
+		_ = s.approvals.DeletePending(r.Context(), p.tenant, id)
+		writeError(w, http.StatusConflict, "not_pending", fmt.Sprintf("call %s is %s, no longer waiting for approval", id, res.Status))
+		return
+	}
+	actor := p.tenant + "/" + p.role
+	if p.name != "" {
+		actor = p.tenant + "/" + p.name
+	}
+	c := pc.Call
+	if req.Decision == "deny" {
+		res.Fail(call.StatusDenied, call.ErrPolicyDenied, "a person denied this call ("+actor+"); do not retry it as it is")
+		res.FinishedAt = s.now().UTC()
+	} else {
+		res.Status, res.Output = call.StatusQueued, ""
+		c.Deadline = s.now().UTC().Add(s.cfg.QueueTimeout)
+		res.Deadline = c.Deadline
+	}
+	if _, err := s.store.Update(r.Context(), res, rec.Revision); err != nil {
+		writeError(w, http.StatusConflict, "conflict", "the call changed meanwhile; list the approvals again")
+		return
+	}
+	if s.recorder != nil {
+		event := map[string]string{"approve": "approved", "deny": "rejected"}[req.Decision]
+		s.recorder.Record(r.Context(), event, res, actor)
+	}
+	if req.Decision == "approve" {
+		if err := s.pub.Publish(r.Context(), c); err != nil {
+			s.log.Error("publish approved call", "call_id", id, "error", err)
+			res.Fail(call.StatusError, call.ErrInternal, "toolpool could not queue the approved call")
+			if cur, gerr := s.store.Get(context.WithoutCancel(r.Context()), id); gerr == nil {
+				_, _ = s.store.Update(context.WithoutCancel(r.Context()), res, cur.Revision)
+			}
+			writeError(w, http.StatusServiceUnavailable, call.ErrInternal, "toolpool could not queue the approved call")
+			return
+		}
+	}
+	_ = s.approvals.DeletePending(r.Context(), p.tenant, id)
+	writeResult(w, res)
+}
+
+func (s *Server) readAudit(w http.ResponseWriter, r *http.Request) {
+	p := principalFrom(r.Context())
+	if s.auditLog == nil {
+		writeError(w, http.StatusNotFound, call.ErrNotFound, "this dispatcher keeps no audit log")
+		return
+	}
+	since := s.now().Add(-time.Hour)
+	if v := r.URL.Query().Get("since"); v != "" {
+		if d, err := time.ParseDuration(v); err == nil {
+			since = s.now().Add(-d)
+		} else if t, err := time.Parse(time.RFC3339, v); err == nil {
+			since = t
+		} else {
+			writeError(w, http.StatusBadRequest, "invalid_request", fmt.Sprintf("since=%q is neither a duration (1h) nor an RFC 3339 time", v))
+			return
+		}
+	}
+	limit := 1000
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 10000 {
+			writeError(w, http.StatusBadRequest, "invalid_request", fmt.Sprintf("limit=%q must be a number from 1 to 10000", v))
+			return
+		}
+		limit = n
+	}
+	events, err := s.auditLog.ReadAudit(r.Context(), p.tenant, since, limit)
+	if err != nil {
+		s.log.Error("read audit log", "error", err)
+		writeError(w, http.StatusServiceUnavailable, call.ErrInternal, "toolpool could not read the audit log; retry")
+		return
+	}
+	if events == nil {
+		events = []call.AuditEvent{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"events": events})
+}
