@@ -38,7 +38,8 @@ func binaries(t testing.TB) string {
 			return
 		}
 		cmd := exec.Command("go", "build", "-trimpath", "-o", binDir+"/", "github.com/toolpool/toolpool/cmd/dispatcher",
-			"github.com/toolpool/toolpool/cmd/worker", "github.com/toolpool/toolpool/cmd/toolpool")
+			"github.com/toolpool/toolpool/cmd/worker", "github.com/toolpool/toolpool/cmd/toolpool",
+			"github.com/nats-io/nats-server/v2")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		out, err := cmd.CombinedOutput()
 		if err != nil {
@@ -125,6 +126,14 @@ func (p *proc) output() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.raw.String()
+}
+
+// kill9 kills the process with SIGKILL, as a crash would, and waits for it.
+func (p *proc) kill9(t testing.TB) {
+	t.Helper()
+	_ = p.cmd.Process.Kill()
+	_ = p.cmd.Wait()
+	<-p.done
 }
 
 // stop sends SIGTERM and waits for a clean exit.

@@ -1,0 +1,226 @@
+package e2e
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/toolpool/toolpool/internal/call"
+)
+
+// The fault tests run mutating calls that append one line to their own file in the workspace, then stay
+// busy; after the fault, every accepted call must have exactly one final state and no file more than one
+// line: no mutating call ran twice.
+
+const faultWorkerConfig = "heartbeat: 300ms\n"
+const faultQueueConfig = "  queue_timeout: 5m\nqueue:\n  ack_wait: 2s\n"
+
+// appendCall is a mutating call that records its run in count-<n> and then sleeps for sleep seconds. The
+// sleep length is unusual so that leftover processes can be recognised.
+func appendCall(n int, sleep string) map[string]any {
+	return map[string]any{"tool": "run_shell", "workspace": "faults", "wait": false,
+		"args": map[string]any{"command": fmt.Sprintf(`awk 'BEGIN{print "ran" >> "count-%d"}' && sleep %s && echo finished`, n, sleep)}}
+}
+
+func (s *stack) submit(t *testing.T, n int, sleep string) []string {
+	t.Helper()
+	var ids []string
+	for i := range n {
+		r := s.do(t, http.MethodPost, "/v1/calls", "dev-token", appendCall(i, sleep))
+		if r.code != http.StatusAccepted {
+			t.Fatalf("submit %d: HTTP %d %s", i, r.code, r.body)
+		}
+		ids = append(ids, r.result(t).ID)
+	}
+	return ids
+}
+
+func (s *stack) workspaceFile(name string) string {
+	return filepath.Join(s.dataDir, "w", "workspaces", "dev", "faults", name)
+}
+
+// waitRunning waits until every call's file exists: each has started its command.
+func (s *stack) waitRunning(t *testing.T, n int) {
+	t.Helper()
+	waitFor(t, 60*time.Second, "every call started", func() bool {
+		for i := range n {
+			if _, err := os.Stat(s.workspaceFile(fmt.Sprintf("count-%d", i))); err != nil {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// finalStates waits for each call's final state and checks that no call ran twice.
+func (s *stack) finalStates(t *testing.T, ids []string) map[call.Status]int {
+	t.Helper()
+	counts := map[call.Status]int{}
+	for i, id := range ids {
+		deadline := time.Now().Add(2 * time.Minute)
+		var res *call.Result
+		for {
+			r := s.do(t, http.MethodGet, "/v1/calls/"+id+"?wait=20s", "dev-token", nil)
+			if r.code == http.StatusOK || r.code == http.StatusForbidden {
+				res = r.result(t)
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("call %d (%s) has no final state: HTTP %d %s", i, id, r.code, r.body)
+			}
+		}
+		counts[res.Status]++
+		data, err := os.ReadFile(s.workspaceFile(fmt.Sprintf("count-%d", i)))
+		if err == nil && strings.Count(string(data), "ran\n") > 1 {
+			t.Errorf("call %d (%s) ran %d times", i, id, strings.Count(string(data), "ran\n"))
+		}
+	}
+	return counts
+}
+
+// assertNothingLeft checks that the worker's containerd holds no container and that no process of a call
+// survives.
+func (s *stack) assertNothingLeft(t *testing.T, sleepMarker string) {
+	t.Helper()
+	sock := filepath.Join(s.dataDir, "w", "containerd", "containerd.sock")
+	waitFor(t, 30*time.Second, "no containers and no call processes left", func() bool {
+		out, err := exec.Command("ctr", "-a", sock, "-n", "toolpool", "containers", "ls", "-q").CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != "" {
+			return false
+		}
+		return len(processesWith("sleep "+sleepMarker)) == 0
+	})
+}
+
+// processesWith lists the pids whose command line contains s.
+func processesWith(s string) []string {
+	var pids []string
+	paths, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err == nil && strings.Contains(strings.ReplaceAll(string(b), "\x00", " "), s) {
+			pids = append(pids, filepath.Base(filepath.Dir(p)))
+		}
+	}
+	return pids
+}
+
+// TestWorkerKilledMidCall: kill -9 of a worker running mutating calls. They end lost, never run twice, and
+// the restarted worker clears what the dead one left.
+func TestWorkerKilledMidCall(t *testing.T) {
+	s := startStackWith(t, stackOptions{policy: permissivePolicy, workerConfig: faultWorkerConfig, extraConfig: faultQueueConfig})
+	ids := s.submit(t, 4, "41.25")
+	s.waitRunning(t, 4)
+	s.worker.kill9(t)
+	s.startWorker(t)
+	counts := s.finalStates(t, ids)
+	if counts[call.StatusLost] != 4 {
+		t.Fatalf("final states %v, want 4 lost", counts)
+	}
+	s.assertNothingLeft(t, "41.25")
+	// The restarted worker serves new calls.
+	if r := s.shell(t, "dev-token", "faults", "echo alive", nil); r.result(t).Stdout != "alive\n" {
+		t.Fatalf("after restart: %s", r.body)
+	}
+}
+
+// TestDispatcherRestartMidCall: the dispatcher (and its embedded NATS) restarts while calls run. Every
+// call finishes once, and its result is readable from the new dispatcher.
+func TestDispatcherRestartMidCall(t *testing.T) {
+	s := startStackWith(t, stackOptions{policy: permissivePolicy, workerConfig: faultWorkerConfig, extraConfig: faultQueueConfig})
+	ids := s.submit(t, 4, "2.75")
+	s.waitRunning(t, 4)
+	s.dispatcher.stop(t)
+	s.startDispatcher(t)
+	counts := s.finalStates(t, ids)
+	if counts[call.StatusOK] != 4 {
+		t.Fatalf("final states %v, want 4 ok", counts)
+	}
+	s.assertNothingLeft(t, "2.75")
+}
+
+// TestExternalNATSRestart: with an external NATS server, the server restarts while calls run.
+func TestExternalNATSRestart(t *testing.T) {
+	storeDir := t.TempDir()
+	port := freePort(t)
+	startNATS := func() *proc {
+		p := start(t, "nats-server", "-js", "-sd", storeDir, "-a", "127.0.0.1", "-p", fmt.Sprint(port))
+		waitFor(t, 30*time.Second, "nats-server listening", func() bool {
+			c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+			if err == nil {
+				c.Close()
+			}
+			return err == nil
+		})
+		return p
+	}
+	nats := startNATS()
+	s := startStackWith(t, stackOptions{policy: permissivePolicy, workerConfig: faultWorkerConfig, extraConfig: faultQueueConfig,
+		natsURL: fmt.Sprintf("nats://127.0.0.1:%d", port)})
+	ids := s.submit(t, 4, "2.5")
+	s.waitRunning(t, 4)
+	nats.stop(t)
+	time.Sleep(time.Second) // the outage: the server is down for this long
+	startNATS()
+	counts := s.finalStates(t, ids)
+	if counts[call.StatusOK] != 4 {
+		t.Fatalf("final states %v, want 4 ok", counts)
+	}
+	// Calls accepted after the restart run too.
+	if r := s.shell(t, "dev-token", "faults", "echo after", nil); r.result(t).Stdout != "after\n" {
+		t.Fatalf("after restart: %s", r.body)
+	}
+	s.assertNothingLeft(t, "2.5")
+}
+
+// TestContainerdDiesUnderWorker: the worker's private containerd is killed while calls run. Those calls end
+// once (with an error), containerd comes back, and the worker serves again with nothing left behind.
+func TestContainerdDiesUnderWorker(t *testing.T) {
+	s := startStackWith(t, stackOptions{policy: permissivePolicy, workerConfig: faultWorkerConfig, extraConfig: faultQueueConfig})
+	ids := s.submit(t, 3, "43.5")
+	s.waitRunning(t, 3)
+	config := filepath.Join(s.dataDir, "w", "containerd", "config.toml")
+	pids := processesWith("--config " + config)
+	if len(pids) != 1 {
+		t.Fatalf("found %d private containerd processes: %v", len(pids), pids)
+	}
+	var pid int
+	fmt.Sscan(pids[0], &pid)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	s.worker.waitLog(t, "restarted private containerd", 30*time.Second)
+	counts := s.finalStates(t, ids)
+	t.Logf("final states after containerd died: %v", counts)
+	total := 0
+	for st, n := range counts {
+		if !st.Terminal() {
+			t.Errorf("%d calls in non-final state %s", n, st)
+		}
+		total += n
+	}
+	if total != 3 || counts[call.StatusOK] == 3 {
+		t.Fatalf("final states %v: the calls cannot have finished normally", counts)
+	}
+	s.assertNothingLeft(t, "43.5")
+	if r := s.shell(t, "dev-token", "faults", "echo back", nil); r.result(t).Stdout != "back\n" {
+		t.Fatalf("after containerd restart: %s", r.body)
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
