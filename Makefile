@@ -26,6 +26,7 @@ run: deps build
 test: deps
 	$(GO) vet $(PKGS)
 	@bash scripts/check-fmt.sh
+	@bash scripts/check-observability.sh
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
 ## test-unit: the tests that need neither root nor containerd
@@ -39,6 +40,7 @@ bench: deps
 lint:
 	$(GO) vet $(PKGS)
 	@bash scripts/check-fmt.sh
+	@bash scripts/check-observability.sh
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

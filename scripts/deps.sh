@@ -6,6 +6,7 @@ command -v containerd >/dev/null || missing+=(containerd)
 command -v containerd-shim-runc-v2 >/dev/null || missing+=(containerd)
 command -v runc >/dev/null || missing+=(runc)
 command -v curl >/dev/null || missing+=(curl)
+command -v promtool >/dev/null || missing+=(prometheus)   # promtool checks the metrics and alert rules
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi
@@ -13,10 +14,14 @@ if [ "$(id -u)" != 0 ]; then
   echo "toolpool needs ${missing[*]}: run as root, or install them: apt-get install containerd runc" >&2
   exit 1
 fi
-echo "installing containerd and runc from Debian's packages..." >&2
+echo "installing ${missing[*]} from Debian's packages..." >&2
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-apt-get install -y -qq --no-install-recommends containerd runc curl ca-certificates >/dev/null
-# The package's own containerd service is not ours: toolpool's worker runs a private one.
+apt-get install -y -qq --no-install-recommends containerd runc curl ca-certificates prometheus >/dev/null
+# Only promtool is wanted from the prometheus package: do not leave its server running on a systemd host.
+if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
+  systemctl disable --now prometheus prometheus-node-exporter >/dev/null 2>&1 || true
+fi
+# The containerd package's own service is not used: toolpool's worker runs a private containerd.
 containerd --version >&2
 runc --version | head -1 >&2

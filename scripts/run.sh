@@ -13,13 +13,14 @@ export TOOLPOOL_TOKEN=${TOOLPOOL_TOKEN:-dev}
 mkdir -p "$DATA"
 
 # http_ok HOST PORT PATH: true when the endpoint answers 200 (bash only: a fresh machine may lack curl).
+# It runs in a subshell so that its redirections never touch the script's own descriptors.
 http_ok() {
-  local line
-  exec 3<>"/dev/tcp/$1/$2" 2>/dev/null || return 1
-  printf 'GET %s HTTP/1.0\r\nHost: %s\r\n\r\n' "$3" "$1" >&3
-  read -r -t 2 line <&3 || true
-  exec 3<&- 3>&-
-  [[ "$line" == *" 200 "* ]]
+  (
+    exec 3<>"/dev/tcp/$1/$2" || exit 1
+    printf 'GET %s HTTP/1.0\r\nHost: %s\r\n\r\n' "$3" "$1" >&3
+    read -r -t 2 line <&3 || exit 1
+    [[ "$line" == *" 200 "* ]]
+  ) 2>/dev/null
 }
 
 pids=()
@@ -31,7 +32,7 @@ stop() {
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
   echo "stopped." >&2
 }
-trap stop INT TERM EXIT
+trap stop INT TERM HUP EXIT
 
 bin/dispatcher --dev-tenant --listen "$LISTEN" --data-dir "$DATA/dispatcher" --nats-listen 127.0.0.1:4222 2> >(tee -a "$DATA/dispatcher.log" >&2) &
 pids+=($!)
@@ -39,7 +40,7 @@ for _ in $(seq 1 100); do
   http_ok "${LISTEN%:*}" "${LISTEN##*:}" /healthz && break
   sleep 0.1
 done
-bin/worker --data-dir "$DATA/worker" --nats-url nats://127.0.0.1:4222 --listen 127.0.0.1:9091 2> >(tee -a "$DATA/worker.log" >&2) &
+bin/worker --data-dir "$DATA/worker" --nats-url nats://127.0.0.1:4222 --listen 127.0.0.1:9091 --drain-timeout 10s 2> >(tee -a "$DATA/worker.log" >&2) &
 pids+=($!)
 for _ in $(seq 1 200); do
   http_ok 127.0.0.1 9091 /readyz && break

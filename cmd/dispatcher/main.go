@@ -17,13 +17,16 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/toolpool/toolpool/internal/audit"
 	"github.com/toolpool/toolpool/internal/dispatcher"
+	"github.com/toolpool/toolpool/internal/metrics"
 	"github.com/toolpool/toolpool/internal/policy"
 	"github.com/toolpool/toolpool/internal/queue/jetstream"
 	"github.com/toolpool/toolpool/internal/tools"
+	"github.com/toolpool/toolpool/internal/tracing"
 )
 
 // config is the dispatcher's whole configuration: defaults, then the YAML file, then flags, then Validate.
@@ -38,6 +41,7 @@ type config struct {
 	LogLevel   string            `yaml:"log_level"`
 	API        dispatcher.Config `yaml:"api"`
 	Queue      jetstream.Config  `yaml:"queue"`
+	Metrics    metrics.Options   `yaml:"metrics"`
 	Tools      struct {
 		Custom []tools.CustomTool `yaml:"custom"`
 	} `yaml:"tools"`
@@ -47,6 +51,7 @@ func defaults() config {
 	return config{
 		Listen: "127.0.0.1:8080", DataDir: "/var/lib/toolpool/dispatcher", NATSListen: "127.0.0.1:4222",
 		NATSSync: "always", LogLevel: "info", API: dispatcher.DefaultConfig(), Queue: jetstream.DefaultConfig(),
+		Metrics: metrics.Options{TenantLabel: true, MaxTenants: metrics.DefaultMaxTenants},
 	}
 }
 
@@ -135,10 +140,23 @@ func run(args []string) error {
 	}
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(cfg.LogLevel))
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("component", "dispatcher")
+	log := slog.New(tracing.LogHandler(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))).With("component", "dispatcher")
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
+
+	// Tracing is off (no-op, no cost) unless an OTEL_* exporter variable is set.
+	shutdownTracing, err := tracing.Setup(ctx, "toolpool-dispatcher", tracing.WithLogger(log))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = shutdownTracing(sctx)
+	}()
+	promReg := prometheus.NewRegistry()
+	dm := metrics.NewDispatcher(promReg, cfg.Metrics)
 
 	reg, err := tools.NewRegistry(cfg.Tools.Custom...)
 	if err != nil {
@@ -170,12 +188,22 @@ func run(args []string) error {
 		return err
 	}
 	defer conn.Close()
+	dm.WatchNATS(conn.Ready)
+	dm.WatchQueue(func(ctx context.Context) (uint64, time.Duration, error) {
+		st, err := conn.State(ctx)
+		return st.Pending, st.OldestAge, err
+	})
+	dm.WatchApprovals(func(ctx context.Context) (int, error) {
+		p, err := conn.ListPending(ctx, "*")
+		return len(p), err
+	})
 
 	// Policy: hot-reloaded from its file; approve-always rules are shared by every replica through NATS.
 	pstore := policy.NewStore(pol, policy.KnownTools(reg.Names()...))
 	if cfg.PolicyFile != "" {
 		go func() {
 			_ = pstore.Watch(ctx, cfg.PolicyFile, 2*time.Second, func(err error) {
+				dm.PolicyReload(err)
 				if err != nil {
 					log.Error("reload policy: keeping the previous one", "file", cfg.PolicyFile, "error", err)
 					return
@@ -206,22 +234,33 @@ func run(args []string) error {
 		}
 	}
 
-	store := audit.Wrap(conn, conn, func(err error) { log.Warn("write audit event", "error", err) })
+	// The call store, decorated: audit log, then metrics, then tracing (outermost).
+	audited := audit.Wrap(conn, conn, func(err error) { log.Warn("write audit event", "error", err) })
 	api, err := dispatcher.New(cfg.API,
-		dispatcher.Deps{Store: store, Publisher: conn, Tools: reg, Policy: pstore, Approvals: conn, Log: log},
+		dispatcher.Deps{
+			Store:     tracing.TraceStore(metrics.ObserveStore(audited, dm)),
+			Publisher: tracing.TracePublisher(conn),
+			Tools:     reg,
+			Policy:    tracing.TracePolicy(pstore),
+			Approvals: conn,
+			Log:       log,
+		},
 		dispatcher.WithReadyChecks(conn.Ready),
-		dispatcher.WithAudit(conn, store),
+		dispatcher.WithAudit(conn, audited),
 		dispatcher.WithRuleBook(pstore, persistRules),
 	)
 	if err != nil {
 		return err
 	}
+	root := http.NewServeMux()
+	root.Handle("GET /metrics", metrics.Handler(promReg))
+	root.Handle("/", tracing.HTTPHandler(dm.InstrumentHTTP(api.Handler())))
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	srv := &http.Server{
-		Handler:           api.Handler(),
+		Handler:           root,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       60 * time.Second,
 		IdleTimeout:       120 * time.Second,

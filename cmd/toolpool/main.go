@@ -37,6 +37,8 @@ usage:
   toolpool approvals approve ID [--always --prefix 'git push']   approve one (and, with --always, like it)
   toolpool approvals deny ID                              deny one
   toolpool audit [--since 1h] [--limit N] [--json]        the tenant's audit log
+  toolpool bench [--concurrency 4] [--rate R] [--duration 30s] [--mix shell=8,list=1]
+                                                          load test: throughput, latency, final states
 
 Arguments: key=value passes a string; key:=value passes raw JSON (numbers, booleans, arrays).
   toolpool call run_shell command='ls -la'
@@ -72,6 +74,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdApprovals(c, args[1:], stdout)
 	case "audit":
 		err = cmdAudit(c, args[1:], stdout)
+	case "bench":
+		err = cmdBench(c, args[1:], stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

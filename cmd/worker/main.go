@@ -20,32 +20,36 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/toolpool/toolpool/internal/audit"
+	"github.com/toolpool/toolpool/internal/metrics"
 	"github.com/toolpool/toolpool/internal/queue/jetstream"
 	"github.com/toolpool/toolpool/internal/sandbox/containerd"
 	"github.com/toolpool/toolpool/internal/tools"
+	"github.com/toolpool/toolpool/internal/tracing"
 	"github.com/toolpool/toolpool/internal/worker"
 )
 
 // config is the worker's whole configuration: defaults, then the YAML file, then flags, then Validate.
 type config struct {
-	ID                string        `yaml:"id"`
-	NATSURL           string        `yaml:"nats_url"`
-	ContainerdAddress string        `yaml:"containerd_address"`
-	ContainerdBinary  string        `yaml:"containerd_binary"`
-	Namespace         string        `yaml:"namespace"`
-	Runtime           string        `yaml:"runtime"`
-	DataDir           string        `yaml:"data_dir"`
-	WorkspacesDir     string        `yaml:"workspaces_dir"`
-	Slots             int           `yaml:"slots"`
-	Listen            string        `yaml:"listen"`
-	UID               uint32        `yaml:"uid"`
-	GID               uint32        `yaml:"gid"`
-	Heartbeat         time.Duration `yaml:"heartbeat"`
-	DrainTimeout      time.Duration `yaml:"drain_timeout"`
-	LogLevel          string        `yaml:"log_level"`
+	ID                string          `yaml:"id"`
+	NATSURL           string          `yaml:"nats_url"`
+	ContainerdAddress string          `yaml:"containerd_address"`
+	ContainerdBinary  string          `yaml:"containerd_binary"`
+	Namespace         string          `yaml:"namespace"`
+	Runtime           string          `yaml:"runtime"`
+	DataDir           string          `yaml:"data_dir"`
+	WorkspacesDir     string          `yaml:"workspaces_dir"`
+	Slots             int             `yaml:"slots"`
+	Listen            string          `yaml:"listen"`
+	UID               uint32          `yaml:"uid"`
+	GID               uint32          `yaml:"gid"`
+	Heartbeat         time.Duration   `yaml:"heartbeat"`
+	DrainTimeout      time.Duration   `yaml:"drain_timeout"`
+	Metrics           metrics.Options `yaml:"metrics"`
+	LogLevel          string          `yaml:"log_level"`
 	Tools             struct {
 		Custom []tools.CustomTool `yaml:"custom"`
 	} `yaml:"tools"`
@@ -57,6 +61,7 @@ func defaults() config {
 		ID: "worker-" + host, NATSURL: "nats://127.0.0.1:4222", Namespace: "toolpool", Runtime: "io.containerd.runc.v2",
 		DataDir: "/var/lib/toolpool/worker", Slots: 4, Listen: "127.0.0.1:9091", UID: 65532, GID: 65532,
 		Heartbeat: 5 * time.Second, DrainTimeout: 30 * time.Second, LogLevel: "info",
+		Metrics: metrics.Options{TenantLabel: true, MaxTenants: metrics.DefaultMaxTenants},
 	}
 }
 
@@ -180,10 +185,34 @@ func run(args []string) (retErr error) {
 		return err
 	}
 	level, _ := parseLevel(cfg.LogLevel)
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("worker", cfg.ID)
+	log := slog.New(tracing.LogHandler(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))).With("worker", cfg.ID)
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	// The first SIGINT, SIGTERM or SIGHUP drains; a second one kills the running calls at once.
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(signals)
+	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
+	secondSignal := make(chan struct{})
+	go func() {
+		<-signals
+		stop()
+		<-signals
+		close(secondSignal)
+	}()
+
+	// Tracing is off (no-op, no cost) unless an OTEL_* exporter variable is set.
+	shutdownTracing, err := tracing.Setup(ctx, "toolpool-worker", tracing.WithLogger(log))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = shutdownTracing(sctx)
+	}()
+	promReg := prometheus.NewRegistry()
+	wm := metrics.NewWorker(promReg, cfg.Metrics)
 
 	address := cfg.ContainerdAddress
 	var daemon *supervisedDaemon
@@ -236,16 +265,23 @@ func run(args []string) (retErr error) {
 		return err
 	}
 	defer conn.Close()
+	wm.WatchNATS(conn.Ready)
+	wm.WatchContainerd(rt.Ready)
 
+	// The decorators, innermost first: audit log and metrics on the store, tracing outermost; metrics and
+	// tracing on the runtime.
+	store := tracing.TraceWorkerStore(metrics.ObserveWorkerStore(
+		audit.Wrap(conn, conn, func(err error) { log.Warn("write audit event", "error", err) }), wm))
 	w, err := worker.New(worker.Config{
 		ID: cfg.ID, WorkspacesDir: cfg.WorkspacesDir, RunnerBinary: runner, UID: int(cfg.UID), GID: int(cfg.GID),
 		Heartbeat: cfg.Heartbeat,
-	}, rt, audit.Wrap(conn, conn, func(err error) { log.Warn("write audit event", "error", err) }), reg, log)
+	}, tracing.TraceRuntime(metrics.ObserveRuntime(rt, wm)), store, reg, log)
 	if err != nil {
 		return err
 	}
 
 	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", metrics.Handler(promReg))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if err := errors.Join(rt.Ready(r.Context()), conn.Ready(r.Context())); err != nil {
@@ -279,10 +315,13 @@ func run(args []string) (retErr error) {
 		case <-time.After(cfg.DrainTimeout):
 			log.Warn("drain timeout: killing the calls still running")
 			cancelRun()
+		case <-secondSignal:
+			log.Warn("second signal: killing the calls still running")
+			cancelRun()
 		case <-consumed:
 		}
 	}()
-	err = conn.ConsumeWith(ctx, runCtx, cfg.Slots, w.Handle)
+	err = conn.ConsumeWith(ctx, runCtx, cfg.Slots, metrics.InstrumentHandler(cfg.Slots, tracing.TraceHandler(w.Handle), wm))
 	close(consumed)
 	log.Info("worker stopped")
 	return err

@@ -25,6 +25,7 @@ import (
 	"github.com/toolpool/toolpool/internal/policy"
 	"github.com/toolpool/toolpool/internal/queue"
 	"github.com/toolpool/toolpool/internal/tools"
+	"github.com/toolpool/toolpool/internal/tracing"
 )
 
 // Store is the durable record of each call.
@@ -194,6 +195,8 @@ func (s *Server) auth(next http.HandlerFunc) http.Handler {
 			writeError(w, http.StatusUnauthorized, "unauthorized", "send your token as 'Authorization: Bearer TOKEN'")
 			return
 		}
+		_, span := tracing.Start(r.Context(), "authenticate")
+		defer tracing.End(span, nil)
 		sum := sha256.Sum256([]byte(token))
 		var found principal
 		matched := 0
@@ -207,6 +210,7 @@ func (s *Server) auth(next http.HandlerFunc) http.Handler {
 			writeError(w, http.StatusUnauthorized, "unauthorized", "the bearer token is not known: check TOOLPOOL_TOKEN or the dispatcher's tenants config")
 			return
 		}
+		span.End() // the decision, record and publish spans are its siblings, not its children
 		next(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, found)))
 	})
 }
@@ -351,8 +355,9 @@ func (s *Server) admit(ctx context.Context, p principal, req *callRequest) (*cal
 	})
 	c := &call.Call{
 		ID: call.NewID(), Tenant: p.tenant, Workspace: req.Workspace, Tool: tool.Name, Args: req.Args,
-		CreatedAt: s.now().UTC(),
-		Decision:  &call.Decision{Action: string(dec.Action), Rule: dec.Rule, Reason: dec.Reason},
+		CreatedAt:   s.now().UTC(),
+		Decision:    &call.Decision{Action: string(dec.Action), Rule: dec.Rule, Reason: dec.Reason},
+		TraceParent: tracing.Inject(ctx),
 	}
 	c.ArgsDigest = argsDigest(req.Args)
 	if req.IdempotencyKey != "" {
@@ -427,7 +432,7 @@ func (s *Server) accept(ctx context.Context, c *call.Call, dec policy.Decision) 
 				return rec.Result, nil
 			}
 		}
-		s.log.Error("record call", "call_id", c.ID, "error", err)
+		s.log.ErrorContext(ctx, "record call", "call_id", c.ID, "error", err)
 		return nil, &requestError{code: http.StatusServiceUnavailable, typ: call.ErrInternal, msg: "toolpool could not record the call; retry with the same idempotency_key"}
 	}
 	if res.Status == call.StatusPendingApproval {
@@ -451,7 +456,7 @@ func (s *Server) accept(ctx context.Context, c *call.Call, dec policy.Decision) 
 			rerr = &requestError{code: http.StatusTooManyRequests, typ: call.ErrQuota, retryAfter: 5,
 				msg: fmt.Sprintf("tenant %s has as many calls queued and running as it may; wait for some to finish and retry", c.Tenant)}
 		} else {
-			s.log.Error("publish call", "call_id", c.ID, "error", err)
+			s.log.ErrorContext(ctx, "publish call", "call_id", c.ID, "error", err)
 		}
 		// The call was not accepted: close its record so that nothing waits for it.
 		res.Fail(call.StatusError, rerr.typ, "not accepted: "+rerr.msg)

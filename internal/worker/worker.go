@@ -143,8 +143,8 @@ func (w *Worker) Handle(ctx context.Context, d queue.Delivery) {
 		log.Warn("settle delivery", "error", err)
 	}
 	if res != nil {
-		log.Info("call finished", "status", res.Status, "exit_code", res.ExitCode, "total_ms", res.Timing.TotalMS,
-			"sandbox_ms", res.Timing.SandboxMS, "run_ms", res.Timing.RunMS, "trace_id", res.TraceID)
+		log.InfoContext(ctx, "call finished", "status", res.Status, "exit_code", res.ExitCode, "total_ms", res.Timing.TotalMS,
+			"sandbox_ms", res.Timing.SandboxMS, "run_ms", res.Timing.RunMS)
 	}
 }
 
@@ -241,7 +241,7 @@ func (w *Worker) process(ctx context.Context, c *call.Call, attempt uint64) (set
 	}
 	if errors.Is(runErr, sandbox.ErrNotStarted) && ctx.Err() == nil && cause == nil {
 		// Nothing ran: hand it back as queued for this or another worker.
-		w.log.Warn("call did not start; offering it again", "call_id", c.ID, "attempt", attempt, "error", runErr)
+		w.log.WarnContext(ctx, "call did not start; offering it again", "call_id", c.ID, "attempt", attempt, "error", runErr)
 		r.Status, r.Worker, r.StartedAt, r.LeaseUntil = call.StatusQueued, "", time.Time{}, time.Time{}
 		_, _ = w.store.Update(storeCtx, r, claim.rev)
 		return settleRetry, nil
@@ -377,7 +377,7 @@ func (w *Worker) record(ctx context.Context, r *call.Result, rev uint64) (settle
 		}
 		if errors.Is(err, queue.ErrConflict) || w.now().After(deadline) {
 			if !errors.Is(err, queue.ErrConflict) {
-				w.log.Error("record result", "call_id", r.ID, "error", err)
+				w.log.ErrorContext(ctx, "record result", "call_id", r.ID, "error", err)
 			}
 			return settleRetry, nil
 		}

@@ -566,25 +566,49 @@ func (d delivery) Nak(ctx context.Context, delay time.Duration) error {
 }
 func (d delivery) Term(ctx context.Context, reason string) error { return d.msg.TermWithReason(reason) }
 
-// QueueState is the depth of the calls stream and the age of its oldest message.
+// QueueState is the number of calls waiting for a worker (delivered and running calls not counted) and
+// the age of the oldest of them.
 type QueueState struct {
 	Pending   uint64
 	OldestAge time.Duration
 }
 
-// State reads the queue's depth and the age of its oldest pending call.
+// State reads the queue's depth and the age of its oldest waiting call from JetStream: per tenant, the
+// undelivered count of its consumer (or every message, when no worker made the consumer yet) and the
+// first message past what the consumer delivered. It costs a few API calls per tenant with calls.
 func (c *Conn) State(ctx context.Context) (QueueState, error) {
 	s, err := c.js.Stream(ctx, c.cfg.Stream)
 	if err != nil {
 		return QueueState{}, fmt.Errorf("get stream %s: %w", c.cfg.Stream, err)
 	}
-	info, err := s.Info(ctx)
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(c.cfg.SubjectPrefix+".*"))
 	if err != nil {
 		return QueueState{}, fmt.Errorf("read stream %s: %w", c.cfg.Stream, err)
 	}
-	st := QueueState{Pending: info.State.Msgs}
-	if info.State.Msgs > 0 && !info.State.FirstTime.IsZero() {
-		st.OldestAge = time.Since(info.State.FirstTime)
+	consumers := map[string]*jetstream.ConsumerInfo{}
+	lister := s.ListConsumers(ctx)
+	for ci := range lister.Info() {
+		if ci.Config.FilterSubject != "" {
+			consumers[ci.Config.FilterSubject] = ci
+		}
+	}
+	if err := lister.Err(); err != nil {
+		return QueueState{}, fmt.Errorf("list consumers: %w", err)
+	}
+	var st QueueState
+	now := time.Now()
+	for subj, count := range info.State.Subjects {
+		pending, from := count, uint64(1)
+		if ci, ok := consumers[subj]; ok {
+			pending, from = ci.NumPending, ci.Delivered.Stream+1
+		}
+		if pending == 0 {
+			continue
+		}
+		st.Pending += pending
+		if msg, err := s.GetMsg(ctx, from, jetstream.WithGetMsgSubject(subj)); err == nil {
+			st.OldestAge = max(st.OldestAge, now.Sub(msg.Time))
+		}
 	}
 	return st, nil
 }

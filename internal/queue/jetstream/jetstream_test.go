@@ -207,3 +207,43 @@ func TestTenantQuota(t *testing.T) {
 		t.Fatalf("another tenant's publish: %v", err)
 	}
 }
+
+// TestStateCountsOnlyWaitingCalls: a delivered (running) call is not queue depth; waiting ones are, with
+// the oldest one's age.
+func TestStateCountsOnlyWaitingCalls(t *testing.T) {
+	c := connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for range 3 {
+		if err := c.Publish(ctx, &call.Call{ID: call.NewID(), Tenant: "t1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Publish(ctx, &call.Call{ID: call.NewID(), Tenant: "t2"}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.State(ctx)
+	if err != nil || st.Pending != 4 || st.OldestAge <= 0 {
+		t.Fatalf("before consuming: %+v %v", st, err)
+	}
+	// Take one call and hold it unacked: it is running, no longer waiting.
+	got := make(chan struct{})
+	release := make(chan struct{})
+	consumeCtx, stop := context.WithCancel(ctx)
+	done := make(chan error)
+	go func() {
+		done <- c.Consume(consumeCtx, 1, func(ctx context.Context, d queue.Delivery) {
+			close(got)
+			<-release
+			d.Ack(context.WithoutCancel(ctx))
+		})
+	}()
+	<-got
+	st, err = c.State(ctx)
+	if err != nil || st.Pending != 3 {
+		t.Fatalf("with one running: %+v %v", st, err)
+	}
+	stop()
+	close(release)
+	<-done
+}
