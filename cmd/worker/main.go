@@ -28,6 +28,7 @@ import (
 	"github.com/toolpool/toolpool/internal/queue/jetstream"
 	"github.com/toolpool/toolpool/internal/sandbox/containerd"
 	"github.com/toolpool/toolpool/internal/tools"
+	"github.com/toolpool/toolpool/internal/tools/egress"
 	"github.com/toolpool/toolpool/internal/tracing"
 	"github.com/toolpool/toolpool/internal/worker"
 )
@@ -49,8 +50,10 @@ type config struct {
 	Heartbeat         time.Duration   `yaml:"heartbeat"`
 	DrainTimeout      time.Duration   `yaml:"drain_timeout"`
 	Metrics           metrics.Options `yaml:"metrics"`
-	LogLevel          string          `yaml:"log_level"`
-	Tools             struct {
+	// Egress are the base rules of every web_fetch (denied domains, allowed ports).
+	Egress   egress.Rules `yaml:"egress"`
+	LogLevel string       `yaml:"log_level"`
+	Tools    struct {
 		Custom []tools.CustomTool `yaml:"custom"`
 	} `yaml:"tools"`
 }
@@ -246,8 +249,13 @@ func run(args []string) (retErr error) {
 		// and once it is back, whatever they left is removed.
 		go daemon.Supervise(ctx, removeOrphans)
 	}
-	if err := rt.EnsureMountPoint(tools.RunnerPath, false); err != nil {
-		return err
+	for _, p := range []string{tools.RunnerPath, tools.EgressSocket} {
+		if err := rt.EnsureMountPoint(p, false); err != nil {
+			return err
+		}
+	}
+	if err := cfg.Egress.Validate(); err != nil {
+		return fmt.Errorf("egress rules: %w", err)
 	}
 	runner, err := os.Executable()
 	if err != nil {
@@ -274,7 +282,7 @@ func run(args []string) (retErr error) {
 		audit.Wrap(conn, conn, func(err error) { log.Warn("write audit event", "error", err) }), wm))
 	w, err := worker.New(worker.Config{
 		ID: cfg.ID, WorkspacesDir: cfg.WorkspacesDir, RunnerBinary: runner, UID: int(cfg.UID), GID: int(cfg.GID),
-		Heartbeat: cfg.Heartbeat,
+		Heartbeat: cfg.Heartbeat, EgressDir: filepath.Join(cfg.DataDir, "egress"), EgressRules: cfg.Egress,
 	}, tracing.TraceRuntime(metrics.ObserveRuntime(rt, wm)), store, reg, log)
 	if err != nil {
 		return err

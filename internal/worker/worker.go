@@ -17,6 +17,7 @@ import (
 	"github.com/toolpool/toolpool/internal/queue"
 	"github.com/toolpool/toolpool/internal/sandbox"
 	"github.com/toolpool/toolpool/internal/tools"
+	"github.com/toolpool/toolpool/internal/tools/egress"
 )
 
 // Store is the durable record of each call, updated by compare-and-set.
@@ -45,6 +46,10 @@ type Config struct {
 	// Lease is how long a claim on a running call lasts without renewal; the worker renews it every
 	// Heartbeat, so it must be several heartbeats long.
 	Lease time.Duration
+	// EgressDir holds the per-call egress proxy sockets; EgressRules are the operator's base rules for
+	// every fetch (denied domains, allowed ports), which policy's domain allowlist narrows per call.
+	EgressDir   string
+	EgressRules egress.Rules
 	// MaxAttempts is the delivery after which a call that still cannot start is given up with an error;
 	// keep it below the queue's max deliveries so the worker, not the server, settles it.
 	MaxAttempts uint64
@@ -420,6 +425,14 @@ func (w *Worker) run(ctx context.Context, c *call.Call) (runOutcome, error) {
 	}
 	if inv.Runner {
 		spec.Mounts = append(spec.Mounts, sandbox.Mount{Source: w.cfg.RunnerBinary, Destination: tools.RunnerPath})
+	}
+	if inv.Egress {
+		socket, stop, err := w.serveEgress(ctx, c)
+		if err != nil {
+			return runOutcome{}, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
+		}
+		defer stop()
+		spec.Mounts = append(spec.Mounts, sandbox.Mount{Source: socket, Destination: tools.EgressSocket})
 	}
 	out, err := w.runtime.Run(ctx, spec)
 	return runOutcome{tool: tool, out: out, timeout: timeout}, err

@@ -136,6 +136,17 @@ func TestEndToEnd(t *testing.T) {
 		}
 	})
 
+	t.Run("web_fetch goes through the egress proxy, which refuses private addresses", func(t *testing.T) {
+		for _, url := range []string{s.url + "/healthz", "http://169.254.169.254/latest/meta-data/", "http://[::1]:4222/"} {
+			r := s.do(t, http.MethodPost, "/v1/calls", "dev-token", map[string]any{"tool": "web_fetch", "workspace": "ws1",
+				"args": map[string]any{"url": url}})
+			res := r.result(t)
+			if res.Status != call.StatusError || res.Error == nil || !strings.Contains(res.Output, "the egress proxy refused the destination") {
+				t.Fatalf("%s: HTTP %d %s", url, r.code, r.body)
+			}
+		}
+	})
+
 	t.Run("unknown call is 404", func(t *testing.T) {
 		if r := s.do(t, http.MethodGet, "/v1/calls/c_nope", "dev-token", nil); r.code != http.StatusNotFound {
 			t.Fatalf("HTTP %d: %s", r.code, r.body)
