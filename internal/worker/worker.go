@@ -159,18 +159,25 @@ func (w *Worker) heartbeat(ctx context.Context, d queue.Delivery) (stop func()) 
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(w.cfg.Heartbeat)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				_ = d.InProgress(ctx)
-			}
-		}
+		w.every(ctx, func() bool { _ = d.InProgress(ctx); return true })
 	}()
 	return func() { cancel(); <-done }
+}
+
+// every runs fn once per heartbeat until ctx ends or fn returns false. It blocks.
+func (w *Worker) every(ctx context.Context, fn func() bool) {
+	t := time.NewTicker(w.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if !fn() {
+				return
+			}
+		}
+	}
 }
 
 // Why a running call's context was cancelled.
@@ -288,45 +295,7 @@ func (w *Worker) guard(ctx context.Context, cancel context.CancelCauseFunc, cl *
 	wg.Add(2)
 	go func() { // renew
 		defer wg.Done()
-		t := time.NewTicker(w.cfg.Heartbeat)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			cl.mu.Lock()
-			r := *cl.result
-			r.LeaseUntil = w.now().Add(w.cfg.Lease)
-			rev, err := w.store.Update(ctx, &r, cl.rev)
-			if err == nil {
-				cl.rev = rev
-				cl.mu.Unlock()
-				continue
-			}
-			cl.mu.Unlock()
-			if !errors.Is(err, queue.ErrConflict) {
-				continue // transient: the lease has room for a few misses
-			}
-			cur, gerr := w.store.Get(ctx, r.ID)
-			switch {
-			case gerr != nil:
-			case cur.Result.Worker != w.cfg.ID || cur.Result.Status != call.StatusRunning:
-				cancel(errFenced)
-				return
-			case cur.Result.CancelRequested:
-				cancel(errCancelRequested)
-				cl.mu.Lock()
-				cl.rev = cur.Revision
-				cl.mu.Unlock()
-				return
-			default:
-				cl.mu.Lock()
-				cl.rev = cur.Revision
-				cl.mu.Unlock()
-			}
-		}
+		w.every(ctx, func() bool { return w.renew(ctx, cancel, cl) })
 	}()
 	go func() { // watch for a cancel request, to act within a second rather than a heartbeat
 		defer wg.Done()
@@ -372,6 +341,36 @@ const recordRetryFor = 2 * time.Minute
 
 // record writes r at revision rev. A conflict returns settleRetry at once for the caller to decide; any
 // other error is retried with backoff for recordRetryFor, so that a store outage does not lose a result.
+// renew extends the claim's lease by one compare-and-set. It returns false, after cancelling the run,
+// when the record is no longer this worker's (errFenced) or a cancel was requested (errCancelRequested).
+func (w *Worker) renew(ctx context.Context, cancel context.CancelCauseFunc, cl *claim) bool {
+	cl.mu.Lock()
+	r := *cl.result
+	r.LeaseUntil = w.now().Add(w.cfg.Lease)
+	rev, err := w.store.Update(ctx, &r, cl.rev)
+	if err == nil {
+		cl.rev = rev
+	}
+	cl.mu.Unlock()
+	if err == nil || !errors.Is(err, queue.ErrConflict) {
+		return true // renewed, or a transient failure the lease has room for
+	}
+	cur, err := w.store.Get(ctx, r.ID)
+	switch {
+	case err != nil:
+		return true
+	case cur.Result.Worker != w.cfg.ID || cur.Result.Status != call.StatusRunning:
+		cancel(errFenced)
+		return false
+	case cur.Result.CancelRequested:
+		cancel(errCancelRequested)
+	}
+	cl.mu.Lock()
+	cl.rev = cur.Revision
+	cl.mu.Unlock()
+	return !cur.Result.CancelRequested
+}
+
 func (w *Worker) record(ctx context.Context, r *call.Result, rev uint64) (settle, *call.Result) {
 	deadline := w.now().Add(recordRetryFor)
 	backoff := 50 * time.Millisecond
