@@ -6,7 +6,7 @@ GOFLAGS_BUILD := -trimpath -ldflags "-s -w"
 PKGS := ./...
 TEST_TIMEOUT ?= 40m
 
-.PHONY: all deps build run test test-unit bench lint fmt clean
+.PHONY: all deps build run test test-unit bench lint helm fmt clean
 
 all: build
 
@@ -27,6 +27,7 @@ test: deps
 	$(GO) vet $(PKGS)
 	@bash scripts/check-fmt.sh
 	@bash scripts/check-observability.sh
+	@bash scripts/check-helm.sh
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
 ## test-unit: the tests that need neither root nor containerd
@@ -41,6 +42,11 @@ lint:
 	$(GO) vet $(PKGS)
 	@bash scripts/check-fmt.sh
 	@bash scripts/check-observability.sh
+	@bash scripts/check-helm.sh
+
+## helm: lint, render and strictly validate the Helm chart; lint the Dockerfiles (helm is built once from the Go module proxy)
+helm:
+	@bash scripts/check-helm.sh
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

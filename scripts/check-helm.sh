@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Checks the Helm chart deploy/helm/toolpool offline:
+# Checks the Helm chart deploy/helm/toolpool and the Dockerfiles offline:
+#   0. the Dockerfiles parse with BuildKit's parser and pass its instruction checks and ours (deploy/docker/lint);
 #   1. the chart's copies of the alert rules and the dashboard match deploy/prometheus and deploy/grafana;
 #   2. the validator's own tests (it must catch a misspelt field, a wrong type, a dangling reference, ...);
 #   3. helm lint --strict and helm template for the default values and every ci/*.yaml values file;
@@ -78,6 +79,13 @@ $GO -C "$VALIDATE_DIR" vet ./...
 $GO -C "$VALIDATE_DIR" test -count=1 ./...
 VALIDATE=$WORK/validate
 $GO -C "$VALIDATE_DIR" build -o "$VALIDATE" .
+
+# --- the Dockerfiles (no Docker engine here: parsed and checked, not built) ----------------------------
+step "Dockerfiles: BuildKit's parser and instruction checks, build context, USER, ENTRYPOINT, OCI labels"
+$GO -C deploy/docker/lint vet ./...
+$GO -C deploy/docker/lint test -count=1 ./...
+$GO -C deploy/docker/lint build -o "$WORK/dockerfile-lint" .
+"$WORK/dockerfile-lint" -context . deploy/docker/*.Dockerfile
 
 # --- lint, template, validate for each values file ----------------------------------------------------
 values_files=("" "$CHART"/ci/*.yaml)
