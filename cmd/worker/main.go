@@ -49,6 +49,7 @@ type config struct {
 	GID               uint32          `yaml:"gid"`
 	Heartbeat         time.Duration   `yaml:"heartbeat"`
 	DrainTimeout      time.Duration   `yaml:"drain_timeout"`
+	WorkspaceQuota    int64           `yaml:"workspace_quota"`
 	Metrics           metrics.Options `yaml:"metrics"`
 	// Egress are the base rules of every web_fetch (denied domains, allowed ports).
 	Egress   egress.Rules `yaml:"egress"`
@@ -63,7 +64,7 @@ func defaults() config {
 	return config{
 		ID: "worker-" + host, NATSURL: "nats://127.0.0.1:4222", Namespace: "toolpool", Runtime: "io.containerd.runc.v2",
 		DataDir: "/var/lib/toolpool/worker", Slots: 4, Listen: "127.0.0.1:9091", UID: 65532, GID: 65532,
-		Heartbeat: 5 * time.Second, DrainTimeout: 30 * time.Second, LogLevel: "info",
+		Heartbeat: 5 * time.Second, DrainTimeout: 30 * time.Second, LogLevel: "info", WorkspaceQuota: 1 << 30,
 		Metrics: metrics.Options{TenantLabel: true, MaxTenants: metrics.DefaultMaxTenants},
 	}
 }
@@ -126,6 +127,7 @@ func loadConfig(fs *flag.FlagSet, args []string) (config, error) {
 	listen := fs.String("listen", "", "address for /metrics, /healthz and /readyz (default 127.0.0.1:9091)")
 	logLevel := fs.String("log-level", "", "debug, info, warn or error")
 	drain := fs.Duration("drain-timeout", 0, "on SIGTERM, how long running calls may finish before they are killed (default 30s)")
+	wsQuota := fs.Int64("workspace-quota", 0, "most bytes one workspace may use (default 1 GiB; -1: no quota)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -154,6 +156,12 @@ func loadConfig(fs *flag.FlagSet, args []string) (config, error) {
 	}
 	if set["drain-timeout"] {
 		cfg.DrainTimeout = *drain
+	}
+	if set["workspace-quota"] {
+		cfg.WorkspaceQuota = *wsQuota
+	}
+	if cfg.WorkspaceQuota < 0 {
+		cfg.WorkspaceQuota = 0
 	}
 	if abs, err := filepath.Abs(cfg.DataDir); err == nil {
 		cfg.DataDir = abs
@@ -236,6 +244,9 @@ func run(args []string) (retErr error) {
 		return err
 	}
 	defer rt.Close()
+	for _, msg := range rt.Warnings() {
+		log.Warn("sandbox runtime needs attention", "warning", msg)
+	}
 	removeOrphans := func() {
 		if n, err := rt.RemoveOrphans(ctx); err != nil {
 			log.Warn("remove orphan containers", "error", err)
@@ -282,7 +293,7 @@ func run(args []string) (retErr error) {
 		audit.Wrap(conn, conn, func(err error) { log.Warn("write audit event", "error", err) }), wm))
 	w, err := worker.New(worker.Config{
 		ID: cfg.ID, WorkspacesDir: cfg.WorkspacesDir, RunnerBinary: runner, UID: int(cfg.UID), GID: int(cfg.GID),
-		Heartbeat: cfg.Heartbeat, EgressDir: filepath.Join(cfg.DataDir, "egress"), EgressRules: cfg.Egress,
+		Heartbeat: cfg.Heartbeat, WorkspaceQuota: cfg.WorkspaceQuota, EgressDir: filepath.Join(cfg.DataDir, "egress"), EgressRules: cfg.Egress,
 	}, tracing.TraceRuntime(metrics.ObserveRuntime(rt, wm)), store, reg, log)
 	if err != nil {
 		return err

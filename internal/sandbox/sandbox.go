@@ -21,20 +21,24 @@ type Mount struct {
 }
 
 // Spec describes one process to run in one fresh container. The runtime adds its hardened defaults (non-root
-// user, no capabilities, no_new_privs, seccomp, read-only root, private namespaces); nothing in a Spec can
-// remove them.
+// user, no capabilities, no_new_privs, seccomp, read-only root, masked /proc and /sys paths, private
+// namespaces, the standard devices only; docs/security.md); nothing in a Spec can remove them.
 type Spec struct {
 	// ID names the container; it must be unique among running containers (the call id is).
 	ID   string
 	Argv []string
 	Env  []string // KEY=VALUE, added to the runtime's base environment
-	// Cwd is an absolute path inside the container; empty means /workspace.
+	// Cwd is a clean absolute path, /workspace or beneath it; empty means /workspace. The runtime never lets
+	// the OCI runtime resolve it (the workspace is shared and writable): the process starts in /workspace
+	// and enters Cwd itself, as the sandbox user.
 	Cwd   string
 	Stdin []byte
-	// WorkspaceDir is the host directory mounted read-write at /workspace.
+	// WorkspaceDir is the host directory mounted read-write at /workspace: a clean absolute path to a real
+	// directory (a symlink there is refused, not followed).
 	WorkspaceDir string
-	Mounts       []Mount
-	Limits       Limits
+	// Mounts land under /.toolpool only, and never inside another writable mount.
+	Mounts []Mount
+	Limits Limits
 	// Image, when set, names an OCI image in the runtime's store to use as the root filesystem instead of
 	// the read-only view of the host's system directories.
 	Image string
@@ -49,20 +53,35 @@ type Limits struct {
 	CPUMillis   int64 // thousandths of a CPU
 	NoFile      uint64
 	TmpBytes    int64 // size of the tmpfs at /tmp
-	Network     bool  // egress granted: the container shares no network, this only keeps loopback today
+	// WorkspaceBytes is the workspace's quota: the disk space (allocated blocks, as du counts them) the whole
+	// tree under WorkspaceDir may use. The runtime caps any one file at it (RLIMIT_FSIZE, SIGXFSZ), measures
+	// the tree while the call runs and kills the call when it grows past the quota (QuotaExceeded), and
+	// reports the final size. A running call can overshoot by what it writes in one measuring interval. Zero
+	// means the runtime's default; a negative value turns the quota off (measuring and capping alike).
+	WorkspaceBytes int64
+	Network        bool // egress granted: the container shares no network, this only keeps loopback today
 }
 
 // Outcome is how the process ended and what it printed.
 type Outcome struct {
-	ExitCode  int
-	Signal    string // the signal that ended the process, if one did ("SIGKILL")
-	TimedOut  bool
+	ExitCode int
+	Signal   string // the signal that ended the process, if one did ("SIGKILL")
+	TimedOut bool
+	// OOMKilled reports that the kernel's OOM killer killed a process of the call because the container
+	// reached its memory limit (the process that died need not be the first one).
 	OOMKilled bool
-	Stdout    Captured
-	Stderr    Captured
+	// QuotaExceeded reports that the workspace grew past Limits.WorkspaceBytes while the call ran (the call
+	// was then killed) or was over it when the call ended. A single file stops at the quota: its writer gets
+	// SIGXFSZ, which is Signal when the writer was the call's own process.
+	QuotaExceeded bool
+	Stdout        Captured
+	Stderr        Captured
 	// MaxRSSBytes is the peak memory of the container's cgroup; CPUTime its CPU time.
 	MaxRSSBytes int64
 	CPUTime     time.Duration
+	// WorkspaceBytes is the workspace's size on disk when the call ended, measured without following
+	// symlinks; -1 when there is no workspace, no quota to measure it for, or it could not be measured.
+	WorkspaceBytes int64
 	// SandboxTime covers creating and starting the container, RunTime the process's life and CleanupTime
 	// the teardown.
 	SandboxTime time.Duration

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path"
 	"sync"
 	"time"
@@ -46,6 +45,8 @@ type Config struct {
 	// Lease is how long a claim on a running call lasts without renewal; the worker renews it every
 	// Heartbeat, so it must be several heartbeats long.
 	Lease time.Duration
+	// WorkspaceQuota is the most disk space one workspace may use; 0 means no quota.
+	WorkspaceQuota int64
 	// EgressDir holds the per-call egress proxy sockets; EgressRules are the operator's base rules for
 	// every fetch (denied domains, allowed ports), which policy's domain allowlist narrows per call.
 	EgressDir   string
@@ -72,12 +73,13 @@ func (c *Config) Validate() error {
 
 // Worker runs delivered calls. Safe for concurrent use: Handle runs once per delivery, concurrently.
 type Worker struct {
-	cfg     Config
-	runtime sandbox.Runtime
-	store   Store
-	tools   *tools.Registry
-	log     *slog.Logger
-	now     func() time.Time
+	cfg        Config
+	runtime    sandbox.Runtime
+	store      Store
+	tools      *tools.Registry
+	log        *slog.Logger
+	now        func() time.Time
+	workspaces *Workspaces
 }
 
 // Option configures optional behaviour of a Worker.
@@ -100,14 +102,25 @@ func New(cfg Config, rt sandbox.Runtime, store Store, reg *tools.Registry, log *
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("validate worker config: %w", err)
 	}
-	if err := os.MkdirAll(cfg.WorkspacesDir, 0o755); err != nil {
-		return nil, fmt.Errorf("create workspaces dir: %w", err)
+	workspaces, err := NewWorkspaces(WorkspacesConfig{Dir: cfg.WorkspacesDir, UID: cfg.UID, GID: cfg.GID, Quota: cfg.WorkspaceQuota})
+	if err != nil {
+		return nil, err
 	}
-	w := &Worker{cfg: cfg, runtime: rt, store: store, tools: reg, log: log, now: time.Now}
+	w := &Worker{cfg: cfg, runtime: rt, store: store, tools: reg, log: log, now: time.Now, workspaces: workspaces}
 	for _, o := range opts {
 		o(w)
 	}
 	return w, nil
+}
+
+// mayRunOverQuota reports whether a tool may run in a workspace over its quota: those that read, search or
+// delete, and run_shell (so that files can be removed); never one that can only add data.
+func mayRunOverQuota(t *tools.Tool) bool {
+	switch t.Kind {
+	case tools.KindRead, tools.KindSearch, tools.KindDelete, tools.KindExecute, tools.KindFetch:
+		return !t.Custom
+	}
+	return false
 }
 
 // settle is the one decision of what happens to a delivery.
@@ -404,9 +417,21 @@ func (w *Worker) run(ctx context.Context, c *call.Call) (runOutcome, error) {
 	if err != nil {
 		return runOutcome{tool: tool, planErr: &call.ErrorInfo{Type: call.ErrInvalidParams, Message: err.Error()}}, nil
 	}
-	ws, err := w.prepareWorkspace(c.Tenant, c.Workspace)
-	if err != nil {
+	ws, err := w.workspaces.Prepare(c.Tenant, c.Workspace)
+	var over *QuotaError
+	switch {
+	case errors.As(err, &over) && !mayRunOverQuota(tool):
+		return runOutcome{tool: tool, planErr: &call.ErrorInfo{Type: call.ErrQuota, Message: over.Error() +
+			". Reading, searching, deleting and run_shell (for rm) still work."}}, nil
+	case err != nil && over == nil:
 		return runOutcome{}, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
+	}
+	quota := w.workspaces.Quota()
+	switch {
+	case quota == 0:
+		quota = -1 // no quota: the sandbox neither measures nor caps
+	case over != nil:
+		quota = max(ws.Bytes, 1) // over quota: the call may shrink the workspace, never grow it
 	}
 	timeout := time.Duration(c.Limits.TimeoutMS) * time.Millisecond
 	if inv.Timeout > 0 && (timeout == 0 || inv.Timeout < timeout) {
@@ -416,10 +441,10 @@ func (w *Worker) run(ctx context.Context, c *call.Call) (runOutcome, error) {
 		timeout = tool.DefaultTimeout
 	}
 	spec := sandbox.Spec{
-		ID: c.ID, Argv: inv.Argv, Env: inv.Env, Cwd: inv.Cwd, Stdin: inv.Stdin, WorkspaceDir: ws, Image: inv.Image,
+		ID: c.ID, Argv: inv.Argv, Env: inv.Env, Cwd: inv.Cwd, Stdin: inv.Stdin, WorkspaceDir: ws.Dir, Image: inv.Image,
 		Limits: sandbox.Limits{
 			Timeout: timeout, OutputBytes: c.Limits.OutputBytes, MemoryBytes: c.Limits.MemoryBytes,
-			PIDs: c.Limits.PIDs, CPUMillis: c.Limits.CPUMillis, Network: c.Limits.Network,
+			PIDs: c.Limits.PIDs, CPUMillis: c.Limits.CPUMillis, Network: c.Limits.Network, WorkspaceBytes: quota,
 		},
 	}
 	if inv.Runner {
@@ -456,6 +481,9 @@ func (w *Worker) complete(r *call.Result, c *call.Call, ro runOutcome, runErr, c
 	r.Timing.SandboxMS = o.SandboxTime.Milliseconds()
 	r.Timing.RunMS = o.RunTime.Milliseconds()
 	r.Usage = call.Usage{MaxRSSBytes: o.MaxRSSBytes, CPUMS: o.CPUTime.Milliseconds(), WallMS: o.RunTime.Milliseconds(), Signal: o.Signal}
+	if o.WorkspaceBytes >= 0 {
+		r.Usage.WorkspaceBytes = o.WorkspaceBytes
+	}
 	if ro.tool != nil {
 		ro.tool.Finish(tools.Run{
 			Stdout: []byte(o.Stdout.String()), Stderr: []byte(o.Stderr.String()),
@@ -482,6 +510,11 @@ func (w *Worker) complete(r *call.Result, c *call.Call, ro runOutcome, runErr, c
 		r.Status = call.StatusTimeout
 		r.Error = &call.ErrorInfo{Type: call.ErrTimeout, Message: fmt.Sprintf("the call ran past its timeout of %s and every process of it was killed; what it printed before is above. Use a longer timeout_ms or a faster command.", ro.timeout)}
 		r.Output += "\n[timed out: " + r.Error.Message + "]"
+	case o.QuotaExceeded:
+		r.Status = call.StatusError
+		r.Error = &call.ErrorInfo{Type: call.ErrQuota, Message: fmt.Sprintf("the workspace grew past its quota of %s (it uses %s) and the call was stopped; later calls that add files are refused until files are deleted to bring it under the quota",
+			formatBytes(w.workspaces.Quota()), formatBytes(o.WorkspaceBytes))}
+		r.Output += "\n[" + r.Error.Message + "]"
 	case o.OOMKilled:
 		r.Status = call.StatusError
 		r.Error = &call.ErrorInfo{Type: call.ErrOOM, Message: fmt.Sprintf("the call ran out of memory (peak %d MiB) and was killed; use less memory, or process the data in smaller pieces", o.MaxRSSBytes>>20)}

@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/containerd/containerd/cio"
 	"github.com/containerd/containerd/errdefs"
 	"github.com/containerd/containerd/namespaces"
+	"github.com/containerd/containerd/snapshots"
 	"github.com/containerd/typeurl/v2"
 
 	"github.com/toolpool/toolpool/internal/sandbox"
@@ -34,14 +36,21 @@ type Config struct {
 	// Namespace is the containerd namespace of toolpool's containers.
 	Namespace string
 	// RuntimeName is the containerd runtime handler: io.containerd.runc.v2 (default), or another shim such
-	// as io.containerd.runsc.v1 (gVisor) or io.containerd.kata.v2.
+	// as io.containerd.runsc.v1 (gVisor) or io.containerd.kata.v2. docs/security.md says what each adds.
 	RuntimeName string
+	// RuntimeBinary is the OCI runtime executable the runc shim runs, for New's version check; empty means
+	// "runc" on PATH, which is what the shim runs unless containerd's config says otherwise.
+	RuntimeBinary string
 	// StateDir holds the prepared root filesystem and the per-call FIFOs; the worker owns it.
 	StateDir string
 	// UID and GID run every sandbox process.
 	UID, GID uint32
 	// Defaults fill the zero fields of a Spec's Limits.
 	Defaults sandbox.Limits
+	// Ceiling caps every Spec's Limits, whatever the caller asked for: the runtime's own bound for when
+	// policy is wrong. A zero field sets no ceiling for that limit. A workspace quota cannot be turned off
+	// (negative WorkspaceBytes) when Ceiling.WorkspaceBytes is set.
+	Ceiling sandbox.Limits
 	// WorkerID labels the containers this runtime creates, so that cleanup after a crash finds only its own.
 	WorkerID string
 }
@@ -55,6 +64,8 @@ var DefaultLimits = sandbox.Limits{
 	CPUMillis:   1000,
 	NoFile:      1024,
 	TmpBytes:    256 << 20,
+	// WorkspaceBytes is the workspace quota.
+	WorkspaceBytes: 1 << 30,
 }
 
 // Validate checks the configuration.
@@ -74,23 +85,35 @@ func (c *Config) Validate() error {
 
 const (
 	labelWorker = "toolpool.worker"
+	// rootfsPrefix names the host-view roots in StateDir: rootfs.<start time in ns>.
+	rootfsPrefix = "rootfs."
 	// ioDrainTimeout bounds how long Run waits, after the process exited, for the last output to arrive.
 	ioDrainTimeout = 5 * time.Second
 	// cleanupTimeout bounds each teardown, which runs on a fresh context so that a cancelled call still
 	// leaves nothing behind.
 	cleanupTimeout = 30 * time.Second
+	// quotaInterval is the shortest pause between two measurements of a running call's workspace; a
+	// workspace that takes long to measure is measured less often (quotaIntervalFactor times its
+	// measuring time, at most quotaMaxInterval), so that measuring never costs more than a few percent.
+	quotaInterval       = 500 * time.Millisecond
+	quotaIntervalFactor = 20
+	quotaMaxInterval    = 10 * time.Second
 )
 
 // Runtime runs sandbox.Specs in containerd containers. It implements sandbox.Runtime.
 type Runtime struct {
-	cfg    Config
-	client *containerd.Client
-	rootfs *hostRootFS
-	fifos  string
+	cfg      Config
+	client   *containerd.Client
+	rootfs   *hostRootFS
+	fifos    string
+	warnings []string
+
+	mu     sync.Mutex
+	active map[string]bool // ids of the calls Run is running, which RemoveOrphans leaves alone
 }
 
-// New connects to containerd and prepares the host-view root. The caller owns the Runtime and must Close
-// it; Close does not stop containerd.
+// New connects to containerd, prepares the host-view root and checks the OCI runtime's version (see
+// Warnings). The caller owns the Runtime and must Close it; Close does not stop containerd.
 func New(ctx context.Context, cfg Config) (_ *Runtime, retErr error) {
 	if cfg.RuntimeName == "" {
 		cfg.RuntimeName = "io.containerd.runc.v2"
@@ -111,7 +134,10 @@ func New(ctx context.Context, cfg Config) (_ *Runtime, retErr error) {
 	if _, err := client.Version(ctx); err != nil {
 		return nil, fmt.Errorf("query containerd version at %s: %w", cfg.Address, err)
 	}
-	rootfs, err := prepareHostRootFS(filepath.Join(cfg.StateDir, "rootfs"), cfg.UID, cfg.GID)
+	// A fresh root for every Runtime: a crashed worker's containers may still be running (or, worse, being
+	// created by runc, which writes mount points into its root) on the old one until RemoveOrphans has
+	// removed them, and then it removes the old roots too.
+	rootfs, err := prepareHostRootFS(filepath.Join(cfg.StateDir, fmt.Sprintf("%s%d", rootfsPrefix, time.Now().UnixNano())), cfg.UID, cfg.GID)
 	if err != nil {
 		return nil, fmt.Errorf("prepare host root: %w", err)
 	}
@@ -119,8 +145,13 @@ func New(ctx context.Context, cfg Config) (_ *Runtime, retErr error) {
 	if err := os.MkdirAll(fifos, 0o700); err != nil {
 		return nil, fmt.Errorf("create fifo dir: %w", err)
 	}
-	return &Runtime{cfg: cfg, client: client, rootfs: rootfs, fifos: fifos}, nil
+	warnings := runtimeWarnings(ctx, cfg.RuntimeName, cfg.RuntimeBinary)
+	return &Runtime{cfg: cfg, client: client, rootfs: rootfs, fifos: fifos, warnings: warnings, active: map[string]bool{}}, nil
 }
+
+// Warnings returns what New found that an operator should fix but that does not stop the worker, such as a
+// runc older than MinRuncVersion. The caller logs them.
+func (r *Runtime) Warnings() []string { return slices.Clone(r.warnings) }
 
 // Close releases the connection to containerd. It is idempotent.
 func (r *Runtime) Close() error {
@@ -166,14 +197,48 @@ func mergeLimits(l, def sandbox.Limits) sandbox.Limits {
 	if l.NoFile == 0 {
 		l.NoFile = def.NoFile
 	}
+	if l.WorkspaceBytes == 0 {
+		l.WorkspaceBytes = def.WorkspaceBytes
+	}
 	return l
 }
 
-// Run implements sandbox.Runtime.
+// capLimits lowers every limit of l to its ceiling in c (zero: no ceiling).
+func capLimits(l, c sandbox.Limits) sandbox.Limits {
+	low := func(v, ceiling int64) int64 {
+		if ceiling > 0 && (v <= 0 || v > ceiling) {
+			return ceiling
+		}
+		return v
+	}
+	l.Timeout = time.Duration(low(int64(l.Timeout), int64(c.Timeout)))
+	l.OutputBytes = low(l.OutputBytes, c.OutputBytes)
+	l.MemoryBytes = low(l.MemoryBytes, c.MemoryBytes)
+	l.PIDs = low(l.PIDs, c.PIDs)
+	l.CPUMillis = low(l.CPUMillis, c.CPUMillis)
+	l.TmpBytes = low(l.TmpBytes, c.TmpBytes)
+	l.WorkspaceBytes = low(l.WorkspaceBytes, c.WorkspaceBytes)
+	if c.NoFile > 0 && l.NoFile > c.NoFile {
+		l.NoFile = c.NoFile
+	}
+	return l
+}
+
+// Run implements sandbox.Runtime. Limits are the Spec's, with Config.Defaults for zero fields, capped by
+// Config.Ceiling.
 func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (out sandbox.Outcome, retErr error) {
-	lim := mergeLimits(spec.Limits, r.cfg.Defaults)
+	lim := capLimits(mergeLimits(spec.Limits, r.cfg.Defaults), r.cfg.Ceiling)
 	ctx = namespaces.WithNamespace(ctx, r.cfg.Namespace)
 	began := time.Now()
+	out.WorkspaceBytes = -1
+	if err := r.begin(spec.ID); err != nil {
+		return out, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
+	}
+	defer r.end(spec.ID)
+	cwd, err := checkCwd(spec.Cwd)
+	if err != nil {
+		return out, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
+	}
 
 	mounts := r.rootfs.mounts
 	rootPath := r.rootfs.path
@@ -187,13 +252,18 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (out sandbox.Outco
 			return out, fmt.Errorf("%w: get image %s: %w", sandbox.ErrNotStarted, spec.Image, err)
 		}
 		mounts, rootPath = nil, ""
-		containerOpts = append(containerOpts, containerd.WithNewSnapshot(spec.ID, img))
+		containerOpts = append(containerOpts, containerd.WithNewSnapshot(spec.ID, img,
+			snapshots.WithLabels(map[string]string{labelWorker: r.cfg.WorkerID})))
 	}
-	mounts, err := callMounts(mounts, spec, lim)
+	mounts, err = callMounts(mounts, spec, lim)
 	if err != nil {
 		return out, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
 	}
-	containerOpts = append(containerOpts, containerd.WithNewSpec(r.hardenedSpec(spec, lim, rootPath, mounts)...))
+	argv, cwd, err := processArgs(spec.Argv, cwd, spec.Image == "")
+	if err != nil {
+		return out, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
+	}
+	containerOpts = append(containerOpts, containerd.WithNewSpec(r.hardenedSpec(argv, cwd, spec, lim, rootPath, mounts)...))
 	container, err := r.client.NewContainer(ctx, spec.ID, containerOpts...)
 	if err != nil {
 		return out, fmt.Errorf("%w: create container %s: %w", sandbox.ErrNotStarted, spec.ID, err)
@@ -216,7 +286,7 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (out sandbox.Outco
 	var callIO cio.IO
 	creator := func(id string) (cio.IO, error) {
 		var err error
-		callIO, err = cio.NewCreator(cio.WithStreams(stdin, stdout, stderr), cio.WithFIFODir(r.fifos))(id)
+		callIO, err = cio.NewCreator(cio.WithStreams(stdin, stdout, stderr), cio.WithFIFODir(r.fifoDir(id)))(id)
 		return callIO, err
 	}
 	task, err = container.NewTask(ctx, creator)
@@ -249,16 +319,26 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (out sandbox.Outco
 
 	timer := time.NewTimer(lim.Timeout)
 	defer timer.Stop()
+	measure := lim.WorkspaceBytes > 0 && spec.WorkspaceDir != ""
+	var overQuota <-chan struct{}
+	stopWatch := func() {}
+	if measure {
+		overQuota, stopWatch = watchWorkspace(spec.WorkspaceDir, lim.WorkspaceBytes)
+	}
 	var status containerd.ExitStatus
 	select {
 	case status = <-exitCh:
 	case <-timer.C:
 		out.TimedOut = true
 		status, err = r.kill(ctx, task, exitCh)
+	case <-overQuota:
+		out.QuotaExceeded = true
+		status, err = r.kill(ctx, task, exitCh)
 	case <-ctx.Done():
 		status, err = r.kill(ctx, task, exitCh)
 		err = errors.Join(ctx.Err(), err)
 	}
+	stopWatch()
 	out.RunTime = time.Since(started)
 	// containerd's Delete cancels the IO copy before waiting for it, which drops whatever the FIFOs still
 	// hold. The shim closes its end once every writer in the container is gone, so wait for our copy to
@@ -272,8 +352,87 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (out sandbox.Outco
 	out.ExitCode = int(code)
 	out.Signal = signalName(code)
 	r.collectUsage(ctx, task, &out)
+	if !out.OOMKilled && !out.TimedOut && !out.QuotaExceeded && ctx.Err() == nil && out.Signal == "SIGKILL" &&
+		out.MaxRSSBytes >= lim.MemoryBytes-lim.MemoryBytes/16 {
+		// The cgroup's OOM counter is missing (an old kernel or shim): a SIGKILL nobody sent, at the
+		// limit, is the OOM killer's.
+		out.OOMKilled = true
+	}
+	if measure {
+		if n, merr := sandbox.DiskUsage(spec.WorkspaceDir); merr == nil {
+			out.WorkspaceBytes = n
+			out.QuotaExceeded = out.QuotaExceeded || n > lim.WorkspaceBytes
+		} else if errors.Is(merr, sandbox.ErrTreeTooDeep) {
+			out.WorkspaceBytes, out.QuotaExceeded = n, true
+		}
+	}
 	return out, err
 }
+
+// watchWorkspace measures dir until stop is called and closes the returned channel once it is over quota
+// (or too deep to measure, which fails closed). It measures no more often than quotaInterval and backs off
+// for trees that take long to measure. stop does not wait for a measurement in progress.
+func watchWorkspace(dir string, quota int64) (over <-chan struct{}, stop func()) {
+	ch := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		interval := quotaInterval
+		t := time.NewTimer(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			began := time.Now()
+			n, err := sandbox.DiskUsage(dir)
+			if n > quota || errors.Is(err, sandbox.ErrTreeTooDeep) {
+				close(ch)
+				return
+			}
+			interval = min(max(quotaInterval, quotaIntervalFactor*time.Since(began)), quotaMaxInterval)
+			t.Reset(interval)
+		}
+	}()
+	var once sync.Once
+	return ch, func() { once.Do(func() { close(done) }) }
+}
+
+// begin marks call id as running, so that RemoveOrphans leaves it alone, and creates its FIFO directory.
+func (r *Runtime) begin(id string) error {
+	if id == "" || id != filepath.Base(id) || id[0] == '.' {
+		return fmt.Errorf("call id %q: it must be a plain file name", id)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.active[id] {
+		return fmt.Errorf("call id %s: a call with this id is running", id)
+	}
+	if err := os.Mkdir(r.fifoDir(id), 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("create fifo dir: %w", err)
+	}
+	r.active[id] = true
+	return nil
+}
+
+// end removes call id's FIFO directory and forgets it.
+func (r *Runtime) end(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_ = os.RemoveAll(r.fifoDir(id))
+	delete(r.active, id)
+}
+
+// running reports whether Run is running call id.
+func (r *Runtime) running(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.active[id]
+}
+
+// fifoDir is where call id's FIFOs live (in a directory of their own that cio creates inside it).
+func (r *Runtime) fifoDir(id string) string { return filepath.Join(r.fifos, id) }
 
 // eofSignal closes done when its reader is exhausted.
 type eofSignal struct {
@@ -371,27 +530,6 @@ func (r *Runtime) remove(ctx context.Context, container containerd.Container, ta
 		errs = append(errs, fmt.Errorf("delete container %s: %w", container.ID(), err))
 	}
 	return errors.Join(errs...)
-}
-
-// RemoveOrphans deletes every container, with its task and snapshot, that a previous worker with the same
-// WorkerID left behind, and returns how many it removed. Call it before the first Run.
-func (r *Runtime) RemoveOrphans(ctx context.Context) (int, error) {
-	ctx = namespaces.WithNamespace(ctx, r.cfg.Namespace)
-	list, err := r.client.Containers(ctx, fmt.Sprintf("labels.%q==%s", labelWorker, r.cfg.WorkerID))
-	if err != nil {
-		return 0, fmt.Errorf("list orphan containers: %w", err)
-	}
-	var errs []error
-	for _, c := range list {
-		task, err := c.Task(ctx, nil)
-		if err != nil {
-			task = nil
-		}
-		if err := r.remove(ctx, c, task); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return len(list), errors.Join(errs...)
 }
 
 // Containers lists the ids of the containers this runtime's worker owns; tests use it to prove that nothing

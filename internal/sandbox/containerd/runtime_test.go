@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -16,7 +17,7 @@ import (
 )
 
 // workspace returns a host directory the sandbox user can write, as a worker prepares it.
-func workspace(t *testing.T) string {
+func workspace(t testing.TB) string {
 	t.Helper()
 	dir := filepath.Join(ctrtest.ShortTempDir(t), "ws")
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -225,4 +226,23 @@ func TestNoLeaks(t *testing.T) {
 			t.Errorf("shim left running: %s", strings.ReplaceAll(string(b), "\x00", " "))
 		}
 	}
+}
+
+// TestWarnings checks that New reports the runc this host runs when it predates MinRuncVersion.
+func TestWarnings(t *testing.T) {
+	rt, _ := ctrtest.NewRuntime(t, containerd.Config{})
+	out, err := exec.Command("runc", "--version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var major, minor, patch int
+	if _, err := fmt.Sscanf(string(out), "runc version %d.%d.%d", &major, &minor, &patch); err != nil {
+		t.Fatalf("parse %q: %v", out, err)
+	}
+	old := major < 1 || major == 1 && (minor < 2 || minor == 2 && patch < 8 || minor == 3 && patch < 3)
+	w := rt.Warnings()
+	if old != (len(w) == 1 && strings.Contains(w[0], "CVE-2025-31133")) {
+		t.Errorf("runc %d.%d.%d: warnings %q", major, minor, patch, w)
+	}
+	t.Logf("warnings: %q", w)
 }

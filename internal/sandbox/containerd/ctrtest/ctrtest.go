@@ -64,11 +64,17 @@ func ShortTempDir(t testing.TB) string {
 // StartDaemon starts a private containerd under a fresh directory and stops it when the test ends.
 func StartDaemon(t testing.TB) *containerd.Daemon {
 	t.Helper()
+	return StartDaemonIn(t, filepath.Join(ShortTempDir(t), "ctd"))
+}
+
+// StartDaemonIn starts a private containerd in dir (which may hold an earlier daemon's state, to test
+// recovery after a crash) and stops it when the test ends.
+func StartDaemonIn(t testing.TB, dir string) *containerd.Daemon {
+	t.Helper()
 	Require(t)
-	dir := ShortTempDir(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	d, err := containerd.StartDaemon(ctx, containerd.DaemonConfig{Dir: filepath.Join(dir, "ctd")})
+	d, err := containerd.StartDaemon(ctx, containerd.DaemonConfig{Dir: dir})
 	if err != nil {
 		t.Fatalf("start containerd: %v", err)
 	}
@@ -83,6 +89,17 @@ func NewRuntime(t testing.TB, cfg containerd.Config) (*containerd.Runtime, *cont
 	d := StartDaemon(t)
 	if cfg.Address == "" {
 		cfg.Address = d.Address()
+	}
+	return NewRuntimeOn(t, cfg), d
+}
+
+// NewRuntimeOn returns a Runtime on the containerd at cfg.Address, closed when the test ends, with the
+// same defaults as NewRuntime. An empty cfg.RuntimeName is taken from TOOLPOOL_TEST_RUNTIME when set, so
+// that the sandbox suite can be run against another runtime handler (io.containerd.runsc.v1).
+func NewRuntimeOn(t testing.TB, cfg containerd.Config) *containerd.Runtime {
+	t.Helper()
+	if cfg.RuntimeName == "" {
+		cfg.RuntimeName = os.Getenv("TOOLPOOL_TEST_RUNTIME")
 	}
 	if cfg.StateDir == "" {
 		cfg.StateDir = filepath.Join(ShortTempDir(t), "state")
@@ -101,5 +118,5 @@ func NewRuntime(t testing.TB, cfg containerd.Config) (*containerd.Runtime, *cont
 		t.Fatalf("new runtime: %v", err)
 	}
 	t.Cleanup(func() { rt.Close() })
-	return rt, d
+	return rt
 }

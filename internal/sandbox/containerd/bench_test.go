@@ -1,0 +1,119 @@
+package containerd_test
+
+import (
+	"context"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	ctdclient "github.com/containerd/containerd"
+	"github.com/containerd/containerd/cio"
+	"github.com/containerd/containerd/namespaces"
+	"github.com/containerd/containerd/oci"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/toolpool/toolpool/internal/sandbox"
+	"github.com/toolpool/toolpool/internal/sandbox/containerd"
+	"github.com/toolpool/toolpool/internal/sandbox/containerd/ctrtest"
+)
+
+// BenchmarkSandbox runs `true` through Runtime.Run with every hardened default (and the workspace quota's
+// measurement), one call after another, and reports the p50/p95 of a whole call: create, start, wait and
+// cleanup. Compare with BenchmarkPlainContainerd in the same run.
+func BenchmarkSandbox(b *testing.B) {
+	rt, _ := ctrtest.NewRuntime(b, containerd.Config{})
+	ws := workspace(b)
+	run := func() {
+		out, err := rt.Run(context.Background(), sandbox.Spec{ID: newID("bench"), Argv: []string{"/bin/true"}, WorkspaceDir: ws,
+			Limits: sandbox.Limits{Timeout: 30 * time.Second}})
+		if err != nil || out.ExitCode != 0 {
+			b.Fatalf("Run: %v, exit %d", err, out.ExitCode)
+		}
+	}
+	run() // warm up: page in runc, the shim and the binaries
+	var ms []float64
+	b.ResetTimer()
+	for range b.N {
+		began := time.Now()
+		run()
+		ms = append(ms, float64(time.Since(began).Microseconds())/1000)
+	}
+	b.StopTimer()
+	reportPercentiles(b, ms)
+}
+
+// BenchmarkPlainContainerd does what BenchmarkSandbox does with the plain containerd client and none of
+// the hardening: a container with containerd's default spec on the same host-view root (bind-mounting /usr
+// so that /bin/true exists), a task with no IO, Wait, Start, the exit, and Delete with the container.
+func BenchmarkPlainContainerd(b *testing.B) {
+	stateDir := filepath.Join(ctrtest.ShortTempDir(b), "state")
+	_, d := ctrtest.NewRuntime(b, containerd.Config{StateDir: stateDir}) // prepares the same root
+	roots, _ := filepath.Glob(filepath.Join(stateDir, "rootfs.*"))
+	if len(roots) != 1 {
+		b.Fatalf("host-view roots: %v", roots)
+	}
+	client, err := ctdclient.New(d.Address())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer client.Close()
+	ctx := namespaces.WithNamespace(context.Background(), "toolpool-bench-plain")
+	run := func() {
+		id := newID("plain")
+		c, err := client.NewContainer(ctx, id, ctdclient.WithNewSpec(
+			oci.WithRootFSPath(roots[0]),
+			oci.WithProcessArgs("/bin/true"),
+			oci.WithMounts([]specs.Mount{{Type: "bind", Source: "/usr", Destination: "/usr", Options: []string{"rbind", "ro"}}}),
+		))
+		if err != nil {
+			b.Fatal(err)
+		}
+		task, err := c.NewTask(ctx, cio.NullIO)
+		if err != nil {
+			b.Fatal(err)
+		}
+		exit, err := task.Wait(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := task.Start(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if st := <-exit; st.ExitCode() != 0 {
+			b.Fatalf("exit %d", st.ExitCode())
+		}
+		if _, err := task.Delete(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if err := c.Delete(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	run()
+	var ms []float64
+	b.ResetTimer()
+	for range b.N {
+		began := time.Now()
+		run()
+		ms = append(ms, float64(time.Since(began).Microseconds())/1000)
+	}
+	b.StopTimer()
+	reportPercentiles(b, ms)
+}
+
+func reportPercentiles(b *testing.B, ms []float64) {
+	b.ReportMetric(percentile(ms, 50), "p50-ms")
+	b.ReportMetric(percentile(ms, 95), "p95-ms")
+}
+
+// percentile returns the p-th percentile (nearest rank) of xs.
+func percentile(xs []float64, p float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	i := int(float64(len(s))*p/100+0.5) - 1
+	return s[max(0, min(i, len(s)-1))]
+}

@@ -1,0 +1,320 @@
+package containerd
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/containerd/containerd/api/services/tasks/v1"
+	"github.com/containerd/containerd/errdefs"
+	"github.com/containerd/containerd/mount"
+	"github.com/containerd/containerd/namespaces"
+	"github.com/containerd/containerd/snapshots"
+)
+
+// RemoveOrphans deletes what an earlier worker with the same WorkerID and StateDir left behind when it
+// crashed (or what calls left when containerd died under them): its containers with their tasks (killing
+// every process still running) and snapshots, snapshots it created for a container it never recorded,
+// tasks whose container record is gone and shims containerd no longer knows, the task rootfs mounts and
+// cgroups of what it removes, the FIFO directories of its calls and the host-view roots of earlier
+// Runtimes. It returns how many containers it removed. Call it before the first Run; it is also safe while
+// calls run, because it leaves alone every call this Runtime is running (their own cleanup is theirs).
+// Other workers' containers (another WorkerID in the same namespace) are not touched.
+func (r *Runtime) RemoveOrphans(ctx context.Context) (int, error) {
+	ctx = namespaces.WithNamespace(ctx, r.cfg.Namespace)
+	list, err := r.client.Containers(ctx, fmt.Sprintf("labels.%q==%s", labelWorker, r.cfg.WorkerID))
+	if err != nil {
+		return 0, fmt.Errorf("list orphan containers: %w", err)
+	}
+	var errs []error
+	ids := make(map[string]bool, len(list))
+	removed := 0
+	for _, c := range list {
+		if r.running(c.ID()) {
+			continue
+		}
+		removed++
+		ids[c.ID()] = true
+		task, err := c.Task(ctx, nil)
+		if err != nil {
+			task = nil
+		}
+		if err := r.remove(ctx, c, task); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	swept, err := r.removeTasksWithoutContainers(ctx)
+	errs = append(errs, err)
+	for _, id := range swept {
+		ids[id] = true
+	}
+	errs = append(errs, r.removeOrphanSnapshots(ctx))
+	strays, err := r.removeStrayShims(ctx)
+	errs = append(errs, err)
+	for _, id := range strays {
+		ids[id] = true
+	}
+	for id := range ids {
+		errs = append(errs, r.removeTaskMounts(id), r.removeCgroups(id))
+	}
+	errs = append(errs, r.removeFIFODirs(), r.removeOldRoots())
+	return removed, errors.Join(errs...)
+}
+
+// removeTasksWithoutContainers kills and deletes the tasks in the namespace whose container record is gone:
+// a worker that dies while containerd is still creating a call's task can leave a task (and its shim and
+// processes) whose container was already deleted. No live worker owns such a task, whatever its WorkerID.
+func (r *Runtime) removeTasksWithoutContainers(ctx context.Context) ([]string, error) {
+	resp, err := r.client.TaskService().List(ctx, &tasks.ListTasksRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("list orphan tasks: %w", err)
+	}
+	var ids []string
+	var errs []error
+	for _, p := range resp.Tasks {
+		if r.running(p.ID) {
+			continue
+		}
+		if _, err := r.client.ContainerService().Get(ctx, p.ID); !errdefs.IsNotFound(err) {
+			continue
+		}
+		ids = append(ids, p.ID)
+		cctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+		_, _ = r.client.TaskService().Kill(cctx, &tasks.KillRequest{ContainerID: p.ID, Signal: uint32(syscall.SIGKILL), All: true})
+		_, err := r.client.TaskService().Delete(cctx, &tasks.DeleteTaskRequest{ContainerID: p.ID})
+		cancel()
+		if err != nil && !errdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete orphan task %s: %w", p.ID, err))
+		}
+	}
+	return ids, errors.Join(errs...)
+}
+
+// removeStrayShims kills the shims of this containerd and namespace that serve a task containerd no longer
+// knows: when a worker dies while containerd creates a task, containerd can give up on the task ("shim
+// disconnected") while the shim process lives on, holding the call's processes. It returns their ids.
+func (r *Runtime) removeStrayShims(ctx context.Context) ([]string, error) {
+	resp, err := r.client.TaskService().List(ctx, &tasks.ListTasksRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("list tasks: %w", err)
+	}
+	known := map[string]bool{}
+	for _, p := range resp.Tasks {
+		known[p.ID] = true
+	}
+	paths, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	var ids []string
+	var errs []error
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil || !strings.Contains(filepath.Base(string(b[:max(0, bytes.IndexByte(b, 0))])), "containerd-shim") {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		flag := func(name string) string {
+			for i := 1; i+1 < len(args); i++ {
+				if args[i] == name {
+					return args[i+1]
+				}
+			}
+			return ""
+		}
+		id := flag("-id")
+		if flag("-namespace") != r.cfg.Namespace || flag("-address") != r.cfg.Address || id == "" || known[id] || r.running(id) {
+			continue
+		}
+		if _, err := r.client.ContainerService().Get(ctx, id); !errdefs.IsNotFound(err) {
+			continue
+		}
+		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			errs = append(errs, fmt.Errorf("kill stray shim %d of %s: %w", pid, id, err))
+			continue
+		}
+		ids = append(ids, id)
+	}
+	return ids, errors.Join(errs...)
+}
+
+// removeOldRoots removes the host-view roots of earlier Runtimes on this StateDir.
+func (r *Runtime) removeOldRoots() error {
+	old, _ := filepath.Glob(filepath.Join(r.cfg.StateDir, "rootfs*"))
+	var errs []error
+	for _, dir := range old {
+		if dir == r.rootfs.path {
+			continue
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			errs = append(errs, fmt.Errorf("remove old root %s: %w", dir, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeOrphanSnapshots removes the snapshots labelled with this worker that no container uses any more.
+func (r *Runtime) removeOrphanSnapshots(ctx context.Context) error {
+	sn := r.client.SnapshotService(snapshotter)
+	var keys []string
+	err := sn.Walk(ctx, func(_ context.Context, info snapshots.Info) error {
+		keys = append(keys, info.Name)
+		return nil
+	}, fmt.Sprintf("labels.%q==%s", labelWorker, r.cfg.WorkerID))
+	if err != nil {
+		if errdefs.IsNotFound(err) || errdefs.IsNotImplemented(err) {
+			return nil // no overlayfs snapshotter: no image calls, no snapshots
+		}
+		return fmt.Errorf("list orphan snapshots: %w", err)
+	}
+	var errs []error
+	for _, k := range keys {
+		if r.running(k) {
+			continue // a call of ours is creating its container on it
+		}
+		if _, err := r.client.ContainerService().Get(ctx, k); err == nil {
+			continue // a live container still holds it
+		}
+		if err := sn.Remove(ctx, k); err != nil && !errdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("remove orphan snapshot %s: %w", k, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeTaskMounts unmounts what is still mounted for container id in the runtime's task directories (the
+// rootfs of an image call whose shim died), lazily, deepest first.
+func (r *Runtime) removeTaskMounts(id string) error {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return fmt.Errorf("read mountinfo: %w", err)
+	}
+	defer f.Close()
+	marker := "/" + r.cfg.Namespace + "/" + id + "/"
+	var points []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		p := unescapeMountPoint(fields[4])
+		if strings.Contains(p+"/", marker) && strings.Contains(p, "io.containerd.runtime.") {
+			points = append(points, p)
+		}
+	}
+	var errs []error
+	for i := len(points) - 1; i >= 0; i-- {
+		if err := mount.UnmountAll(points[i], mntDetach); err != nil {
+			errs = append(errs, fmt.Errorf("unmount orphan %s: %w", points[i], err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// mntDetach is MNT_DETACH: unmount now, release when no longer busy.
+const mntDetach = 0x2
+
+func unescapeMountPoint(s string) string {
+	return strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`).Replace(s)
+}
+
+// removeCgroups removes container id's cgroup directories, in every v1 hierarchy and in the v2 one, after
+// killing any process still in them (a container whose shim died can leave its processes running).
+func (r *Runtime) removeCgroups(id string) error {
+	rel := filepath.Join(r.cfg.Namespace, id)
+	candidates := []string{filepath.Join("/sys/fs/cgroup", rel), filepath.Join("/sys/fs/cgroup/unified", rel)}
+	if hier, err := os.ReadDir("/sys/fs/cgroup"); err == nil {
+		for _, h := range hier {
+			if h.IsDir() {
+				candidates = append(candidates, filepath.Join("/sys/fs/cgroup", h.Name(), rel))
+			}
+		}
+	}
+	var errs []error
+	for _, dir := range candidates {
+		if _, err := os.Stat(filepath.Join(dir, "cgroup.procs")); err != nil {
+			continue
+		}
+		if err := killCgroup(dir); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := removeCgroupDir(dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeCgroupDir removes an empty cgroup, waiting up to a few seconds while the kernel still counts
+// processes that were killed but not yet reaped (EBUSY).
+func removeCgroupDir(dir string) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := os.Remove(dir)
+		if err == nil || errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
+			return fmt.Errorf("remove orphan cgroup %s: %w", dir, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// removeFIFODirs empties the runtime's FIFO directory but for the calls it runs: each call's FIFOs live in
+// a directory named by its id, removed when the call ends, so whatever else is left belongs to calls of a
+// crashed worker.
+func (r *Runtime) removeFIFODirs() error {
+	entries, err := os.ReadDir(r.fifos)
+	if err != nil {
+		return fmt.Errorf("read fifo dir: %w", err)
+	}
+	var errs []error
+	for _, e := range entries {
+		if r.running(e.Name()) {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(r.fifos, e.Name())); err != nil {
+			errs = append(errs, fmt.Errorf("remove orphan fifos: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// killCgroup SIGKILLs every process in the cgroup dir until it is empty, for at most a few seconds.
+func killCgroup(dir string) error {
+	// cgroup v2 kills the whole cgroup at once; v1 has no such file and is killed one process at a time.
+	_ = os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return nil
+			}
+			return fmt.Errorf("read orphan cgroup %s: %w", dir, err)
+		}
+		pids := strings.Fields(string(b))
+		if len(pids) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("kill orphan cgroup %s: %d processes still in it", dir, len(pids))
+		}
+		for _, p := range pids {
+			if pid, err := strconv.Atoi(p); err == nil && pid > 0 {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

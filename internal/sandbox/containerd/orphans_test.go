@@ -1,0 +1,281 @@
+package containerd_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	ctdclient "github.com/containerd/containerd"
+	"github.com/containerd/containerd/namespaces"
+	"github.com/containerd/containerd/snapshots"
+
+	"github.com/toolpool/toolpool/internal/sandbox"
+	"github.com/toolpool/toolpool/internal/sandbox/containerd"
+	"github.com/toolpool/toolpool/internal/sandbox/containerd/ctrtest"
+)
+
+// The crash helper is this test binary run again as a worker that starts one call and is then SIGKILLed.
+const (
+	envCrashHelper = "TOOLPOOL_CRASH_HELPER"
+	envAddress     = "TOOLPOOL_CRASH_ADDRESS"
+	envStateDir    = "TOOLPOOL_CRASH_STATE"
+	envWorkspace   = "TOOLPOOL_CRASH_WS"
+	envCallID      = "TOOLPOOL_CRASH_ID"
+	envImage       = "TOOLPOOL_CRASH_IMAGE"
+)
+
+// TestMain runs this test binary as the crash helper when TestRemoveOrphansAfterCrash asks for one.
+func TestMain(m *testing.M) {
+	if os.Getenv(envCrashHelper) == "1" {
+		crashHelper()
+		os.Exit(1)
+	}
+	code := m.Run()
+	removeProbes()
+	os.Exit(code)
+}
+
+// crashHelper is a worker that starts a call that never ends; TestRemoveOrphansAfterCrash kills it mid-call.
+func crashHelper() {
+	rt, err := containerd.New(context.Background(), containerd.Config{
+		Address: os.Getenv(envAddress), Namespace: "toolpool-test", StateDir: os.Getenv(envStateDir),
+		UID: ctrtest.SandboxUID, GID: ctrtest.SandboxGID, WorkerID: "crash-worker",
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "crash helper:", err)
+		return
+	}
+	spec := sandbox.Spec{ID: os.Getenv(envCallID), WorkspaceDir: os.Getenv(envWorkspace), Limits: sandbox.Limits{Timeout: 10 * time.Minute}}
+	if img := os.Getenv(envImage); img != "" {
+		spec.Image = img
+		spec.Argv = []string{"/bin/probe", "mark_sleep", "/workspace/started", "4711"}
+	} else {
+		spec.Argv = []string{"/bin/sh", "-c", "echo started > /workspace/started; sleep 4711"}
+	}
+	_, err = rt.Run(context.Background(), spec)
+	fmt.Fprintf(os.Stderr, "crash helper: Run returned (%v); it should have been killed\n", err)
+}
+
+// TestRemoveOrphansAfterCrash kills a worker in the middle of a call (and, in some cases, its containerd
+// too), then starts a new Runtime on the same state and checks that RemoveOrphans leaves nothing of the
+// earlier call: no container, task, shim, process, cgroup, snapshot, mount or FIFO.
+func TestRemoveOrphansAfterCrash(t *testing.T) {
+	ctrtest.Require(t)
+	tests := []struct {
+		name         string
+		killDaemon   bool // the host lost containerd too (a private daemon dies with its worker)
+		image        bool // the call ran on an image root: a snapshot and a rootfs mount to clean up
+		concurrently bool // another worker's call in the same namespace must survive the cleanup
+		// early kills the worker as soon as the call's first process exists, while containerd may still be
+		// creating the task: the container record may be gone before the task is, or never get one.
+		early bool
+	}{
+		{name: "worker crash", concurrently: true},
+		{name: "worker crash while the task is created", early: true},
+		{name: "worker and containerd crash", killDaemon: true},
+		{name: "worker crash during an image call", image: true},
+		{name: "worker and containerd crash during an image call", killDaemon: true, image: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dataDir := ctrtest.ShortTempDir(t)
+			ctdDir := filepath.Join(dataDir, "ctd")
+			stateDir := filepath.Join(dataDir, "sandbox")
+			d := ctrtest.StartDaemonIn(t, ctdDir)
+			ws := workspace(t)
+			id := newID("crash")
+			var image string
+			if tt.image {
+				image = probeImage(t, d.Address())
+			}
+
+			var other *containerd.Runtime
+			otherDone := make(chan sandbox.Outcome, 1)
+			if tt.concurrently {
+				other = ctrtest.NewRuntimeOn(t, containerd.Config{Address: d.Address(), WorkerID: "other-worker"})
+				go func() {
+					out, _ := other.Run(context.Background(), shell(ws, "echo other > /workspace/other-started; sleep 3; echo survived", 20*time.Second))
+					otherDone <- out
+				}()
+			}
+
+			helper := exec.Command(os.Args[0])
+			helper.Env = append(os.Environ(), envCrashHelper+"=1", envAddress+"="+d.Address(), envStateDir+"="+stateDir,
+				envWorkspace+"="+ws, envCallID+"="+id, envImage+"="+image)
+			helper.Stdout, helper.Stderr = os.Stderr, os.Stderr
+			if err := helper.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { helper.Process.Kill(); helper.Wait() })
+			waitFor(t, 30*time.Second, "the crash helper's call to start", func() bool {
+				if tt.early {
+					b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/pids/toolpool-test", id, "cgroup.procs"))
+					return err == nil && len(strings.Fields(string(b))) > 0
+				}
+				_, err := os.Stat(filepath.Join(ws, "started"))
+				return err == nil
+			})
+			if err := helper.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			helper.Wait()
+
+			address := d.Address()
+			if tt.killDaemon {
+				ctx, cancel := context.WithCancel(context.Background())
+				cancel() // no grace: SIGTERM then SIGKILL at once
+				d.Stop(ctx)
+				d = ctrtest.StartDaemonIn(t, ctdDir)
+				address = d.Address()
+			}
+			rt := ctrtest.NewRuntimeOn(t, containerd.Config{Address: address, StateDir: stateDir, WorkerID: "crash-worker"})
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			n, err := rt.RemoveOrphans(ctx)
+			if err != nil {
+				t.Fatalf("RemoveOrphans: %v", err)
+			}
+			if n != 1 && !tt.early {
+				t.Errorf("removed %d containers, want 1", n)
+			}
+			if ids, err := rt.Containers(ctx); err != nil || len(ids) != 0 {
+				t.Errorf("containers left: %v %v", ids, err)
+			}
+			if dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*/toolpool-test", id)); len(dirs) > 0 {
+				t.Errorf("cgroups left: %v", dirs)
+			}
+			if entries, _ := os.ReadDir(filepath.Join(stateDir, "fifo")); len(entries) > 0 {
+				t.Errorf("fifo dirs left: %d", len(entries))
+			}
+			if mi, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mi), "/"+id+"/") {
+				t.Errorf("mounts of %s left", id)
+			}
+			if snaps := snapshotNames(t, address); slices.Contains(snaps, id) {
+				t.Errorf("the call's snapshot is left: %v", snaps)
+			}
+			t.Cleanup(func() {
+				if t.Failed() {
+					b, _ := os.ReadFile(filepath.Join(ctdDir, "containerd.log"))
+					t.Logf("containerd log:\n%s", b)
+				}
+			})
+			waitFor(t, 10*time.Second, "the shim of "+id+" to exit", func() bool { return !processWith("containerd-shim", "-id "+id+" ") })
+			if processWith("sleep 4711") {
+				t.Errorf("the call's process outlived the cleanup")
+			}
+			if tt.concurrently {
+				if out := <-otherDone; !strings.Contains(out.Stdout.String(), "survived") {
+					t.Errorf("another worker's call was disturbed: %+v", out)
+				}
+			}
+		})
+	}
+}
+
+// snapshotNames lists the overlayfs snapshots in the test namespace of the containerd at address.
+func snapshotNames(t *testing.T, address string) []string {
+	t.Helper()
+	client, err := ctdclient.New(address)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	ctx := namespaces.WithNamespace(context.Background(), "toolpool-test")
+	var names []string
+	err = client.SnapshotService("overlayfs").Walk(ctx, func(_ context.Context, info snapshots.Info) error {
+		names = append(names, info.Name)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
+// processWith reports whether a process on the host has every one of words in its command line.
+func processWith(words ...string) bool {
+	paths, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		cmd := strings.ReplaceAll(string(b), "\x00", " ")
+		if st, err := os.ReadFile(filepath.Join(filepath.Dir(p), "stat")); err == nil && strings.Contains(string(st), ") Z ") {
+			continue // a zombie holds nothing but its pid
+		}
+		all := true
+		for _, w := range words {
+			all = all && strings.Contains(cmd, w)
+		}
+		if all {
+			return true
+		}
+	}
+	return false
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRemoveOrphansSparesRunningCalls runs RemoveOrphans (as a worker does when its containerd comes back)
+// while calls of the same Runtime run, on the host root and on an image: they must finish untouched.
+func TestRemoveOrphansSparesRunningCalls(t *testing.T) {
+	rt, d := ctrtest.NewRuntime(t, containerd.Config{})
+	image := probeImage(t, d.Address())
+	specs := map[string]sandbox.Spec{
+		"host root": shell(workspace(t), "echo started > /workspace/started; sleep 1; echo survived", 20*time.Second),
+		"image": {ID: newID("img"), Image: image, WorkspaceDir: workspace(t), Argv: []string{"/bin/probe", "mark_sleep", "/workspace/started", "1"},
+			Limits: sandbox.Limits{Timeout: 20 * time.Second}},
+	}
+	type result struct {
+		name string
+		out  sandbox.Outcome
+		err  error
+	}
+	results := make(chan result, len(specs))
+	for name, spec := range specs {
+		go func() {
+			out, err := rt.Run(context.Background(), spec)
+			results <- result{name, out, err}
+		}()
+	}
+	for name, spec := range specs {
+		waitFor(t, 30*time.Second, name+" to start", func() bool {
+			_, err := os.Stat(filepath.Join(spec.WorkspaceDir, "started"))
+			return err == nil
+		})
+	}
+	n, err := rt.RemoveOrphans(context.Background())
+	if err != nil || n != 0 {
+		t.Errorf("RemoveOrphans = %d, %v; want 0 and no error", n, err)
+	}
+	for range specs {
+		r := <-results
+		if r.err != nil || r.out.ExitCode != 0 || r.out.TimedOut {
+			t.Errorf("%s: %v, exit %d, stderr %q", r.name, r.err, r.out.ExitCode, r.out.Stderr.String())
+		}
+		if r.name == "host root" && r.out.Stdout.String() != "survived\n" {
+			t.Errorf("%s: stdout %q", r.name, r.out.Stdout.String())
+		}
+	}
+	if ids, _ := rt.Containers(context.Background()); len(ids) != 0 {
+		t.Errorf("containers left: %v", ids)
+	}
+}
