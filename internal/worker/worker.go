@@ -142,7 +142,7 @@ func (w *Worker) Handle(ctx context.Context, d queue.Delivery) {
 		_ = d.Term(settleCtx, err.Error())
 		return
 	}
-	log := w.log.With("call_id", c.ID, "tenant", c.Tenant, "tool", c.Tool, "worker", w.cfg.ID)
+	log := w.log.With("call_id", c.ID, "tenant", c.Tenant, "tool", c.Tool)
 	stopBeat := w.heartbeat(ctx, d)
 	s, res := w.process(ctx, c, d.Attempt())
 	stopBeat()
