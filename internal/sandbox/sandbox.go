@@ -13,6 +13,10 @@ import (
 // be retried elsewhere.
 var ErrNotStarted = errors.New("process not started")
 
+// ErrNoProgram marks a Run error for a program that does not exist in the container's root filesystem:
+// nothing ran, and running it again elsewhere would fail the same way.
+var ErrNoProgram = errors.New("program not found in the sandbox")
+
 // Mount is an extra bind mount from the host into the container, always read-only unless Writable.
 type Mount struct {
 	Source      string // host path

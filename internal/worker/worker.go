@@ -4,6 +4,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -45,6 +46,9 @@ type Config struct {
 	// Lease is how long a claim on a running call lasts without renewal; the worker renews it every
 	// Heartbeat, so it must be several heartbeats long.
 	Lease time.Duration
+	// Image, when set, is the OCI image (in the runtime's store) that every call runs in, instead of the
+	// read-only view of the host's system directories; a custom tool's own image still wins.
+	Image string
 	// WorkspaceQuota is the most disk space one workspace may use; 0 means no quota.
 	WorkspaceQuota int64
 	// EgressDir holds the per-call egress proxy sockets; EgressRules are the operator's base rules for
@@ -111,6 +115,13 @@ func New(cfg Config, rt sandbox.Runtime, store Store, reg *tools.Registry, log *
 		o(w)
 	}
 	return w, nil
+}
+
+func firstArg(argv []string) string {
+	if len(argv) == 0 {
+		return ""
+	}
+	return argv[0]
 }
 
 // mayRunOverQuota reports whether a tool may run in a workspace over its quota: those that read, search or
@@ -441,7 +452,7 @@ func (w *Worker) run(ctx context.Context, c *call.Call) (runOutcome, error) {
 		timeout = tool.DefaultTimeout
 	}
 	spec := sandbox.Spec{
-		ID: c.ID, Argv: inv.Argv, Env: inv.Env, Cwd: inv.Cwd, Stdin: inv.Stdin, WorkspaceDir: ws.Dir, Image: inv.Image,
+		ID: c.ID, Argv: inv.Argv, Env: inv.Env, Cwd: inv.Cwd, Stdin: inv.Stdin, WorkspaceDir: ws.Dir, Image: cmp.Or(inv.Image, w.cfg.Image),
 		Limits: sandbox.Limits{
 			Timeout: timeout, OutputBytes: c.Limits.OutputBytes, MemoryBytes: c.Limits.MemoryBytes,
 			PIDs: c.Limits.PIDs, CPUMillis: c.Limits.CPUMillis, Network: c.Limits.Network, WorkspaceBytes: quota,
@@ -459,10 +470,11 @@ func (w *Worker) run(ctx context.Context, c *call.Call) (runOutcome, error) {
 		spec.Mounts = append(spec.Mounts, sandbox.Mount{Source: socket, Destination: tools.EgressSocket})
 	}
 	out, err := w.runtime.Run(ctx, spec)
-	return runOutcome{tool: tool, out: out, timeout: timeout}, err
+	return runOutcome{tool: tool, out: out, timeout: timeout, argv: spec.Argv}, err
 }
 
 type runOutcome struct {
+	argv    []string
 	tool    *tools.Tool
 	timeout time.Duration
 	out     sandbox.Outcome
@@ -503,6 +515,10 @@ func (w *Worker) complete(r *call.Result, c *call.Call, ro runOutcome, runErr, c
 		r.Status = call.StatusCancelled
 		r.Error = &call.ErrorInfo{Type: call.ErrCancelled, Message: "the worker shut down while the call ran; its container was killed. Call again."}
 		r.Output += "\n[cancelled: " + r.Error.Message + "]"
+	case errors.Is(runErr, sandbox.ErrNoProgram):
+		r.Output, r.ExitCode = "", nil
+		r.Fail(call.StatusError, call.ErrNotFound, fmt.Sprintf("the program %q does not exist in this sandbox's root filesystem (image %q); use a program the image has",
+			firstArg(ro.argv), cmp.Or(w.cfg.Image, "the host's /usr")))
 	case runErr != nil:
 		r.Status = call.StatusError
 		r.Error = &call.ErrorInfo{Type: call.ErrInternal, Message: "toolpool failed to run the call: " + runErr.Error()}

@@ -184,6 +184,8 @@ func TestHandle(t *testing.T) {
 			before: func(r *call.Result) { r.CancelRequested = true }, wantStatus: call.StatusCancelled, wantSettle: "ack"},
 		{name: "call not started goes back to the queue", tool: "run_shell", args: shellArgs,
 			rtErr: fmt.Errorf("%w: create container: boom", sandbox.ErrNotStarted), wantRuns: 1, wantStatus: call.StatusQueued, wantSettle: "nak"},
+		{name: "a program missing from the root fails at once, not retried", tool: "run_shell", args: shellArgs,
+			rtErr: fmt.Errorf("%w: create task: exec: \"/bin/sh\": no such file or directory", sandbox.ErrNoProgram), wantRuns: 1, wantStatus: call.StatusError, wantSettle: "ack"},
 		{name: "runtime failure after start is an internal error", tool: "run_shell", args: shellArgs,
 			rtErr: fmt.Errorf("wait task: boom"), wantRuns: 1, wantStatus: call.StatusError, wantSettle: "ack"},
 	}

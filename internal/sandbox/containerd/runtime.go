@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -291,7 +292,7 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (out sandbox.Outco
 	}
 	task, err = container.NewTask(ctx, creator)
 	if err != nil {
-		return out, fmt.Errorf("%w: create task %s: %w", sandbox.ErrNotStarted, spec.ID, err)
+		return out, fmt.Errorf("%w: create task %s: %w", startError(err), spec.ID, err)
 	}
 	// Wait before Start, on a context that outlives ctx so that a cancelled call still learns its exit.
 	waitCtx, cancelWait := context.WithCancel(context.WithoutCancel(ctx))
@@ -301,7 +302,7 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (out sandbox.Outco
 		return out, fmt.Errorf("%w: wait task %s: %w", sandbox.ErrNotStarted, spec.ID, err)
 	}
 	if err := task.Start(ctx); err != nil {
-		return out, fmt.Errorf("%w: start task %s: %w", sandbox.ErrNotStarted, spec.ID, err)
+		return out, fmt.Errorf("%w: start task %s: %w", startError(err), spec.ID, err)
 	}
 	started := time.Now()
 	out.SandboxTime = started.Sub(began)
@@ -433,6 +434,17 @@ func (r *Runtime) running(id string) bool {
 
 // fifoDir is where call id's FIFOs live (in a directory of their own that cio creates inside it).
 func (r *Runtime) fifoDir(id string) string { return filepath.Join(r.fifos, id) }
+
+// startError classifies a failure to create or start a task: a program missing from the root filesystem
+// is the call's own problem (sandbox.ErrNoProgram, final); anything else may be retried elsewhere
+// (sandbox.ErrNotStarted).
+func startError(err error) error {
+	msg := err.Error()
+	if strings.Contains(msg, "exec:") && (strings.Contains(msg, "no such file or directory") || strings.Contains(msg, "executable file not found")) {
+		return sandbox.ErrNoProgram
+	}
+	return sandbox.ErrNotStarted
+}
 
 // eofSignal closes done when its reader is exhausted.
 type eofSignal struct {
