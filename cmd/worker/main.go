@@ -50,6 +50,7 @@ type config struct {
 	Heartbeat         time.Duration   `yaml:"heartbeat"`
 	DrainTimeout      time.Duration   `yaml:"drain_timeout"`
 	WorkspaceQuota    int64           `yaml:"workspace_quota"`
+	Image             string          `yaml:"image"`
 	Metrics           metrics.Options `yaml:"metrics"`
 	// Egress are the base rules of every web_fetch (denied domains, allowed ports).
 	Egress   egress.Rules `yaml:"egress"`
@@ -127,6 +128,7 @@ func loadConfig(fs *flag.FlagSet, args []string) (config, error) {
 	listen := fs.String("listen", "", "address for /metrics, /healthz and /readyz (default 127.0.0.1:9091)")
 	logLevel := fs.String("log-level", "", "debug, info, warn or error")
 	drain := fs.Duration("drain-timeout", 0, "on SIGTERM, how long running calls may finish before they are killed (default 30s)")
+	image := fs.String("image", "", "run every call in this OCI image (import it with 'worker import-image') instead of the host's read-only /usr")
 	wsQuota := fs.Int64("workspace-quota", 0, "most bytes one workspace may use (default 1 GiB; -1: no quota)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -151,6 +153,7 @@ func loadConfig(fs *flag.FlagSet, args []string) (config, error) {
 	apply("workspaces", &cfg.WorkspacesDir, *wsDir)
 	apply("listen", &cfg.Listen, *listen)
 	apply("log-level", &cfg.LogLevel, *logLevel)
+	apply("image", &cfg.Image, *image)
 	if set["slots"] {
 		cfg.Slots = *slots
 	}
@@ -293,7 +296,7 @@ func run(args []string) (retErr error) {
 		audit.Wrap(conn, conn, func(err error) { log.Warn("write audit event", "error", err) }), wm))
 	w, err := worker.New(worker.Config{
 		ID: cfg.ID, WorkspacesDir: cfg.WorkspacesDir, RunnerBinary: runner, UID: int(cfg.UID), GID: int(cfg.GID),
-		Heartbeat: cfg.Heartbeat, WorkspaceQuota: cfg.WorkspaceQuota, EgressDir: filepath.Join(cfg.DataDir, "egress"), EgressRules: cfg.Egress,
+		Heartbeat: cfg.Heartbeat, WorkspaceQuota: cfg.WorkspaceQuota, Image: cfg.Image, EgressDir: filepath.Join(cfg.DataDir, "egress"), EgressRules: cfg.Egress,
 	}, tracing.TraceRuntime(metrics.ObserveRuntime(rt, wm)), store, reg, log)
 	if err != nil {
 		return err
@@ -317,7 +320,7 @@ func run(args []string) (retErr error) {
 	}()
 	defer srv.Close()
 
-	log.Info("worker ready", "slots", cfg.Slots, "nats", cfg.NATSURL, "containerd", address, "runtime", cfg.Runtime, "workspaces", cfg.WorkspacesDir)
+	log.Info("worker ready", "image", cfg.Image, "slots", cfg.Slots, "nats", cfg.NATSURL, "containerd", address, "runtime", cfg.Runtime, "workspaces", cfg.WorkspacesDir)
 	// Drain: on SIGTERM stop taking calls at once, let running ones finish for DrainTimeout, then kill them
 	// (each is recorded as cancelled).
 	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
