@@ -172,7 +172,7 @@ func TestNoLeaks(t *testing.T) {
 		cmd     string
 		timeout time.Duration
 	}{{"true", 0}, {"exit 7", 0}, {"echo x; sleep 10", 200 * time.Millisecond}, {"/nonexistent", 0}}
-	const n = 120
+	const n = 300 // hundreds of calls, a quarter of them timeouts and a quarter failures
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 4)
 	errs := make(chan error, n)
