@@ -150,11 +150,7 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = shutdownTracing(sctx)
-	}()
+	defer tracing.Flush(shutdownTracing)
 	promReg := prometheus.NewRegistry()
 	dm := metrics.NewDispatcher(promReg, cfg.Metrics)
 

@@ -220,11 +220,7 @@ func run(args []string) (retErr error) {
 	if err != nil {
 		return err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = shutdownTracing(sctx)
-	}()
+	defer tracing.Flush(shutdownTracing)
 	promReg := prometheus.NewRegistry()
 	wm := metrics.NewWorker(promReg, cfg.Metrics)
 

@@ -72,11 +72,7 @@ func runGlob(e *runEnv, raw json.RawMessage) (RunnerResult, error) {
 	if err != nil {
 		return RunnerResult{}, err
 	}
-	limit := int(a.Limit)
-	if limit < 1 {
-		limit = globDefaultLimit
-	}
-	limit = min(limit, globMaxLimit)
+	limit := a.Limit.or(globDefaultLimit, globMaxLimit)
 	pat := a.Pattern
 	if strings.HasPrefix(pat, WorkspaceDir+"/") && base == "." {
 		pat = strings.TrimPrefix(pat, WorkspaceDir+"/")

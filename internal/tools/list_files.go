@@ -65,16 +65,8 @@ func runListFiles(e *runEnv, raw json.RawMessage) (RunnerResult, error) {
 	if err != nil {
 		return RunnerResult{}, err
 	}
-	depth := int(a.Depth)
-	if depth < 1 {
-		depth = listFilesDefaultDepth
-	}
-	depth = min(depth, listFilesMaxDepth)
-	limit := int(a.Limit)
-	if limit < 1 {
-		limit = listFilesDefaultLimit
-	}
-	limit = min(limit, listFilesMaxLimit)
+	depth := a.Depth.or(listFilesDefaultDepth, listFilesMaxDepth)
+	limit := a.Limit.or(listFilesDefaultLimit, listFilesMaxLimit)
 
 	info, err := e.root.Stat(rel)
 	if err != nil {

@@ -327,6 +327,14 @@ func cutMiddle(s string, max int, what, hint string) string {
 // which the schema accepts as an integer.
 type intArg int64
 
+// or returns n as an int, def when n is not positive (the argument was left out), and at most max.
+func (n intArg) or(def, max int) int {
+	if n < 1 {
+		return def
+	}
+	return int(min(int64(n), int64(max)))
+}
+
 func (n *intArg) UnmarshalJSON(b []byte) error {
 	var f json.Number
 	if err := json.Unmarshal(b, &f); err != nil {

@@ -144,11 +144,7 @@ func runWebFetch(e *runEnv, raw json.RawMessage) (RunnerResult, error) {
 	if err != nil {
 		return RunnerResult{}, toolErr(call.ErrInvalidParams, "url %v", err)
 	}
-	maxBytes := int(a.MaxBytes)
-	if maxBytes <= 0 {
-		maxBytes = webFetchDefaultMaxBytes
-	}
-	maxBytes = min(maxBytes, webFetchMaxMaxBytes)
+	maxBytes := a.MaxBytes.or(webFetchDefaultMaxBytes, webFetchMaxMaxBytes)
 	timeout := webFetchDefaultTimeout
 	if a.TimeoutMS > 0 {
 		timeout = time.Duration(min(int64(a.TimeoutMS), webFetchMaxTimeoutMS)) * time.Millisecond

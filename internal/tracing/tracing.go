@@ -17,6 +17,7 @@ import (
 	"os"
 	"runtime/debug"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -74,7 +75,7 @@ func enabled(getenv func(string) string) bool {
 // traceparent a client sends still flows through to the worker and its logs. Setup does not connect to
 // the collector; export errors go to the SDK's error handler (see WithLogger).
 //
-// The caller must call shutdown, with a bounded context, before exiting: it flushes the spans not yet
+// The caller must call shutdown (or Flush it), with a bounded context, before exiting: it flushes the spans not yet
 // exported. shutdown is never nil.
 func Setup(ctx context.Context, service string, opts ...Option) (shutdown func(context.Context) error, err error) {
 	noop := func(context.Context) error { return nil }
@@ -139,4 +140,15 @@ func newResource(ctx context.Context, service string, attrs []attribute.KeyValue
 		resource.WithProcessRuntimeName(),
 		resource.WithProcessRuntimeVersion(),
 	)
+}
+
+// flushTimeout bounds Flush.
+const flushTimeout = 5 * time.Second
+
+// Flush runs shutdown on a fresh context bounded to a few seconds, for a deferred call at exit:
+// defer tracing.Flush(shutdown).
+func Flush(shutdown func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
+	defer cancel()
+	_ = shutdown(ctx)
 }
