@@ -463,6 +463,9 @@ func (c *Conn) ConsumeWith(fetchCtx, runCtx context.Context, slots int, handle f
 	}
 }
 
+// consumerInactiveThreshold is how long a tenant's consumer lives without fetches.
+const consumerInactiveThreshold = 24 * time.Hour
+
 // fairFetcher takes one message at a time, round-robin over the tenants with messages in the stream.
 type fairFetcher struct {
 	conn      *Conn
@@ -488,6 +491,7 @@ func (f *fairFetcher) next(ctx context.Context) (jetstream.Msg, error) {
 		}
 		batch, err := cons.FetchNoWait(1)
 		if err != nil {
+			delete(f.consumers, tenant) // the server may have removed it as inactive: make it again next time
 			return nil, fmt.Errorf("fetch call of tenant %s: %w", tenant, err)
 		}
 		for msg := range batch.Messages() {
@@ -530,6 +534,8 @@ func (f *fairFetcher) consumer(ctx context.Context, tenant string) (jetstream.Co
 		MaxDeliver:    cfg.MaxDeliver,
 		MaxAckPending: -1,
 		Replicas:      cfg.Replicas,
+		// A tenant that goes quiet does not keep a consumer forever; its next call makes a new one.
+		InactiveThreshold: consumerInactiveThreshold,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create consumer for tenant %s: %w", tenant, err)
