@@ -237,7 +237,7 @@ func run(args []string) (retErr error) {
 	}
 	rt, err := containerd.New(ctx, containerd.Config{
 		Address: address, Namespace: cfg.Namespace, RuntimeName: cfg.Runtime, StateDir: filepath.Join(cfg.DataDir, "sandbox"),
-		UID: cfg.UID, GID: cfg.GID, WorkerID: cfg.ID,
+		UID: cfg.UID, GID: cfg.GID, WorkerID: cfg.ID, OnCleanup: wm.ObserveCleanup,
 	})
 	if err != nil {
 		return err
@@ -254,6 +254,20 @@ func run(args []string) (retErr error) {
 		}
 	}
 	removeOrphans()
+	// A container whose removal failed after its call finished is swept up here (calls in flight are
+	// spared).
+	go func() {
+		t := time.NewTicker(5 * time.Minute)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				removeOrphans()
+			}
+		}
+	}()
 	if daemon != nil {
 		// A containerd that died took its calls' task streams with it: those calls end with an error,
 		// and once it is back, whatever they left is removed.

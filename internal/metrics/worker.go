@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -98,6 +99,15 @@ func ObserveRuntime(next sandbox.Runtime, m *WorkerMetrics) sandbox.Runtime {
 type observedRuntime struct {
 	next sandbox.Runtime
 	m    *WorkerMetrics
+}
+
+// ObserveCleanup records one container's removal, which a runtime may finish after Run returns (pass it
+// as the runtime's cleanup hook): its duration, and a failure as stage "cleanup".
+func (m *WorkerMetrics) ObserveCleanup(took time.Duration, err error) {
+	m.cleanup.Observe(took.Seconds())
+	if err != nil {
+		m.sandboxErrors.WithLabelValues("cleanup").Inc()
+	}
 }
 
 func (o *observedRuntime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Outcome, error) {

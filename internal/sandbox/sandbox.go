@@ -96,7 +96,9 @@ type Outcome struct {
 // Runtime runs processes in fresh containers.
 type Runtime interface {
 	// Run creates a container for spec, runs its process to completion or until the spec's timeout (which
-	// kills every process of the container and sets TimedOut), and removes the container before returning.
+	// kills every process of the container and sets TimedOut), and returns once the process is gone and
+	// its output and usage are collected. Removing the container may finish after Run returns; the
+	// runtime owns that and completes it before it closes.
 	// A non-zero exit is not an error: err reports only that the runtime itself failed. Cancelling ctx kills
 	// the container, like a timeout, and Run returns ctx's error with whatever was captured. Safe for
 	// concurrent use.

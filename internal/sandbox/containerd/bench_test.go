@@ -30,6 +30,7 @@ func BenchmarkSandbox(b *testing.B) {
 		if err != nil || out.ExitCode != 0 {
 			b.Fatalf("Run: %v, exit %d", err, out.ExitCode)
 		}
+		rt.WaitCleanups() // the whole cycle, removal included, as the plain client does it
 	}
 	run() // warm up: page in runc, the shim and the binaries
 	var ms []float64

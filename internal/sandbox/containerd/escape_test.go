@@ -257,6 +257,7 @@ func (s *suite) spec(ws, cmd string, lim sandbox.Limits) sandbox.Spec {
 // process.
 func (s *suite) assertGone(t *testing.T, id string) {
 	t.Helper()
+	s.rt.WaitCleanups() // containers are removed after Run returns
 	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", s.namespace, id))
 	if len(dirs) > 0 {
 		t.Errorf("cgroups of %s left behind: %v", id, dirs)
@@ -782,6 +783,7 @@ func TestHostileSpecs(t *testing.T) {
 			if out.Stdout.Total != 0 {
 				t.Errorf("the call ran: %q", out.Stdout.String())
 			}
+			rt.WaitCleanups()
 			if ids, _ := rt.Containers(context.Background()); len(ids) != 0 {
 				t.Errorf("containers left: %v", ids)
 			}

@@ -275,6 +275,7 @@ func TestRemoveOrphansSparesRunningCalls(t *testing.T) {
 			t.Errorf("%s: stdout %q", r.name, r.out.Stdout.String())
 		}
 	}
+	rt.WaitCleanups()
 	if ids, _ := rt.Containers(context.Background()); len(ids) != 0 {
 		t.Errorf("containers left: %v", ids)
 	}

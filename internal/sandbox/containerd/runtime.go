@@ -54,6 +54,9 @@ type Config struct {
 	Ceiling sandbox.Limits
 	// WorkerID labels the containers this runtime creates, so that cleanup after a crash finds only its own.
 	WorkerID string
+	// OnCleanup, when set, hears how long each container's removal took and whether it failed. Removal
+	// happens after Run returns, so Outcome.CleanupTime is zero. Called from any goroutine.
+	OnCleanup func(took time.Duration, err error)
 }
 
 // DefaultLimits are the limits of a call when neither config nor policy says otherwise.
@@ -110,7 +113,10 @@ type Runtime struct {
 	warnings []string
 
 	mu     sync.Mutex
-	active map[string]bool // ids of the calls Run is running, which RemoveOrphans leaves alone
+	active map[string]bool // ids of the calls Run is running or removing, which RemoveOrphans leaves alone
+
+	cleanups     sync.WaitGroup
+	cleanupSlots chan struct{}
 }
 
 // New connects to containerd, prepares the host-view root and checks the OCI runtime's version (see
@@ -147,18 +153,21 @@ func New(ctx context.Context, cfg Config) (_ *Runtime, retErr error) {
 		return nil, fmt.Errorf("create fifo dir: %w", err)
 	}
 	warnings := runtimeWarnings(ctx, cfg.RuntimeName, cfg.RuntimeBinary)
-	return &Runtime{cfg: cfg, client: client, rootfs: rootfs, fifos: fifos, warnings: warnings, active: map[string]bool{}}, nil
+	return &Runtime{cfg: cfg, client: client, rootfs: rootfs, fifos: fifos, warnings: warnings, active: map[string]bool{},
+		cleanupSlots: make(chan struct{}, maxPendingCleanups)}, nil
 }
 
 // Warnings returns what New found that an operator should fix but that does not stop the worker, such as a
 // runc older than MinRuncVersion. The caller logs them.
 func (r *Runtime) Warnings() []string { return slices.Clone(r.warnings) }
 
-// Close releases the connection to containerd. It is idempotent.
+// Close waits for the removal of the containers of finished calls, then releases the connection to
+// containerd. It is idempotent.
 func (r *Runtime) Close() error {
 	if r.client == nil {
 		return nil
 	}
+	r.WaitCleanups()
 	err := r.client.Close()
 	r.client = nil
 	return err
@@ -227,7 +236,7 @@ func capLimits(l, c sandbox.Limits) sandbox.Limits {
 
 // Run implements sandbox.Runtime. Limits are the Spec's, with Config.Defaults for zero fields, capped by
 // Config.Ceiling.
-func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (out sandbox.Outcome, retErr error) {
+func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (out sandbox.Outcome, err error) {
 	lim := capLimits(mergeLimits(spec.Limits, r.cfg.Defaults), r.cfg.Ceiling)
 	ctx = namespaces.WithNamespace(ctx, r.cfg.Namespace)
 	began := time.Now()
@@ -235,7 +244,13 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (out sandbox.Outco
 	if err := r.begin(spec.ID); err != nil {
 		return out, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
 	}
-	defer r.end(spec.ID)
+	// Until the container exists, this Run releases the id; after, the container's removal does.
+	owned := true
+	defer func() {
+		if owned {
+			r.end(spec.ID)
+		}
+	}()
 	cwd, err := checkCwd(spec.Cwd)
 	if err != nil {
 		return out, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
@@ -270,13 +285,10 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (out sandbox.Outco
 		return out, fmt.Errorf("%w: create container %s: %w", sandbox.ErrNotStarted, spec.ID, err)
 	}
 	var task containerd.Task
-	defer func() {
-		cleanupStart := time.Now()
-		if err := r.remove(ctx, container, task); err != nil {
-			retErr = errors.Join(retErr, err)
-		}
-		out.CleanupTime = time.Since(cleanupStart)
-	}()
+	owned = false
+	// The container is removed after Run returns: the call's result need not wait for it (it was about a
+	// third of a short call's latency). The id stays taken, and RemoveOrphans spares it, until it is gone.
+	defer func() { r.removeLater(ctx, spec.ID, container, task) }()
 
 	stdout, stderr := sandbox.NewCapWriter(lim.OutputBytes), sandbox.NewCapWriter(lim.OutputBytes)
 	var stdin io.Reader
@@ -399,6 +411,39 @@ func watchWorkspace(dir string, quota int64) (over <-chan struct{}, stop func())
 	var once sync.Once
 	return ch, func() { once.Do(func() { close(done) }) }
 }
+
+// maxPendingCleanups bounds the containers being removed in the background; a Run that would exceed it
+// removes its container before it returns.
+const maxPendingCleanups = 32
+
+// removeLater removes a finished call's container and task in the background, on a fresh bounded
+// context, then releases the call id. Config.OnCleanup hears how long it took and whether it failed.
+func (r *Runtime) removeLater(ctx context.Context, id string, container containerd.Container, task containerd.Task) {
+	remove := func() {
+		began := time.Now()
+		err := r.remove(ctx, container, task)
+		r.end(id)
+		if r.cfg.OnCleanup != nil {
+			r.cfg.OnCleanup(time.Since(began), err)
+		}
+	}
+	select {
+	case r.cleanupSlots <- struct{}{}:
+	default:
+		remove() // too many pending: this caller pays, which slows the intake
+		return
+	}
+	r.cleanups.Add(1)
+	go func() {
+		defer r.cleanups.Done()
+		defer func() { <-r.cleanupSlots }()
+		remove()
+	}()
+}
+
+// WaitCleanups blocks until every container of a finished call has been removed. Tests use it before
+// they check that nothing is left; Close calls it.
+func (r *Runtime) WaitCleanups() { r.cleanups.Wait() }
 
 // begin marks call id as running, so that RemoveOrphans leaves it alone, and creates its FIFO directory.
 func (r *Runtime) begin(id string) error {

@@ -197,6 +197,7 @@ func TestNoLeaks(t *testing.T) {
 	for err := range errs {
 		t.Errorf("Run: %v", err)
 	}
+	rt.WaitCleanups()
 	ids, err := rt.Containers(context.Background())
 	if err != nil || len(ids) != 0 {
 		t.Fatalf("containers left: %v %v", ids, err)
