@@ -686,19 +686,23 @@ func unquoteLit(v string, atStart, last bool) (text, pat string, glob, ok bool) 
 
 // unescapeDouble removes the backslash escapes that work inside double quotes: \$ \` \" \\ and
 // backslash-newline. Other backslashes stay.
-func unescapeDouble(v string) string {
+func unescapeDouble(v string) string { return unescape(v, "$`\"\\") }
+
+// unescape removes a backslash before any byte of escapable, and backslash-newline pairs; other
+// backslashes stay.
+func unescape(v, escapable string) string {
 	if !strings.Contains(v, `\`) {
 		return v
 	}
 	var b strings.Builder
 	for i := 0; i < len(v); i++ {
 		if v[i] == '\\' && i+1 < len(v) {
-			switch v[i+1] {
-			case '$', '`', '"', '\\':
-				b.WriteByte(v[i+1])
+			if v[i+1] == '\n' {
 				i++
 				continue
-			case '\n':
+			}
+			if strings.IndexByte(escapable, v[i+1]) >= 0 {
+				b.WriteByte(v[i+1])
 				i++
 				continue
 			}
@@ -708,28 +712,9 @@ func unescapeDouble(v string) string {
 	return b.String()
 }
 
-// unescapeHeredoc removes the escapes that work in a here-document with an unquoted delimiter.
-func unescapeHeredoc(v string) string {
-	if !strings.Contains(v, `\`) {
-		return v
-	}
-	var b strings.Builder
-	for i := 0; i < len(v); i++ {
-		if v[i] == '\\' && i+1 < len(v) {
-			switch v[i+1] {
-			case '$', '`', '\\':
-				b.WriteByte(v[i+1])
-				i++
-				continue
-			case '\n':
-				i++
-				continue
-			}
-		}
-		b.WriteByte(v[i])
-	}
-	return b.String()
-}
+// unescapeHeredoc removes the escapes that work in a here-document with an unquoted delimiter: as in
+// double quotes, except that \" stays as it is.
+func unescapeHeredoc(v string) string { return unescape(v, "$`\\") }
 
 func escapeGlob(s string) string {
 	if !strings.ContainsAny(s, `*?[\`) {
