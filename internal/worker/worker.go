@@ -495,6 +495,7 @@ func (w *Worker) complete(r *call.Result, c *call.Call, ro runOutcome, runErr, c
 	r.Usage = call.Usage{MaxRSSBytes: o.MaxRSSBytes, CPUMS: o.CPUTime.Milliseconds(), WallMS: o.RunTime.Milliseconds(), Signal: o.Signal}
 	if o.WorkspaceBytes >= 0 {
 		r.Usage.WorkspaceBytes = o.WorkspaceBytes
+		w.workspaces.Record(c.Tenant, c.Workspace, o.WorkspaceBytes) // the next call need not measure again
 	}
 	if ro.tool != nil {
 		ro.tool.Finish(tools.Run{

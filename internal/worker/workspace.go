@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -22,7 +24,16 @@ type WorkspacesConfig struct {
 	// Quota is the most disk space (allocated blocks, as du counts them) one workspace may use; zero means
 	// no quota.
 	Quota int64
+	// SizeTTL is how long a size recorded at the end of a call (Record) stands in for measuring the
+	// workspace again when the next call starts; zero means DefaultSizeTTL.
+	SizeTTL time.Duration
+	// Now replaces time.Now, for tests.
+	Now func() time.Time
 }
+
+// DefaultSizeTTL is how long a recorded workspace size is trusted. A workspace changes only through calls,
+// whose sizes are recorded as they end; the running call's own growth is watched by the sandbox.
+const DefaultSizeTTL = 30 * time.Second
 
 // Validate checks the configuration.
 func (c *WorkspacesConfig) Validate() error {
@@ -42,6 +53,15 @@ func (c *WorkspacesConfig) Validate() error {
 // either. Safe for concurrent use.
 type Workspaces struct {
 	cfg WorkspacesConfig
+
+	mu    sync.Mutex
+	sizes map[string]measuredSize // by tenant/workspace
+}
+
+// measuredSize is a workspace's size as last measured, and when.
+type measuredSize struct {
+	bytes int64
+	at    time.Time
 }
 
 // NewWorkspaces creates cfg.Dir if needed and returns Workspaces on it.
@@ -52,7 +72,41 @@ func NewWorkspaces(cfg WorkspacesConfig) (*Workspaces, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create workspaces dir: %w", err)
 	}
-	return &Workspaces{cfg: cfg}, nil
+	if cfg.SizeTTL == 0 {
+		cfg.SizeTTL = DefaultSizeTTL
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Workspaces{cfg: cfg, sizes: map[string]measuredSize{}}, nil
+}
+
+// Record notes a workspace's size as measured at the end of a call, so that the next call into it within
+// SizeTTL does not walk the tree again. Negative sizes (not measured) are ignored.
+func (w *Workspaces) Record(tenant, workspace string, bytes int64) {
+	if bytes < 0 || w.cfg.Quota == 0 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.sizes[tenant+"/"+workspace] = measuredSize{bytes: bytes, at: w.cfg.Now()}
+}
+
+// recorded returns a size Recorded less than SizeTTL ago.
+func (w *Workspaces) recorded(tenant, workspace string) (int64, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	m, ok := w.sizes[tenant+"/"+workspace]
+	if !ok || w.cfg.Now().Sub(m.at) >= w.cfg.SizeTTL {
+		return 0, false
+	}
+	return m.bytes, true
+}
+
+func (w *Workspaces) forget(tenant, workspace string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.sizes, tenant+"/"+workspace)
 }
 
 // Quota is the configured per-workspace quota in bytes (zero: none); pass it to the sandbox as
@@ -107,6 +161,13 @@ func (w *Workspaces) Prepare(tenant, workspace string) (Workspace, error) {
 	if w.cfg.Quota == 0 {
 		return ws, nil
 	}
+	if n, ok := w.recorded(tenant, workspace); ok {
+		ws.Bytes = n
+		if n > w.cfg.Quota {
+			return ws, &QuotaError{Tenant: tenant, Workspace: workspace, Used: n, Quota: w.cfg.Quota}
+		}
+		return ws, nil
+	}
 	n, err := sandbox.DiskUsageOf(dir)
 	ws.Bytes = n
 	switch {
@@ -157,6 +218,7 @@ func (w *Workspaces) Remove(tenant, workspace string) error {
 	if err := sameFile(t, root); err != nil {
 		return fmt.Errorf("remove workspace %s/%s: %w", tenant, workspace, err)
 	}
+	w.forget(tenant, workspace)
 	if err := root.RemoveAll(workspace); err != nil {
 		return fmt.Errorf("remove workspace %s/%s: %w", tenant, workspace, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 const testUID, testGID = 65532, 65532
@@ -286,5 +287,39 @@ func TestFormatBytes(t *testing.T) {
 		if got := formatBytes(n); got != want {
 			t.Errorf("formatBytes(%d) = %q, want %q", n, got, want)
 		}
+	}
+}
+
+// TestRecordedSizeSkipsTheWalk: a size recorded at the end of a call stands for the workspace until it is
+// SizeTTL old; after that, Prepare measures again.
+func TestRecordedSizeSkipsTheWalk(t *testing.T) {
+	now := time.Unix(1000, 0)
+	w, err := NewWorkspaces(WorkspacesConfig{Dir: t.TempDir(), UID: os.Getuid(), GID: os.Getgid(), Quota: 1 << 20,
+		SizeTTL: 10 * time.Second, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Prepare("acme", "ws"); err != nil {
+		t.Fatal(err)
+	}
+	// The last call left it over quota (as recorded): the next call is refused without a walk.
+	w.Record("acme", "ws", 2<<20)
+	var over *QuotaError
+	if _, err := w.Prepare("acme", "ws"); !errors.As(err, &over) || over.Used != 2<<20 {
+		t.Fatalf("within the TTL: %v, want the recorded size over quota", err)
+	}
+	// Once the record is stale, the real (empty) tree is measured again.
+	now = now.Add(11 * time.Second)
+	ws, err := w.Prepare("acme", "ws")
+	if err != nil || ws.Bytes >= 1<<20 {
+		t.Fatalf("after the TTL: %+v %v, want a fresh measurement under quota", ws, err)
+	}
+	// A removed workspace forgets its size.
+	w.Record("acme", "ws", 2<<20)
+	if err := w.Remove("acme", "ws"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Prepare("acme", "ws"); err != nil {
+		t.Fatalf("after Remove: %v", err)
 	}
 }
