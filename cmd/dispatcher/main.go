@@ -93,9 +93,14 @@ func loadConfig(args []string) (config, error) {
 	natsListen := fs.String("nats-listen", "", "embedded NATS listen address for workers (default 127.0.0.1:4222)")
 	policyFile := fs.String("policy", "", "policy file (default: the shipped default policy)")
 	logLevel := fs.String("log-level", "", "debug, info, warn or error")
+	printPolicy := fs.Bool("print-default-policy", false, "print the shipped default policy (a starting point for --policy) and exit")
 	devTenant := fs.Bool("dev-tenant", false, "add tenant 'dev' whose token is $TOOLPOOL_TOKEN (default 'dev'), with the approver role")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
+	}
+	if *printPolicy {
+		os.Stdout.Write(policy.DefaultYAML())
+		os.Exit(0)
 	}
 	if *configPath != "" {
 		f, err := os.Open(*configPath)

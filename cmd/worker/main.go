@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/toolpool/toolpool/internal/audit"
@@ -216,7 +217,8 @@ func run(args []string) (retErr error) {
 	}()
 
 	// Tracing is off (no-op, no cost) unless an OTEL_* exporter variable is set.
-	shutdownTracing, err := tracing.Setup(ctx, "toolpool-worker", tracing.WithLogger(log))
+	shutdownTracing, err := tracing.Setup(ctx, "toolpool-worker", tracing.WithLogger(log),
+		tracing.WithResourceAttributes(attribute.String("service.instance.id", cfg.ID)))
 	if err != nil {
 		return err
 	}

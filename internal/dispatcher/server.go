@@ -8,7 +8,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/base32"
 	"encoding/hex"
 	"encoding/json"
@@ -87,12 +86,11 @@ type Server struct {
 	tokens  map[[32]byte]principal
 	handler http.Handler
 
-	approvals     Approvals
-	auditLog      AuditLog
-	recorder      Recorder
-	rules         RuleBook
-	onRuleAdded   func()
-	pendingGauges func(int)
+	approvals   Approvals
+	auditLog    AuditLog
+	recorder    Recorder
+	rules       RuleBook
+	onRuleAdded func()
 }
 
 type principal struct {
@@ -108,9 +106,6 @@ type Option func(*Server)
 func WithReadyChecks(checks ...ReadyChecker) Option {
 	return func(s *Server) { s.ready = append(s.ready, checks...) }
 }
-
-// WithClock replaces time.Now, for tests.
-func WithClock(now func() time.Time) Option { return func(s *Server) { s.now = now } }
 
 // WithAudit serves GET /v1/audit from log and records approvers' decisions with rec.
 func WithAudit(log AuditLog, rec Recorder) Option {
@@ -197,15 +192,10 @@ func (s *Server) auth(next http.HandlerFunc) http.Handler {
 		}
 		_, span := tracing.Start(r.Context(), "authenticate")
 		defer tracing.End(span, nil)
-		sum := sha256.Sum256([]byte(token))
-		var found principal
-		matched := 0
-		for k, p := range s.tokens {
-			if subtle.ConstantTimeCompare(k[:], sum[:]) == 1 {
-				found, matched = p, 1
-			}
-		}
-		if matched == 0 {
+		// Tokens are looked up by their SHA-256: timing can only reveal bits of a digest, which do not help
+		// guess a token.
+		found, ok := s.tokens[sha256.Sum256([]byte(token))]
+		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="toolpool", error="invalid_token"`)
 			writeError(w, http.StatusUnauthorized, "unauthorized", "the bearer token is not known: check TOOLPOOL_TOKEN or the dispatcher's tenants config")
 			return
@@ -236,8 +226,6 @@ type requestError struct {
 	msg        string
 	retryAfter int // seconds, for 429 and 503
 }
-
-func (e *requestError) Error() string { return e.msg }
 
 func badRequest(format string, a ...any) *requestError {
 	return &requestError{code: http.StatusBadRequest, typ: "invalid_request", msg: fmt.Sprintf(format, a...)}
@@ -601,18 +589,12 @@ func (s *Server) listTools(w http.ResponseWriter, r *http.Request) {
 			enabled = append(enabled, t)
 		}
 	}
-	switch f := r.URL.Query().Get("format"); f {
-	case "", "native":
-		writeJSON(w, http.StatusOK, map[string]any{"tools": tools.Native(enabled)})
-	case "openai":
-		writeJSON(w, http.StatusOK, map[string]any{"tools": tools.OpenAI(enabled)})
-	case "anthropic":
-		writeJSON(w, http.StatusOK, map[string]any{"tools": tools.Anthropic(enabled)})
-	case "mcp":
-		writeJSON(w, http.StatusOK, map[string]any{"tools": tools.MCP(enabled)})
-	default:
-		writeError(w, http.StatusBadRequest, "invalid_request", fmt.Sprintf("format=%q is not one of native, openai, anthropic, mcp", f))
+	list, err := tools.Render(r.URL.Query().Get("format"), enabled)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
+		return
 	}
+	writeJSON(w, http.StatusOK, map[string]any{"tools": list})
 }
 
 // checkPolicy answers what policy would decide for a call, without running it.

@@ -272,20 +272,16 @@ func isInterpreter(name string) bool {
 func (j *shellJudge) insensitive(name string, argv []word) {
 	switch name {
 	case "printf":
-		for i := 1; i < len(argv); i++ {
-			t := argv[i].text
-			if !argv[i].known || !strings.HasPrefix(t, "-v") {
-				break
-			}
-			target := strings.TrimPrefix(t, "-v")
-			known := true
-			if target == "" && i+1 < len(argv) {
-				target, known = argv[i+1].text, argv[i+1].known
-			}
-			if !known || !isIdentifier(target) || injectionVar(target) {
-				j.add(Ask, RuleUnresolved, fmt.Sprintf("printf -v %s assigns to a name that can run code (a subscript) or change how programs run; assign to a plain variable", shorten(target)))
-			}
-			break
+		// Only the first argument can be -v NAME (or -vNAME).
+		if len(argv) < 2 || !argv[1].known || !strings.HasPrefix(argv[1].text, "-v") {
+			return
+		}
+		target, known := strings.TrimPrefix(argv[1].text, "-v"), true
+		if target == "" && len(argv) > 2 {
+			target, known = argv[2].text, argv[2].known
+		}
+		if !known || !isIdentifier(target) || injectionVar(target) {
+			j.add(Ask, RuleUnresolved, fmt.Sprintf("printf -v %s assigns to a name that can run code (a subscript) or change how programs run; assign to a plain variable", shorten(target)))
 		}
 	case "test", "[":
 		for i := 1; i+1 < len(argv); i++ {

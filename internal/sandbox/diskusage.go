@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -35,7 +34,7 @@ func DiskUsage(dir string) (int64, error) {
 }
 
 // DiskUsageOf is DiskUsage for the directory open as dir, for a caller that reached it without following
-// symlinks (OpenDirBeneath). It does not close dir.
+// symlinks (with O_NOFOLLOW at each component). It does not close dir.
 func DiskUsageOf(dir *os.File) (int64, error) {
 	fd, err := unix.Openat(int(dir.Fd()), ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -133,34 +132,4 @@ func fstatat(fd int, name string, st *unix.Stat_t) error {
 			return err
 		}
 	}
-}
-
-// OpenDirBeneath opens the directory rel (slash-separated, relative) beneath the directory root, one
-// component at a time with O_NOFOLLOW, so that no symlink anywhere in rel is followed and nothing outside
-// root is reached. It fails for a component that is a symlink or not a directory (ENOTDIR), for ".."
-// (EXDEV) and for a missing one (ENOENT); the error is an *os.PathError that names the path up to the
-// component that failed. The caller closes the returned file.
-func OpenDirBeneath(root, rel string) (*os.File, error) {
-	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: root, Err: err}
-	}
-	walked := root
-	for _, c := range strings.Split(rel, "/") {
-		if c == "" || c == "." {
-			continue
-		}
-		if c == ".." {
-			unix.Close(fd)
-			return nil, &os.PathError{Op: "open", Path: walked + "/..", Err: unix.EXDEV}
-		}
-		walked += "/" + c
-		next, err := unix.Openat(fd, c, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		unix.Close(fd)
-		if err != nil {
-			return nil, &os.PathError{Op: "open", Path: walked, Err: err}
-		}
-		fd = next
-	}
-	return os.NewFile(uintptr(fd), walked), nil
 }

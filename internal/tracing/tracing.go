@@ -47,11 +47,9 @@ func WithResourceAttributes(attrs ...attribute.KeyValue) Option {
 	return func(c *setupConfig) { c.attrs = append(c.attrs, attrs...) }
 }
 
-// Enabled reports whether the environment asks for trace export: OTEL_TRACES_EXPORTER, or an OTLP
+// enabled reports whether the environment asks for trace export: OTEL_TRACES_EXPORTER, or an OTLP
 // endpoint (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT), is set, and neither
 // OTEL_SDK_DISABLED=true nor OTEL_TRACES_EXPORTER=none turns it off.
-func Enabled() bool { return enabled(os.Getenv) }
-
 func enabled(getenv func(string) string) bool {
 	if strings.EqualFold(strings.TrimSpace(getenv("OTEL_SDK_DISABLED")), "true") {
 		return false

@@ -86,14 +86,8 @@ type Worker struct {
 	workspaces *Workspaces
 }
 
-// Option configures optional behaviour of a Worker.
-type Option func(*Worker)
-
-// WithClock replaces time.Now, for tests.
-func WithClock(now func() time.Time) Option { return func(w *Worker) { w.now = now } }
-
 // New returns a Worker.
-func New(cfg Config, rt sandbox.Runtime, store Store, reg *tools.Registry, log *slog.Logger, opts ...Option) (*Worker, error) {
+func New(cfg Config, rt sandbox.Runtime, store Store, reg *tools.Registry, log *slog.Logger) (*Worker, error) {
 	if cfg.RetryDelay == 0 {
 		cfg.RetryDelay = time.Second
 	}
@@ -111,17 +105,7 @@ func New(cfg Config, rt sandbox.Runtime, store Store, reg *tools.Registry, log *
 		return nil, err
 	}
 	w := &Worker{cfg: cfg, runtime: rt, store: store, tools: reg, log: log, now: time.Now, workspaces: workspaces}
-	for _, o := range opts {
-		o(w)
-	}
 	return w, nil
-}
-
-func firstArg(argv []string) string {
-	if len(argv) == 0 {
-		return ""
-	}
-	return argv[0]
 }
 
 // mayRunOverQuota reports whether a tool may run in a workspace over its quota: those that read, search or
@@ -470,11 +454,19 @@ func (w *Worker) run(ctx context.Context, c *call.Call) (runOutcome, error) {
 		spec.Mounts = append(spec.Mounts, sandbox.Mount{Source: socket, Destination: tools.EgressSocket})
 	}
 	out, err := w.runtime.Run(ctx, spec)
-	return runOutcome{tool: tool, out: out, timeout: timeout, argv: spec.Argv}, err
+	if errors.Is(err, sandbox.ErrNoProgram) {
+		// Nothing ran, and nothing would elsewhere: the call's own mistake, like arguments that do not plan.
+		root := "the host's /usr"
+		if spec.Image != "" {
+			root = "image " + spec.Image
+		}
+		return runOutcome{tool: tool, planErr: &call.ErrorInfo{Type: call.ErrNotFound, Message: fmt.Sprintf(
+			"the program %q does not exist in this sandbox's root filesystem (%s); use a program it has", spec.Argv[0], root)}}, nil
+	}
+	return runOutcome{tool: tool, out: out, timeout: timeout}, err
 }
 
 type runOutcome struct {
-	argv    []string
 	tool    *tools.Tool
 	timeout time.Duration
 	out     sandbox.Outcome
@@ -516,10 +508,6 @@ func (w *Worker) complete(r *call.Result, c *call.Call, ro runOutcome, runErr, c
 		r.Status = call.StatusCancelled
 		r.Error = &call.ErrorInfo{Type: call.ErrCancelled, Message: "the worker shut down while the call ran; its container was killed. Call again."}
 		r.Output += "\n[cancelled: " + r.Error.Message + "]"
-	case errors.Is(runErr, sandbox.ErrNoProgram):
-		r.Output, r.ExitCode = "", nil
-		r.Fail(call.StatusError, call.ErrNotFound, fmt.Sprintf("the program %q does not exist in this sandbox's root filesystem (image %q); use a program the image has",
-			firstArg(ro.argv), cmp.Or(w.cfg.Image, "the host's /usr")))
 	case runErr != nil:
 		r.Status = call.StatusError
 		r.Error = &call.ErrorInfo{Type: call.ErrInternal, Message: "toolpool failed to run the call: " + runErr.Error()}

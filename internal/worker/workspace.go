@@ -103,12 +103,6 @@ func (w *Workspaces) recorded(tenant, workspace string) (int64, bool) {
 	return m.bytes, true
 }
 
-func (w *Workspaces) forget(tenant, workspace string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	delete(w.sizes, tenant+"/"+workspace)
-}
-
 // Quota is the configured per-workspace quota in bytes (zero: none); pass it to the sandbox as
 // Limits.WorkspaceBytes so that a running call is held to it too.
 func (w *Workspaces) Quota() int64 { return w.cfg.Quota }
@@ -181,50 +175,6 @@ func (w *Workspaces) Prepare(tenant, workspace string) (Workspace, error) {
 	return ws, nil
 }
 
-// Measure returns the workspace's size on disk, without following symlinks. It does not create it.
-func (w *Workspaces) Measure(tenant, workspace string) (int64, error) {
-	dir, err := w.open(tenant, workspace, false)
-	if err != nil {
-		return 0, fmt.Errorf("measure workspace: %w", err)
-	}
-	defer dir.Close()
-	n, err := sandbox.DiskUsageOf(dir)
-	if err != nil {
-		return n, fmt.Errorf("measure workspace %s/%s: %w", tenant, workspace, err)
-	}
-	return n, nil
-}
-
-// Remove deletes the workspace and everything in it; symlinks inside are removed, never followed. It is
-// not an error if the workspace does not exist. No call may be running in it.
-func (w *Workspaces) Remove(tenant, workspace string) error {
-	if err := validateNames(tenant, workspace); err != nil {
-		return fmt.Errorf("remove workspace: %w", err)
-	}
-	t, err := sandbox.OpenDirBeneath(w.cfg.Dir, tenant)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("remove workspace %s/%s: %w", tenant, workspace, err)
-	}
-	defer t.Close()
-	root, err := os.OpenRoot(t.Name())
-	if err != nil {
-		return fmt.Errorf("remove workspace %s/%s: %w", tenant, workspace, err)
-	}
-	defer root.Close()
-	// Make sure the root opened is the directory reached without symlinks.
-	if err := sameFile(t, root); err != nil {
-		return fmt.Errorf("remove workspace %s/%s: %w", tenant, workspace, err)
-	}
-	w.forget(tenant, workspace)
-	if err := root.RemoveAll(workspace); err != nil {
-		return fmt.Errorf("remove workspace %s/%s: %w", tenant, workspace, err)
-	}
-	return nil
-}
-
 // open opens Dir/<tenant>/<workspace> without following a symlink in either component, creating the
 // components first when create is set.
 func (w *Workspaces) open(tenant, workspace string, create bool) (*os.File, error) {
@@ -264,21 +214,6 @@ func openChild(parent *os.File, name string, create bool) (*os.File, error) {
 		return nil, &os.PathError{Op: "open", Path: name, Err: err}
 	}
 	return os.NewFile(uintptr(fd), path.Join(parent.Name(), name)), nil
-}
-
-func sameFile(f *os.File, root *os.Root) error {
-	a, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	b, err := root.Stat(".")
-	if err != nil {
-		return err
-	}
-	if !os.SameFile(a, b) {
-		return errors.New("the tenant dir changed while it was opened")
-	}
-	return nil
 }
 
 func validateNames(tenant, workspace string) error {

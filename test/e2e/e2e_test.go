@@ -96,10 +96,15 @@ func TestEndToEnd(t *testing.T) {
 		}
 	})
 
-	t.Run("tools are listed with schemas", func(t *testing.T) {
-		r := s.do(t, http.MethodGet, "/v1/tools", "dev-token", nil)
-		if r.code != http.StatusOK || !strings.Contains(string(r.body), `"run_shell"`) || !strings.Contains(string(r.body), `"schema"`) {
-			t.Fatalf("HTTP %d: %s", r.code, r.body)
+	t.Run("tools are listed with schemas in every format", func(t *testing.T) {
+		for format, schemaKey := range map[string]string{"": `"schema"`, "openai": `"parameters"`, "anthropic": `"input_schema"`, "mcp": `"inputSchema"`} {
+			r := s.do(t, http.MethodGet, "/v1/tools?format="+format, "dev-token", nil)
+			if r.code != http.StatusOK || !strings.Contains(string(r.body), `"run_shell"`) || !strings.Contains(string(r.body), schemaKey) {
+				t.Fatalf("format %q: HTTP %d: %.300s", format, r.code, r.body)
+			}
+		}
+		if r := s.do(t, http.MethodGet, "/v1/tools?format=xml", "dev-token", nil); r.code != http.StatusBadRequest || !strings.Contains(r.errorInfo(t).Message, "openai") {
+			t.Fatalf("bad format: HTTP %d %s", r.code, r.body)
 		}
 	})
 

@@ -57,7 +57,7 @@ func buildProbeFor(t testing.TB, goarch string) string {
 	}
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		t.Fatalf("find the go command to build the probe: %v", err)
 	}
 	out := filepath.Join(dir, "probe-"+goarch)
 	cmd := exec.Command(goBin, "build", "-trimpath", "-o", out, "./testdata/probe")

@@ -98,9 +98,6 @@ type Option func(*Proxy)
 // WithResolver replaces the system resolver.
 func WithResolver(r Resolver) Option { return func(p *Proxy) { p.resolver = r } }
 
-// WithDialTimeout bounds each TCP dial (default 10s).
-func WithDialTimeout(d time.Duration) Option { return func(p *Proxy) { p.dialTimeout = d } }
-
 // WithAllowAddr makes addresses for which allow returns true exempt from the address checks (but not from
 // the Rules). It exists for tests that serve on loopback; production must not set it.
 func WithAllowAddr(allow func(netip.AddrPort) bool) Option {
