@@ -9,6 +9,12 @@ type Facts struct {
 	Paths []string
 	// Command is a shell command line (run_shell); empty for every other tool.
 	Command string
+	// Env is the environment a shell command gets on top of the sandbox's (run_shell's env argument).
+	// Policy judges its names as it judges assignments in the command text.
+	Env map[string]string
+	// Cwd is the directory a shell command starts in, as the model gave it; empty means the workspace
+	// root. Policy resolves the command's relative paths from it.
+	Cwd string
 	// URL is the address a fetch tool retrieves; empty for every other tool.
 	URL string
 }
