@@ -76,7 +76,7 @@ func TestAdversaryControlCharacters(t *testing.T) {
 func TestAdversaryEnvArgument(t *testing.T) {
 	runReqCases(t, Default(), []reqCase{
 		{name: "issue: git config through the environment", cmd: "git status",
-			env: map[string]string{"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "core.fsmonitor", "GIT_CONFIG_VALUE_0": "touch p"},
+			env:  map[string]string{"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "core.fsmonitor", "GIT_CONFIG_VALUE_0": "touch p"},
 			want: Ask, rule: RuleInjectionEnv},
 		{name: "PATH", cmd: "ls", env: map[string]string{"PATH": "/workspace/bin"}, want: Ask, rule: RuleInjectionEnv},
 		{name: "LD_PRELOAD", cmd: "ls", env: map[string]string{"LD_PRELOAD": "/workspace/x.so"}, want: Ask, rule: RuleInjectionEnv},

@@ -304,7 +304,9 @@ func (j *shellJudge) program(src string, depth int, dl dialect) {
 	}
 	outerGeneric, outerDialect, outerDirs, outerUnknown := j.inGeneric, j.dialect, j.dirs, j.dirUnknown
 	j.inGeneric = false // a nested program's generic wrappers try their own operands
-	defer func() { j.inGeneric, j.dialect, j.dirs, j.dirUnknown = outerGeneric, outerDialect, outerDirs, outerUnknown }()
+	defer func() {
+		j.inGeneric, j.dialect, j.dirs, j.dirUnknown = outerGeneric, outerDialect, outerDirs, outerUnknown
+	}()
 	var failed []dialect
 	var firstErr error
 	parsed := false
