@@ -281,12 +281,12 @@ func (j *shellJudge) insensitive(name string, argv []word) {
 			target, known = argv[2].text, argv[2].known
 		}
 		if !known || !isIdentifier(target) || injectionVar(target) {
-			j.add(Ask, RuleUnresolved, fmt.Sprintf("printf -v %s assigns to a name that can run code (a subscript) or change how programs run; assign to a plain variable", shorten(target)))
+			j.opaque(Ask, RuleUnresolved, fmt.Sprintf("printf -v %s assigns to a name that can run code (a subscript) or change how programs run; assign to a plain variable", shorten(target)))
 		}
 	case "test", "[":
 		for i := 1; i+1 < len(argv); i++ {
 			if argv[i].known && argv[i].text == "-v" && (!argv[i+1].known || strings.Contains(argv[i+1].text, "[")) {
-				j.add(Ask, RuleUnresolved, "test -v name[...] evaluates the subscript as code; test a plain variable name")
+				j.opaque(Ask, RuleUnresolved, "test -v name[...] evaluates the subscript as code; test a plain variable name")
 			}
 		}
 	}

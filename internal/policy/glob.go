@@ -396,3 +396,40 @@ func buildSimpleNFA(segments []string, shell, flat bool) *nfa {
 	n.accept = buildNFAFrom(n, start, segments)
 	return n
 }
+
+// DeniedPaths matches paths against denied globs with policy's semantics ("**" segments, "~" for the
+// workspace, path.Match within a segment). The file tools use it inside the container, with the globs
+// the dispatcher's decision carries (Limits.DeniedGlobs). It is immutable and safe for concurrent use.
+type DeniedPaths struct {
+	globs []glob
+}
+
+// CompileDenied compiles denied globs as written in a policy file. A nil *DeniedPaths (no patterns)
+// matches nothing.
+func CompileDenied(patterns []string) (*DeniedPaths, error) {
+	if len(patterns) == 0 {
+		return nil, nil
+	}
+	d := &DeniedPaths{}
+	for _, p := range patterns {
+		g, err := compileGlob(p)
+		if err != nil {
+			return nil, fmt.Errorf("compile denied glob %q: %w", p, err)
+		}
+		d.globs = append(d.globs, g)
+	}
+	return d, nil
+}
+
+// Match reports whether the clean absolute path p matches a denied glob, and which one (as written).
+func (d *DeniedPaths) Match(p string) (pattern string, ok bool) {
+	if d == nil {
+		return "", false
+	}
+	for _, g := range d.globs {
+		if g.match(p) {
+			return g.source, true
+		}
+	}
+	return "", false
+}

@@ -414,7 +414,7 @@ func (j *shellJudge) file(f *syntax.File, depth int) {
 			}
 		case *syntax.ParamExp:
 			if !plainParam(n) {
-				j.add(Ask, RuleUnresolved, fmt.Sprintf("the expansion %s is computed when the line runs and can hide code; use a plain $name or literal values", shorten(printNode(n))))
+				j.opaque(Ask, RuleUnresolved, fmt.Sprintf("the expansion %s is computed when the line runs and can hide code; use a plain $name or literal values", shorten(printNode(n))))
 			}
 		case *syntax.DblQuoted:
 			if n.Dollar && j.dialect == dialectBash {

@@ -244,6 +244,7 @@ func (j *shellJudge) wrapper(name string, argv []word, ruleArgv []string, depth,
 		return
 	}
 	if wp.shellCode != nil {
+		j.seen.programs["sh"] = true // the wrapper runs the string with /bin/sh -c
 		j.shellString(*wp.shellCode, name, depth, info, dialectsSh)
 	}
 	if wp.stdinShell {
