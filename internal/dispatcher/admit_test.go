@@ -46,7 +46,7 @@ func (u unused) GetPending(context.Context, string, string) (*call.Pending, erro
 	return nil, nil
 }
 func (u unused) ListPending(context.Context, string) ([]*call.Pending, error) { return nil, nil }
-func (u unused) DeletePending(context.Context, string, string) error        { return nil }
+func (u unused) DeletePending(context.Context, string, string) error          { return nil }
 
 // checkServer is a dispatcher with three tenants, one per posture, and the default policy.
 func checkServer(t *testing.T) *httptest.Server {

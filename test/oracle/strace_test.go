@@ -44,7 +44,7 @@ type fileEvent struct {
 	path    string // as the call named it, joined to its directory descriptor's path
 	real    string // as the kernel resolved it (the returned descriptor's path), when known
 	write   bool
-	dir     bool // opened as a directory (O_DIRECTORY): listed, not read
+	dir     bool     // opened as a directory (O_DIRECTORY): listed, not read
 	caller  []string // images from the process up to the root
 	syscall string
 }
