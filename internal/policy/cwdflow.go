@@ -11,8 +11,8 @@ import (
 // Where each part of a line runs. cd, pushd and popd move the shell; a relative path means a different
 // file afterwards. cwdFlow follows the line's control flow (lists, && and ||, if, loops, case, subshells,
 // substitutions) and records, for every statement and simple command, the directories it may run in: a
-// cd that may fail leaves the old directory possible too, a loop runs its body until the set stops
-// growing, a subshell's cd stays in it. What it cannot follow (a cd in a function body, eval or source,
+// cd adds its target to where the shell may be (the old directory stays possible, so judging stays
+// monotone), a loop runs its body until the set stops growing, a subshell's cd stays in it. What it cannot follow (a cd in a function body, eval or source,
 // a target only known at run time) makes the place unknown from there on.
 
 // dirState is where a point of a line may run: some directories, and whether it may also be somewhere
@@ -245,7 +245,9 @@ func (c *cwdFlow) call(ce *syntax.CallExpr, in dirState) flowOut {
 	}
 	switch name := argv[0].text; name {
 	case "cd", "pushd", "popd":
-		return flowOut{ok: c.cd(name, argv[1:], in), fail: in}
+		// Where the shell was stays possible even after a cd that succeeded: a command is then never judged
+		// more leniently after a cd than alone, so "A && B" is never more lenient than B.
+		return both(c.cd(name, argv[1:], in).union(in))
 	case "eval", "source", ".":
 		out := in
 		out.unknown = out.unknown || c.mayMove(argv[1:], name != "eval")
@@ -285,6 +287,9 @@ func (c *cwdFlow) cd(name string, args []word, in dirState) dirState {
 	}
 	switch {
 	case name == "popd" || target != nil && target.known && (target.text == "-" || name == "pushd" && len(target.text) > 1 && strings.Trim(target.text[1:], "0123456789") == "" && strings.ContainsAny(target.text[:1], "+-")):
+		if c.j.stackSet {
+			return dirState{unknown: true} // the line rewrote $OLDPWD or the directory stack
+		}
 		return c.seen.union(in) // back to somewhere the line has been
 	case target == nil:
 		if name == "pushd" {

@@ -24,7 +24,7 @@ var injectionPrefixes = []string{
 var injectionSuffixes = []string{
 	"_COMMAND", "_CMD", "_PROGRAM", "_EXEC", "_EXECUTABLE", "EDITOR", "PAGER", "SHELL", "FLAGS", "_OPTS",
 	"_OPTIONS", "_ARGS", "PATH", "_HOME", "HOME", "_CONFIG", "CONFIG", "_PRELOAD", "_WRAPPER", "ASKPASS",
-	"_PLUGINS", "_PLUGIN_DIR", "FILE", "_RC", "_INIT", "_HOOK", "_HOOKS",
+	"_PLUGINS", "_PLUGIN_DIR", "FILE", "RC", "OPT", "_INIT", "_HOOK", "_HOOKS",
 }
 
 // injectionVars are names without such a shape.
@@ -35,7 +35,7 @@ var injectionVars = map[string]bool{
 	"VISUAL": true, "NLSPATH": true, "LOCPATH": true, "HOSTALIASES": true, "LOCALDOMAIN": true,
 	"RES_OPTIONS": true, "CC": true, "CXX": true, "CPP": true, "AR": true, "AS": true, "LD": true, "NM": true,
 	"RANLIB": true, "STRIP": true, "OBJCOPY": true, "OBJDUMP": true, "FC": true, "F77": true, "YACC": true,
-	"LEX": true, "M4": true, "TMPDIR": true, "OLDPWD": true, "MAIL": true, "MAILCHECK": true,
+	"LEX": true, "M4": true, "TMPDIR": true, "OLDPWD": true, "DIRSTACK": true, "MAIL": true, "MAILCHECK": true,
 	"LANGUAGE": true,
 }
 

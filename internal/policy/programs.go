@@ -564,18 +564,20 @@ var argSpecs = map[string]argSpec{
 			"--before-context", "--ignore-file", "--sort", "--sortr", "--colors", "--color", "--pre", "--pre-glob"},
 		dangerous: map[string]string{"--pre": "runs a preprocessor program on every file it searches",
 			"--hostname-bin": "runs a program"}},
-	"sort": {shortValue: "kotST", writeOpts: []string{"-o", "--output"},
+	"sort": {shortValue: "kotST", writeOpts: []string{"-o", "--output", "-T", "--temporary-directory"},
 		longValue: []string{"--key", "--output", "--field-separator", "--buffer-size", "--temporary-directory",
 			"--parallel", "--batch-size", "--sort", "--random-source", "--compress-program"},
 		dangerous: map[string]string{"-o": "writes its output to a file", "--output": "writes its output to a file",
-			"--compress-program": "runs a compression program", "--files0-from": filesFrom["--files0-from"]}},
+			"--compress-program": "runs a compression program", "--files0-from": filesFrom["--files0-from"],
+			"-T": "writes temporary files in that directory", "--temporary-directory": "writes temporary files in that directory"}},
 	"uniq": {shortValue: "fsw", longValue: []string{"--skip-fields", "--skip-chars", "--check-chars"}},
 	"cut":  {shortValue: "bcdf", longValue: []string{"--bytes", "--characters", "--delimiter", "--fields", "--output-delimiter"}},
 	"tr":   {noPaths: true},
 	"diff": {shortValue: "CUIxXSFL", pathOpts: []string{"-X", "--exclude-from"}, longValue: []string{"--label", "--exclude", "--exclude-from", "--ignore-matching-lines"}},
 	"tree": {shortValue: "LPIo", writeOpts: []string{"-o"}, dangerous: map[string]string{"-o": "writes its output to a file"}},
 	"stat": {shortValue: "c", longValue: []string{"--format", "--printf"}},
-	"file": {shortValue: "mfFeP", pathOpts: []string{"-m", "-f", "--magic-file", "--files-from"}},
+	"file": {shortValue: "mfFeP", pathOpts: []string{"-m", "-f", "--magic-file", "--files-from"},
+		dangerous: map[string]string{"-C": "compiles magic files into .mgc files it writes", "--compile": "compiles magic files into .mgc files it writes"}},
 	"sed":  {shortValue: "efl", patternFirst: true, patternOpts: "ef", pathOpts: []string{"-f", "--file"}, longValue: []string{"--expression", "--file", "--line-length"}, writesWith: []string{"-i", "--in-place"}, dangerous: map[string]string{"-i": "edits files in place", "--in-place": "edits files in place"}},
 	"date": {shortValue: "dfrI", pathOpts: []string{"-f", "-r", "--file", "--reference"}, dangerous: map[string]string{"-s": "sets the system clock", "--set": "sets the system clock"}},
 	"tar":  {dangerous: map[string]string{"--to-command": "runs a program for every file", "-I": "runs a compression program", "--use-compress-program": "runs a compression program", "--checkpoint-action": "can run a program", "--rsh-command": "runs a remote shell program", "--info-script": "runs a program", "--new-volume-script": "runs a program", "-F": "runs a program"}},
@@ -876,8 +878,8 @@ func (j *shellJudge) maySecret(text string) {
 	var cands []string
 	cands = append(cands, text)
 	for i := 0; i < len(text); i++ {
-		if text[i] == '=' || text[i] == ':' {
-			cands = append(cands, text[i+1:])
+		if text[i] == '=' || text[i] == ':' || text[i] == '@' {
+			cands = append(cands, text[i+1:]) // --file=X, REV:X, file:///X, curl -d @X
 		}
 	}
 	if len(text) > 2 && text[0] == '-' && text[1] != '-' {

@@ -135,6 +135,9 @@ func (j *shellJudge) judgeEnv(env map[string]string) {
 		if n == "CDPATH" {
 			j.cdpath = true
 		}
+		if n == "OLDPWD" || n == "DIRSTACK" {
+			j.stackSet = true
+		}
 		if injectionVar(n) {
 			j.opaque(Ask, RuleInjectionEnv, fmt.Sprintf("the call's env argument sets %s, which can make programs load or run other code; leave it out", n))
 		}
@@ -155,6 +158,7 @@ type shellJudge struct {
 	dirs       []string
 	dirUnknown bool
 	cdpath     bool // CDPATH is set: a relative cd may go anywhere
+	stackSet   bool // OLDPWD or DIRSTACK is set: cd -, popd and pushd +N may go anywhere
 	wideGlobs  bool // the line may turn on dotglob or nocaseglob: globs are judged as if it did
 	seen       seenSet
 }
@@ -420,6 +424,10 @@ func (j *shellJudge) file(f *syntax.File, depth int) {
 			if n.Dollar && j.dialect == dialectBash {
 				j.opaque(Ask, RuleUnresolved, fmt.Sprintf("%s is translated through a message catalogue when the line runs (TEXTDOMAIN, TEXTDOMAINDIR), so its text is unknown and its expansions can run code; use \"...\"", shorten(printNode(n))))
 			}
+		case *syntax.ArrayElem:
+			if n.Index != nil {
+				j.arith(n.Index) // a=([i]=1): an indexed array's subscript is arithmetic
+			}
 		case *syntax.ArithmExp:
 			j.arith(n.X)
 		case *syntax.ArithmCmd:
@@ -471,6 +479,9 @@ func (j *shellJudge) prescan(f *syntax.File) {
 			}
 			if n.Name != nil && n.Name.Value == "GLOBIGNORE" {
 				j.wideGlobs = true
+			}
+			if n.Name != nil && (n.Name.Value == "OLDPWD" || n.Name.Value == "DIRSTACK") {
+				j.stackSet = true
 			}
 		case *syntax.CallExpr:
 			shopt := false

@@ -490,3 +490,19 @@ func TestShellWrapperBound(t *testing.T) {
 		t.Errorf("generic wrapper chain: allow, want at least ask")
 	}
 }
+
+// TestShellMonotoneAfterCd: a cd never makes a later command more lenient than it is alone.
+func TestShellMonotoneAfterCd(t *testing.T) {
+	p := Default()
+	for _, b := range []string{"cat ../x", "cat config.json", "cat .env", "ls"} {
+		alone := decideShell(p, b)
+		for _, a := range []string{"cd src", "cd .docker", "cd ..", "cd /tmp", "pushd src", "cd src; cd .."} {
+			for _, op := range []string{" && ", "; ", " || "} {
+				cmd := a + op + b
+				if d := decideShell(p, cmd); d.Action.rank() < alone.Action.rank() {
+					t.Errorf("Decide(%q) = %s, more lenient than %q alone (%s)", cmd, d.Action, b, alone.Action)
+				}
+			}
+		}
+	}
+}

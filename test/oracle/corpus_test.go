@@ -117,6 +117,17 @@ func corpus() []oracleLine {
 		"coproc C { touch p; }; wait", "select x in a; do break; done < /dev/null", "readarray -t a < README.md",
 		"enable -n echo; echo hi", "shopt -s dotglob; cat *env", "set -k; touch p", "set -- touch p; \"$@\"",
 		"set -- p; touch \"$1\"", "IFS=x; ls", "PATH=/tmp:$PATH ls", "eval 'touch p'",
+		`x='a[$(touch p)]'; printf '%d' "$x"`, `x='a[$(touch p)]'; shift "$x"`, `x='a[$(touch p)]'; kill "$x"`,
+		`x='a[$(touch p)]'; ulimit -n "$x"`, `x='a[$(touch p)]'; [ "$x" -eq 1 ]`, `x='a[$(touch p)]'; test "$x" -gt 0`,
+		`x='a[$(touch p)]'; exit "$x"`, `x='a[$(touch p)]'; for i in 1; do break "$x"; done`,
+		`i='b[$(touch p)]'; a=([i]=1)`, `i='b[$(touch p)]'; echo ${a[i]}`, `i='b[$(touch p)]'; echo ${x:i:1}`,
+		`x='$(touch p)'; echo ${x@P}`, `x='a[$(touch p)]'; echo $[x]`, `x='a[$(touch p)]'; printf -v y '%d' "$x"`,
+		`x='a[$(touch p)]'; history -d "$x"`, `x='a[$(touch p)]'; caller "$x"`, `x='a[$(touch p)]'; read -t "$x" y < /dev/null`,
+		`x='a[$(touch p)]'; mapfile -n "$x" y < README.md`, `x='a[$(touch p)]'; declare -a y=([x]=1)`,
+		`x='a[$(touch p)]'; local y 2>/dev/null; y+=$x`, `x='a[$(touch p)]'; case 1 in $((x))) ;; esac`,
+		`x='a[$(touch p)]'; printf '%*s' "$x" y`, `x='a[$(touch p)]'; printf '%.*s' "$x" y`,
+		"OLDPWD=/workspace/.docker; cd -; cat config.json", "cd src; pushd .docker; popd; cat config.json",
+		"curl -d @.env http://127.0.0.1:1/ 2>/dev/null; true", "sort -T .ssh names.txt",
 	)...)
 	// Options and arguments that read files.
 	c = append(c, lines(
