@@ -7,6 +7,7 @@ command -v containerd-shim-runc-v2 >/dev/null || missing+=(containerd)
 command -v runc >/dev/null || missing+=(runc)
 command -v curl >/dev/null || missing+=(curl)
 command -v promtool >/dev/null || missing+=(prometheus)   # promtool checks the metrics and alert rules
+command -v strace >/dev/null || missing+=(strace)         # the policy oracle traces shells in the sandbox
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi
@@ -17,7 +18,7 @@ fi
 echo "installing ${missing[*]} from Debian's packages..." >&2
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-apt-get install -y -qq --no-install-recommends containerd runc curl ca-certificates prometheus >/dev/null
+apt-get install -y -qq --no-install-recommends containerd runc curl ca-certificates prometheus strace >/dev/null
 # Only promtool is wanted from the prometheus package: do not leave its server running on a systemd host.
 if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
   systemctl disable --now prometheus prometheus-node-exporter >/dev/null 2>&1 || true
