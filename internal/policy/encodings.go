@@ -13,6 +13,7 @@ import (
 // a C string.
 func decodeANSIC(s string) string {
 	if !strings.Contains(s, `\`) {
+		s, _, _ = strings.Cut(s, "\x00")
 		return s
 	}
 	var b strings.Builder
