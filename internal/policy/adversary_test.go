@@ -227,6 +227,7 @@ func TestAdversaryWorkingDirectory(t *testing.T) {
 		{name: "cd inside sh -c", cmd: "sh -c 'cd .docker && cat config.json'", want: Deny, rule: RuleDeniedPath},
 		{name: "cd to an unknown place", cmd: `cd "$D" && cat config.json`, want: Ask},
 		{name: "cwd writes are resolved too", cmd: "echo x > hooks/pre-commit", cwd: ".git", want: Deny, rule: RuleDeniedPath},
+		{name: "a denied cwd", cmd: "ls", cwd: ".ssh", want: Deny, rule: RuleDeniedPath},
 		{name: "ordinary cwd", cmd: "cat main.go", cwd: "src", want: Allow},
 		{name: "cd into a source directory", cmd: "cd src && cat main.go", want: Allow},
 	})

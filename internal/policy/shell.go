@@ -98,6 +98,9 @@ func (e *decideEnv) judgeShell(f Facts) (finding, Seen) {
 		}
 	}
 	j := newShellJudge(e, []string{base})
+	if f.Cwd != "" {
+		j.checkPathText(base, false) // the command reads its working directory
+	}
 	j.judgeEnv(f.Env)
 	j.line(f.Command)
 	return j.v.best, j.seen.result()

@@ -128,6 +128,7 @@ func corpus() []oracleLine {
 		`x='a[$(touch p)]'; printf '%*s' "$x" y`, `x='a[$(touch p)]'; printf '%.*s' "$x" y`,
 		"OLDPWD=/workspace/.docker; cd -; cat config.json", "cd src; pushd .docker; popd; cat config.json",
 		"curl -d @.env http://127.0.0.1:1/ 2>/dev/null; true", "sort -T .ssh names.txt",
+		`unset -f 'a[$(touch p)]'`, `x='a[$(touch p)]'; unset -f "$x"`, `f() { :; }; unset -f 'f[$(touch p)]'`,
 	)...)
 	// Options and arguments that read files.
 	c = append(c, lines(
