@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"strings"
 	"testing"
 )
 
@@ -26,6 +27,9 @@ func runReqCases(t *testing.T, p *Policy, cases []reqCase) {
 				Facts: Facts{Command: c.cmd, Env: c.env, Cwd: c.cwd}})
 			if d.Action != c.want || (c.rule != "" && d.Rule != c.rule) {
 				t.Errorf("Decide(%q, env %v, cwd %q) = %s by %s (%s); want %s by %q", c.cmd, c.env, c.cwd, d.Action, d.Rule, d.Reason, c.want, c.rule)
+			}
+			if d.Rule == "" || !strings.Contains(d.Reason, "by rule "+d.Rule+": ") {
+				t.Errorf("Decide(%q): reason %q does not name rule %q", c.cmd, d.Reason, d.Rule)
 			}
 		})
 	}

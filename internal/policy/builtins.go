@@ -228,72 +228,59 @@ func (j *shellJudge) alias(args []word, depth int, info *callInfo) {
 	}
 }
 
-// readVars checks the variables read assigns: read [-ers] [-a ARRAY] [-d D] [-i T] [-n N] [-N N] [-p P]
-// [-t T] [-u FD] [NAME...].
-func (j *shellJudge) readVars(args []word) {
+// optionValues walks a builtin's arguments: for each short option among valued it calls onValue with
+// the option and its value (attached or the next word), and it calls onOperand for every operand (and
+// for everything after "--").
+func optionValues(args []word, valued string, onValue func(opt byte, v word), onOperand func(w word)) {
 	for i := 0; i < len(args); i++ {
 		w := args[i]
 		if w.known && w.text == "--" {
-			for _, n := range args[i+1:] {
-				j.varRef("read", n)
+			for _, o := range args[i+1:] {
+				onOperand(o)
 			}
 			return
 		}
-		if w.known && strings.HasPrefix(w.text, "-") && len(w.text) > 1 {
-			t := w.text
-			for k := 1; k < len(t); k++ {
-				if strings.IndexByte("adinNptu", t[k]) < 0 {
-					continue
-				}
-				v := word{}
-				if k+1 < len(t) {
-					v = literalWord(t[k+1:])
-				} else if i+1 < len(args) {
-					i++
-					v = args[i]
-				}
-				if t[k] == 'a' {
-					j.varRef("read -a", v)
-				}
-				break
-			}
+		if !w.known || !strings.HasPrefix(w.text, "-") || len(w.text) < 2 {
+			onOperand(w)
 			continue
 		}
-		j.varRef("read", w)
+		t := w.text
+		for k := 1; k < len(t); k++ {
+			if strings.IndexByte(valued, t[k]) < 0 {
+				continue
+			}
+			v := word{}
+			if k+1 < len(t) {
+				v = literalWord(t[k+1:])
+			} else if i+1 < len(args) {
+				i++
+				v = args[i]
+			}
+			onValue(t[k], v)
+			break
+		}
 	}
+}
+
+// readVars checks the variables read assigns: read [-ers] [-a ARRAY] [-d D] [-i T] [-n N] [-N N] [-p P]
+// [-t T] [-u FD] [NAME...].
+func (j *shellJudge) readVars(args []word) {
+	optionValues(args, "adinNptu", func(opt byte, v word) {
+		if opt == 'a' {
+			j.varRef("read -a", v)
+		}
+	}, func(w word) { j.varRef("read", w) })
 }
 
 // mapfile checks mapfile's array name and judges its callback: mapfile [-d D] [-n N] [-O ORIGIN] [-s N]
 // [-t] [-u FD] [-C CALLBACK] [-c N] [ARRAY].
 func (j *shellJudge) mapfile(name string, args []word, depth int, info *callInfo) {
-	for i := 0; i < len(args); i++ {
-		w := args[i]
-		if w.known && strings.HasPrefix(w.text, "-") && len(w.text) > 1 && w.text != "--" {
-			t := w.text
-			for k := 1; k < len(t); k++ {
-				if strings.IndexByte("dnOsuCc", t[k]) < 0 {
-					continue
-				}
-				v := word{}
-				if k+1 < len(t) {
-					v = literalWord(t[k+1:])
-				} else if i+1 < len(args) {
-					i++
-					v = args[i]
-				}
-				if t[k] == 'C' {
-					j.opaque(Ask, RuleUnresolved, fmt.Sprintf("`%s -C` runs a callback as code for every chunk of lines; a person must approve it", name))
-					j.shellString(v, name+" -C", depth, info, dialectBash)
-				}
-				break
-			}
-			continue
+	optionValues(args, "dnOsuCc", func(opt byte, v word) {
+		if opt == 'C' {
+			j.opaque(Ask, RuleUnresolved, fmt.Sprintf("`%s -C` runs a callback as code for every chunk of lines; a person must approve it", name))
+			j.shellString(v, name+" -C", depth, info, dialectBash)
 		}
-		if w.known && w.text == "--" {
-			continue
-		}
-		j.varRef(name, w)
-	}
+	}, func(w word) { j.varRef(name, w) })
 }
 
 // cd judges the target of cd and pushd as a directory read; where the shell goes is cwdFlow's.

@@ -109,18 +109,7 @@ func decodeEcho(s string) (out string, stopped bool) {
 			return b.String(), true
 		case 'x', 'u', 'U', 'a', 'b', 'e', 'E', 'f', 'n', 'r', 't', 'v', '\\':
 			// The same as in $'...', one escape at a time.
-			k := i + 2
-			switch c {
-			case 'x':
-				_, used := hexDigits(s[k:], 2)
-				k += used
-			case 'u':
-				_, used := hexDigits(s[k:], 4)
-				k += used
-			case 'U':
-				_, used := hexDigits(s[k:], 8)
-				k += used
-			}
+			k := escapeEnd(s, i)
 			b.WriteString(decodeANSIC(s[i:k]))
 			i = k - 1
 		default:
@@ -144,25 +133,16 @@ func printfOutput(args []string) (string, bool) {
 			c := format[i]
 			switch {
 			case c == '\\' && i+1 < len(format):
-				k := i + 2
 				switch format[i+1] {
 				case '0', '1', '2', '3', '4', '5', '6', '7':
 					n, used := octDigits(format[i+1:], 3)
 					b.WriteByte(byte(n))
 					i += used
 					continue
-				case 'x':
-					_, used := hexDigits(format[k:], 2)
-					k += used
-				case 'u':
-					_, used := hexDigits(format[k:], 4)
-					k += used
-				case 'U':
-					_, used := hexDigits(format[k:], 8)
-					k += used
 				case 'c':
 					return b.String(), true
 				}
+				k := escapeEnd(format, i)
 				b.WriteString(decodeANSIC(format[i:k]))
 				i = k - 1
 			case c == '%' && i+1 < len(format):
@@ -202,6 +182,18 @@ func printfOutput(args []string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// escapeEnd returns where the escape that starts with the backslash at s[i] ends: after \x and up to 2
+// hex digits, \u and up to 4, \U and up to 8, or after one letter.
+func escapeEnd(s string, i int) int {
+	k := i + 2
+	if k > len(s) {
+		return len(s)
+	}
+	width := map[byte]int{'x': 2, 'u': 4, 'U': 8}[s[i+1]]
+	_, used := hexDigits(s[k:], width)
+	return k + used
 }
 
 func hexDigits(s string, max int) (n uint64, used int) {

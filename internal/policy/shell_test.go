@@ -19,17 +19,11 @@ type shellCase struct {
 
 func runShellCases(t *testing.T, p *Policy, cases []shellCase) {
 	t.Helper()
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			d := decideShell(p, c.cmd)
-			if d.Action != c.want || (c.rule != "" && d.Rule != c.rule) {
-				t.Errorf("Decide(%q) = %s by %s (%s); want %s by %q", c.cmd, d.Action, d.Rule, d.Reason, c.want, c.rule)
-			}
-			if d.Rule == "" || !strings.Contains(d.Reason, "by rule "+d.Rule+": ") {
-				t.Errorf("Decide(%q): reason %q does not name rule %q", c.cmd, d.Reason, d.Rule)
-			}
-		})
+	rc := make([]reqCase, len(cases))
+	for i, c := range cases {
+		rc[i] = reqCase{name: c.name, cmd: c.cmd, want: c.want, rule: c.rule}
 	}
+	runReqCases(t, p, rc)
 }
 
 // TestShellAllowsReadOnly: what the default policy lets run without a person.
