@@ -64,9 +64,8 @@ type Limits struct {
 	TmpBytes    int64 `json:"tmp_bytes,omitempty"`  // size of the call's /tmp
 	// Network grants the call's container egress. Only policy sets it; requests cannot.
 	Network bool `json:"network,omitempty"`
-	// AllowedDomains, when not nil, is the only domains a fetch may reach (policy's allowlist); an empty
-	// list is no domain at all, so it is not omitted on the wire.
-	AllowedDomains []string `json:"allowed_domains"`
+	// AllowedDomains, when not nil, is the only domains a fetch may reach (policy's allowlist).
+	AllowedDomains []string `json:"allowed_domains,omitempty"`
 }
 
 // Decision is the policy verdict on a call and the rule that produced it.

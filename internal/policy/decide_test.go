@@ -207,8 +207,8 @@ func TestIntersectDomains(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if got := IntersectDomains(c.a, c.b); !slices.Equal(got, c.want) {
-				t.Errorf("IntersectDomains(%v, %v) = %v, want %v", c.a, c.b, got, c.want)
+			if got := intersectDomains(c.a, c.b); !slices.Equal(got, c.want) {
+				t.Errorf("intersectDomains(%v, %v) = %v, want %v", c.a, c.b, got, c.want)
 			}
 		})
 	}

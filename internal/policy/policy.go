@@ -354,7 +354,7 @@ func effectiveLimits(layers []*layer, tool string) Limits {
 			if out.AllowedDomains == nil {
 				out.AllowedDomains = slices.Clone(t.domains)
 			} else {
-				out.AllowedDomains = IntersectDomains(out.AllowedDomains, t.domains)
+				out.AllowedDomains = intersectDomains(out.AllowedDomains, t.domains)
 			}
 		}
 	}
@@ -406,9 +406,8 @@ func domainAllowed(list []string, host string) bool {
 	return false
 }
 
-// IntersectDomains keeps the entries of either allowlist that the other covers: the domains both allow.
-// "*.x" covers "*.x", every "*.y.x" and every host below x, never x itself. The result is never nil.
-func IntersectDomains(a, b []string) []string {
+// intersectDomains keeps the entries of either list that the other list covers.
+func intersectDomains(a, b []string) []string {
 	out := []string{}
 	covers := func(list []string, e string) bool {
 		if rest, ok := strings.CutPrefix(e, "*."); ok {

@@ -44,9 +44,6 @@ type Rules struct {
 	DenyDomains []string `json:"deny_domains,omitempty" yaml:"deny_domains,omitempty"`
 	// AllowPorts, when non-empty, lists the only destination ports allowed.
 	AllowPorts []int `json:"allow_ports,omitempty" yaml:"allow_ports,omitempty"`
-	// AllowNone refuses every destination: the allowlists that apply to a call have no domain in common.
-	// It is set by whoever narrows the rules for a call, never in configuration.
-	AllowNone bool `json:"-" yaml:"-"`
 }
 
 // Validate checks the domain patterns and ports.
@@ -347,9 +344,6 @@ func (p *Proxy) resolve(ctx context.Context, host string) ([]netip.Addr, error) 
 		if matchDomain(pat, name) {
 			return nil, &RefusedError{Host: host, Reason: fmt.Sprintf("it matches the denied domain %q", pat)}
 		}
-	}
-	if p.rules.AllowNone {
-		return nil, &RefusedError{Host: host, Reason: "the allowlists that apply to this call (the worker's, policy's and the call's) have no domain in common"}
 	}
 	if len(p.rules.AllowDomains) > 0 && !slices.ContainsFunc(p.rules.AllowDomains, func(pat string) bool { return matchDomain(pat, name) }) {
 		return nil, &RefusedError{Host: host, Reason: fmt.Sprintf("it is not among the allowed domains (%s)", strings.Join(p.rules.AllowDomains, ", "))}
