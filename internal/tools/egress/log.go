@@ -42,8 +42,9 @@ func (l *Log) record(e call.EgressConn) {
 		i, ok = l.index[k]
 	}
 	if !ok {
-		e.Connections, e.BytesUp, e.BytesDown = 0, 0, 0
-		l.entries = append(l.entries, e)
+		first := e
+		first.Connections, first.BytesUp, first.BytesDown = 0, 0, 0
+		l.entries = append(l.entries, first)
 		i = len(l.entries) - 1
 		l.index[k] = i
 	}
