@@ -108,7 +108,7 @@ func main() {
 			}
 			os.Exit(tools.RunnerMain(context.Background(), os.Args[2], tools.WorkspaceDir, os.Stdin, os.Stdout))
 		case tools.ForwardCommand:
-			os.Exit(tools.ForwardMain(context.Background(), os.Args[2:], tools.EgressSocket, os.Stderr))
+			os.Exit(tools.ForwardMain(context.Background(), os.Args[2:], tools.ForwarderAddr, tools.EgressSocket, os.Stderr))
 		case "import-image":
 			os.Exit(importImage(os.Args[2:]))
 		}

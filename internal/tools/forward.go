@@ -33,14 +33,14 @@ func ProxyEnv() []string {
 }
 
 // ForwardMain is the process a command with egress starts as (its argv is RunnerPath, ForwardCommand,
-// "--" and the command): it listens on ForwarderAddr, starts the command as its child with the same
+// "--" and the command): it listens on addr (ForwarderAddr in a container), starts the command as its child with the same
 // environment, standard streams and working directory, and forwards each connection to the egress proxy at
 // socket (egress.Forward) until the command exits; then it exits with the command's status (128+N when a
 // signal N killed it). It is the container's first process, so the forwarder cannot outlive the call: when
 // it exits, the kernel kills every process left in the container. It reaps every orphan meanwhile, and
 // passes SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 on to the command. It blocks; cancelling ctx
 // stops forwarding (the command keeps running without network).
-func ForwardMain(ctx context.Context, args []string, socket string, stderr io.Writer) int {
+func ForwardMain(ctx context.Context, args []string, addr, socket string, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "--" {
 		args = args[1:]
 	}
@@ -48,7 +48,7 @@ func ForwardMain(ctx context.Context, args []string, socket string, stderr io.Wr
 		fmt.Fprintln(stderr, "usage: runner "+ForwardCommand+" -- COMMAND [ARG...]")
 		return 2
 	}
-	l, err := net.Listen("tcp", ForwarderAddr)
+	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		fmt.Fprintf(stderr, "toolpool: start the egress forwarder: %v\n", err)
 		return 126

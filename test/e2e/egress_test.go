@@ -286,6 +286,18 @@ func TestEgress(t *testing.T) {
 		}
 	})
 
+	t.Run("the forwarder cannot be bypassed: it cannot be killed, the socket enforces the same rules, and there is no other route", func(t *testing.T) {
+		res, body := s.run(t, "dev-token", "egress-misc", fmt.Sprintf(`kill -KILL 1; echo "pid1=$?"; `+
+			`curl -sS --unix-socket /.toolpool/egress.sock --request-target http://denied.test:%d/hello.txt http://denied.test/; `+
+			`env -u https_proxy -u HTTPS_PROXY curl -fsS --max-time 5 https://files.test:%d/hello.txt || echo no-route; `+
+			`curl -fsS https://files.test:%d/hello.txt`, p, p, p), nil)
+		for _, want := range []string{"pid1=", "rule domain-not-allowed", "no-route", filesBody} {
+			if !strings.Contains(res.Stdout, want) {
+				t.Fatalf("stdout lacks %q: %s", want, body)
+			}
+		}
+	})
+
 	t.Run("a tenant without network has no proxy and no route", func(t *testing.T) {
 		res, body := s.run(t, "beta-token", "egress-beta", fmt.Sprintf("env | grep -ci _proxy; curl -fsS --max-time 5 https://files.test:%d/hello.txt", p), nil)
 		if res.Status != call.StatusError || !strings.HasPrefix(res.Stdout, "0\n") || len(res.Egress) != 0 || strings.Contains(res.Stdout, filesBody) {
