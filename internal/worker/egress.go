@@ -93,10 +93,20 @@ func (w *Worker) serveEgress(ctx context.Context, c *call.Call) (socket string, 
 // ask for the destination are repeated here. Empty when nothing was refused.
 func egressNote(conns []call.EgressConn) string {
 	var b strings.Builder
+	n := 0
 	for _, e := range conns {
-		if e.Decision == call.EgressRefused {
+		if e.Decision != call.EgressRefused {
+			continue
+		}
+		if n++; n <= maxEgressNotes {
 			b.WriteString("\n[egress] " + strings.TrimSpace(egress.Explain(e)))
 		}
 	}
+	if n > maxEgressNotes {
+		fmt.Fprintf(&b, "\n[egress] %d more destinations were refused: the result's egress field lists them", n-maxEgressNotes)
+	}
 	return b.String()
 }
+
+// maxEgressNotes bounds the refusals explained in a call's output.
+const maxEgressNotes = 5
