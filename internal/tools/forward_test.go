@@ -10,7 +10,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -59,19 +58,7 @@ func TestForwardMain(t *testing.T) {
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "via the forwarder") }))
 	defer origin.Close()
 	originAP := netip.MustParseAddrPort(origin.Listener.Addr().String())
-	p, err := egress.New(egress.Rules{}, egress.WithResolver(fakeResolver{"origin.test": "127.0.0.1"}),
-		egress.WithAllowAddr(func(ap netip.AddrPort) bool { return ap == originAP }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	socket := filepath.Join(t.TempDir(), "egress.sock")
-	l, err := net.Listen("unix", socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go p.Serve(ctx, l)
+	socket := serveEgress(t, egress.Rules{}, origin)
 	tests := []struct {
 		name       string
 		args       []string
@@ -82,7 +69,7 @@ func TestForwardMain(t *testing.T) {
 		{"exit status", []string{"--", "/bin/sh", "-c", "exit 7"}, 7, "", ""},
 		{"killed by a signal", []string{"--", "/bin/sh", "-c", "kill -TERM $$"}, 128 + 15, "", ""},
 		{"stdout and environment pass through", []string{"--", "/bin/sh", "-c", `echo "proxy=$HTTP_PROXY"`}, 0, "proxy=http://", ""},
-		{"the command reaches the proxy through the forwarder", []string{"--", "curl", "-sS", fmt.Sprintf("http://origin.test:%d/", originAP.Port())}, 0, "via the forwarder", ""},
+		{"the command reaches the proxy through the forwarder", []string{"--", "curl", "-sS", fmt.Sprintf("http://site.test:%d/", originAP.Port())}, 0, "via the forwarder", ""},
 		{"a missing program", []string{"--", "no-such-program-tp"}, 127, "", "toolpool: run no-such-program-tp"},
 		{"no command", []string{"--"}, 2, "", "usage:"},
 	}

@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -27,14 +26,7 @@ func TestForward(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sock := filepath.Join(t.TempDir(), "egress.sock")
-	ul, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pctx, stopProxy := context.WithCancel(context.Background())
-	defer stopProxy()
-	go p.Serve(pctx, ul)
+	sock := serveOnSocket(t, p)
 
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
