@@ -205,6 +205,18 @@ func run(args []string) (retErr error) {
 	}
 	level, _ := parseLevel(cfg.LogLevel)
 	log := slog.New(tracing.LogHandler(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))).With("worker", cfg.ID)
+	// The egress gateway first: a bad credential or rule stops the worker before anything starts.
+	gateway, err := egress.NewGateway(cfg.Egress, egress.WithLookupEnv(os.LookupEnv))
+	if err != nil {
+		return err
+	}
+	if cfg.Egress.Test.Enabled() {
+		log.Warn("egress test settings are on: addresses in egress.test.public_addrs count as public and egress.test.ca_files are trusted; never use them in production",
+			"public_addrs", cfg.Egress.Test.PublicAddrs, "ca_files", cfg.Egress.Test.CAFiles)
+	}
+	for _, c := range cfg.Egress.Credentials {
+		log.Info("egress credential bound", "name", c.Name, "host", c.Host, "tenants", c.Tenants) // never the secret
+	}
 
 	// The first SIGINT, SIGTERM or SIGHUP drains; a second one kills the running calls at once.
 	signals := make(chan os.Signal, 2)
@@ -283,17 +295,6 @@ func run(args []string) (retErr error) {
 		if err := rt.EnsureMountPoint(p, false); err != nil {
 			return err
 		}
-	}
-	gateway, err := egress.NewGateway(cfg.Egress, egress.WithLookupEnv(os.LookupEnv))
-	if err != nil {
-		return err
-	}
-	if cfg.Egress.Test.Enabled() {
-		log.Warn("egress test settings are on: addresses in egress.test.public_addrs count as public and egress.test.ca_files are trusted; never use them in production",
-			"public_addrs", cfg.Egress.Test.PublicAddrs, "ca_files", cfg.Egress.Test.CAFiles)
-	}
-	for _, c := range cfg.Egress.Credentials {
-		log.Info("egress credential bound", "name", c.Name, "host", c.Host, "tenants", c.Tenants) // never the secret
 	}
 	runner, err := os.Executable()
 	if err != nil {
