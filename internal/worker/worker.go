@@ -446,12 +446,12 @@ func (w *Worker) run(ctx context.Context, c *call.Call) (runOutcome, error) {
 	if inv.Runner {
 		spec.Mounts = append(spec.Mounts, sandbox.Mount{Source: w.cfg.RunnerBinary, Destination: tools.RunnerPath})
 	}
-	egressLog, err := w.withEgress(ctx, c, inv, &spec)
+	finishEgress, err := w.withEgress(ctx, c, inv, &spec)
 	if err != nil {
 		return runOutcome{}, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
 	}
 	out, err := w.runtime.Run(ctx, spec)
-	egressConns := egressLog()
+	egressConns := finishEgress()
 	if errors.Is(err, sandbox.ErrNoProgram) {
 		// Nothing ran, and nothing would elsewhere: the call's own mistake, like arguments that do not plan.
 		root := "the host's /usr"
