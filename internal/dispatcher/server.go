@@ -381,7 +381,7 @@ func (s *Server) limits(req *callRequest, tool *tools.Tool, pl policy.Limits) ca
 		output = min(output, pl.OutputBytes)
 	}
 	return call.Limits{TimeoutMS: timeout.Milliseconds(), OutputBytes: output, MemoryBytes: req.MemoryBytes,
-		Network: pl.Network, AllowedDomains: pl.AllowedDomains}
+		Network: pl.Network, AllowedDomains: pl.AllowedDomains, AllowedPorts: pl.AllowedPorts}
 }
 
 // argsDigest is what an approval binds to: the SHA-256 of the arguments as received.

@@ -115,6 +115,9 @@ type Runtime struct {
 	mu     sync.Mutex
 	active map[string]bool // ids of the calls Run is running or removing, which RemoveOrphans leaves alone
 
+	trustMu      sync.Mutex
+	trustWritten map[string]bool // the CA bundles written under StateDir/ca, by name
+
 	cleanups     sync.WaitGroup
 	cleanupSlots chan struct{}
 }
@@ -153,7 +156,7 @@ func New(ctx context.Context, cfg Config) (_ *Runtime, retErr error) {
 		return nil, fmt.Errorf("create fifo dir: %w", err)
 	}
 	warnings := runtimeWarnings(ctx, cfg.RuntimeName, cfg.RuntimeBinary)
-	return &Runtime{cfg: cfg, client: client, rootfs: rootfs, fifos: fifos, warnings: warnings, active: map[string]bool{},
+	return &Runtime{cfg: cfg, client: client, rootfs: rootfs, fifos: fifos, warnings: warnings, active: map[string]bool{}, trustWritten: map[string]bool{},
 		cleanupSlots: make(chan struct{}, maxPendingCleanups)}, nil
 }
 
@@ -274,6 +277,14 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (out sandbox.Outco
 	mounts, err = callMounts(mounts, spec, lim)
 	if err != nil {
 		return out, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
+	}
+	if len(spec.TrustedCAs) > 0 {
+		caMounts, caEnv, err := r.trustMounts(spec.TrustedCAs, spec.Image == "")
+		if err != nil {
+			return out, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
+		}
+		mounts = append(mounts, caMounts...)
+		spec.Env = append(caEnv, spec.Env...) // the call's own variables may point elsewhere
 	}
 	argv, cwd, err := processArgs(spec.Argv, cwd, spec.Image == "")
 	if err != nil {
