@@ -439,12 +439,7 @@ func spansOf(t *testing.T, exp *tracetest.InMemoryExporter, traceID trace.TraceI
 	t.Helper()
 	var got map[string]tracetest.SpanStub
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		var in tracetest.SpanStubs
-		for _, s := range exp.GetSpans() {
-			if s.SpanContext.TraceID() == traceID {
-				in = append(in, s)
-			}
-		}
+		in := spansOfTrace(exp, traceID)
 		got = map[string]tracetest.SpanStub{}
 		for _, s := range in {
 			got[s.Name] = s

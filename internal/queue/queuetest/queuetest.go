@@ -98,19 +98,12 @@ func (s *Store) Writes() int {
 
 // Create stores the first record of a call; queue.ErrExists if the id is taken.
 func (s *Store) Create(_ context.Context, r *call.Result) (uint64, error) {
-	if err := s.check(OpCreate, r.ID); err != nil {
-		return 0, err
-	}
-	data, err := json.Marshal(r)
-	if err != nil {
-		return 0, fmt.Errorf("encode call %s: %w", r.ID, err)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.recs[r.ID]; ok {
-		return 0, fmt.Errorf("create call %s: %w", r.ID, queue.ErrExists)
-	}
-	return s.write(r.ID, data), nil
+	return s.set(OpCreate, r, func(_ stored, exists bool) error {
+		if exists {
+			return fmt.Errorf("create call %s: %w", r.ID, queue.ErrExists)
+		}
+		return nil
+	})
 }
 
 // Get reads a call's record; queue.ErrNotFound if there is none.
@@ -137,7 +130,18 @@ func (s *Store) get(id string) (queue.Record, error) {
 
 // Update replaces a call's record if it is still at revision rev; queue.ErrConflict otherwise.
 func (s *Store) Update(_ context.Context, r *call.Result, rev uint64) (uint64, error) {
-	if err := s.check(OpUpdate, r.ID); err != nil {
+	return s.set(OpUpdate, r, func(cur stored, exists bool) error {
+		if !exists || cur.rev != rev {
+			return fmt.Errorf("update call %s at revision %d: %w", r.ID, rev, queue.ErrConflict)
+		}
+		return nil
+	})
+}
+
+// set writes r after the injected failure of op, if any, and cond, which sees the current record under
+// the lock, let it.
+func (s *Store) set(op Op, r *call.Result, cond func(cur stored, exists bool) error) (uint64, error) {
+	if err := s.check(op, r.ID); err != nil {
 		return 0, err
 	}
 	data, err := json.Marshal(r)
@@ -146,8 +150,9 @@ func (s *Store) Update(_ context.Context, r *call.Result, rev uint64) (uint64, e
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if cur, ok := s.recs[r.ID]; !ok || cur.rev != rev {
-		return 0, fmt.Errorf("update call %s at revision %d: %w", r.ID, rev, queue.ErrConflict)
+	cur, exists := s.recs[r.ID]
+	if err := cond(cur, exists); err != nil {
+		return 0, err
 	}
 	return s.write(r.ID, data), nil
 }
