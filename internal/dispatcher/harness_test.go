@@ -260,6 +260,7 @@ type harness struct {
 func testConfig() Config {
 	cfg := DefaultConfig()
 	cfg.MaxBodyBytes = 4096
+	cfg.MaxWait = 5 * time.Second // a request that waits wrongly fails in seconds, not minutes
 	cfg.Tenants = []Tenant{
 		{Name: "acme", Tokens: []Token{{Token: acmeCaller}, {Token: acmeApprover, Role: RoleApprover, Name: "alice"}}},
 		{Name: "globex", Tokens: []Token{{Token: globexApprover, Role: RoleApprover}, {Token: globexCaller, Role: RoleCaller}}},
