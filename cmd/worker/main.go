@@ -346,31 +346,42 @@ func run(args []string) (retErr error) {
 	defer srv.Close()
 
 	log.Info("worker ready", "image", cfg.Image, "slots", cfg.Slots, "nats", cfg.NATSURL, "containerd", address, "runtime", cfg.Runtime, "workspaces", cfg.WorkspacesDir)
-	// Drain: on SIGTERM stop taking calls at once, let running ones finish for DrainTimeout, then kill them
-	// (each is recorded as cancelled).
+	handle := metrics.InstrumentHandler(cfg.Slots, tracing.TraceHandler(w.Handle), wm)
+	err = consumeDraining(ctx, cfg.DrainTimeout, secondSignal, log, func(fetchCtx, runCtx context.Context) error {
+		return conn.ConsumeWith(fetchCtx, runCtx, cfg.Slots, handle)
+	})
+	log.Info("worker stopped")
+	return err
+}
+
+// consumeDraining runs consume and drains it when ctx ends (SIGTERM): consume's fetch context is ctx, so it
+// stops taking calls at once, while its run context, which the running calls get, lasts until grace has
+// passed or kill is closed (a second signal); the calls still running then are killed, and each is recorded
+// as cancelled. It returns consume's error once consume has returned.
+func consumeDraining(ctx context.Context, grace time.Duration, kill <-chan struct{}, log *slog.Logger,
+	consume func(fetchCtx, runCtx context.Context) error) error {
 	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRun()
 	consumed := make(chan struct{})
 	go func() {
 		select {
 		case <-ctx.Done():
-			log.Info("worker draining", "drain_timeout", cfg.DrainTimeout.String())
+			log.Info("worker draining", "drain_timeout", grace.String())
 		case <-consumed:
 			return
 		}
 		select {
-		case <-time.After(cfg.DrainTimeout):
+		case <-time.After(grace):
 			log.Warn("drain timeout: killing the calls still running")
 			cancelRun()
-		case <-secondSignal:
+		case <-kill:
 			log.Warn("second signal: killing the calls still running")
 			cancelRun()
 		case <-consumed:
 		}
 	}()
-	err = conn.ConsumeWith(ctx, runCtx, cfg.Slots, metrics.InstrumentHandler(cfg.Slots, tracing.TraceHandler(w.Handle), wm))
+	err := consume(ctx, runCtx)
 	close(consumed)
-	log.Info("worker stopped")
 	return err
 }
 
