@@ -284,8 +284,10 @@ func TestRuncTooOld(t *testing.T) {
 	}{
 		{"1.1.5+ds1", true}, {"1.1.14", true}, {"1.2.0", true}, {"1.2.7", true}, {"1.2.8", false}, {"1.2.9", false},
 		{"1.3.0", true}, {"1.3.2", true}, {"1.3.3", false}, {"1.3.4", false},
-		{"1.4.0-rc.2", true}, {"1.4.0-rc.3", false}, {"1.4.0", false}, {"1.4.1", false}, {"1.5.0", false}, {"2.0.0", false},
-		{"0.9.0", true},
+		{"1.4.0-rc.1", true}, {"1.4.0-rc.2", true}, {"1.4.0-rc.3", false}, {"1.4.0-rc.3+dev", false}, {"1.4.0", false},
+		{"1.4.1", false}, {"1.5.0", false}, {"1.5.0-rc.1", false}, {"2.0.0", false}, {"0.9.0", true},
+		// A pre-release of the first fixed release of a line predates the fix.
+		{"1.2.8-rc.1", true}, {"1.3.3-rc.1", true}, {"1.2.8+ds1", false}, {"1.2.9-rc.1", false},
 	}
 	for _, tt := range tests {
 		old, err := runcTooOld(tt.version)
