@@ -535,9 +535,10 @@ func TestEscape(t *testing.T) {
 				}
 			}},
 		{name: "output flood", cmd: static(`head -c 2G /dev/zero; echo; echo END`),
-			// 2 GiB takes about 15 s on a 2-core VM with nothing else running and 30 s with the end-to-end
-			// tests beside it: the timeout leaves that four times over. A flood cut by the timeout fails.
-			limits: sandbox.Limits{OutputBytes: 64 << 10, Timeout: 120 * time.Second},
+			// Over 2^31 bytes, so that no 32-bit count survives it. It takes 15 to 25 s on a 2-core VM with
+			// little else running, and 140 s with a load average of 30 (1.8 GB in 120 s was measured): the
+			// timeout leaves twice that. A flood cut by the timeout fails.
+			limits: sandbox.Limits{OutputBytes: 64 << 10, Timeout: 300 * time.Second},
 			safe: func(t *testing.T, s *suite, _ string, out sandbox.Outcome) {
 				if out.ExitCode != 0 || out.TimedOut {
 					t.Errorf("exit %d timedOut %v after %s: the flood was not drained", out.ExitCode, out.TimedOut, out.RunTime)

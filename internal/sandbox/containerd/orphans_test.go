@@ -231,16 +231,24 @@ func processWith(words ...string) bool {
 	return false
 }
 
-// waitFor polls cond until it holds or the deadline passes.
+// waitFor polls cond until it holds, and fails the test if it does not within the deadline.
 func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
 	t.Helper()
+	if !eventually(within, cond) {
+		t.Fatalf("timed out after %s waiting for %s", within, what)
+	}
+}
+
+// eventually polls cond until it holds (true) or the deadline passes (false).
+func eventually(within time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(within)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
+			return false
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	return true
 }
 
 // TestRemoveOrphansSparesRunningCalls runs RemoveOrphans (as a worker does when its containerd comes back)

@@ -62,19 +62,12 @@ func assertGone(t testing.TB, rt *containerd.Runtime, stateDir, namespace, id st
 		t.Errorf("the FIFO directory of %s is left (%v)", id, err)
 	}
 	var cg ctrtest.Cgroup
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		var err error
-		if cg, err = ctrtest.ContainerCgroup(namespace, id); err != nil {
-			t.Fatal(err)
-		}
-		if cg.Empty() || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if !cg.Empty() {
-		t.Errorf("left behind by %s: %s", id, cg)
+	var err error
+	if !eventually(5*time.Second, func() bool {
+		cg, err = ctrtest.ContainerCgroup(namespace, id)
+		return err == nil && cg.Empty()
+	}) {
+		t.Errorf("left behind by %s (%v): %s", id, err, cg)
 	}
 }
 
