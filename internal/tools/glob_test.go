@@ -103,7 +103,7 @@ func splitPath(p string) []string { return strings.Split(p, "/") }
 // FuzzGlob checks the glob matcher against properties that a walk over the workspace relies on: it agrees
 // with a plain recursive matcher built on path.Match (one pattern segment per path segment, "**" for any
 // number of segments, each brace alternative on its own); without braces or "**" it is path.Match on the
-// whole path; and it never prunes a directory below which a path matches (matchPrefix holds for every
+// whole path (but that a character class never matches "/"); and it never prunes a directory below which a path matches (matchPrefix holds for every
 // ancestor of a match), so glob cannot miss a file the pattern names.
 func FuzzGlob(f *testing.F) {
 	f.Add("**/*.{go,ts}", "a/b/c.go")
@@ -135,8 +135,11 @@ func FuzzGlob(f *testing.F) {
 		if got != want {
 			t.Fatalf("compileGlob(%q).match(%q) = %v; the reference matcher says %v (alternatives %q)", pattern, p, got, want, g.alts)
 		}
+		// path.Match's character classes may match "/" ("[^0]" matches "/"), the glob's never do (it matches
+		// segment by segment): with a class in the pattern only a glob match must be a path.Match match.
 		if !strings.ContainsAny(pattern, "{}") && !strings.Contains(pattern, "**") {
-			if pm, err := path.Match(path.Clean(pattern), p); err == nil && pm != got {
+			pm, err := path.Match(path.Clean(pattern), p)
+			if err == nil && (got && !pm || !got && pm && !strings.Contains(pattern, "[")) {
 				t.Fatalf("compileGlob(%q).match(%q) = %v; path.Match(%q, %q) = %v", pattern, p, got, path.Clean(pattern), p, pm)
 			}
 		}
