@@ -320,7 +320,7 @@ func TestRuntimeWarnings(t *testing.T) {
 	tests := []struct {
 		name, runtime, binary, want string
 	}{
-		{name: "debian bookworm", runtime: "io.containerd.runc.v2", binary: fake("runc version 1.1.5+ds1"), want: "runc 1.1.5+ds1 is older than 1.2.8"},
+		{name: "debian bookworm", runtime: "io.containerd.runc.v2", binary: fake("runc version 1.1.5+ds1"), want: "runc 1.1.5+ds1 is too old (production needs 1.2.8 or later"},
 		{name: "supported", runtime: "io.containerd.runc.v2", binary: fake("runc version 1.3.3\ncommit: v1.3.3")},
 		{name: "unparsable", runtime: "io.containerd.runc.v2", binary: fake("what"), want: "cannot tell which runc"},
 		{name: "missing", runtime: "io.containerd.runc.v2", binary: "/nonexistent/runc", want: "cannot tell which runc"},

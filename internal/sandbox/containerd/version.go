@@ -89,7 +89,7 @@ func runtimeWarnings(ctx context.Context, name, binary string) []string {
 		return []string{fmt.Sprintf("cannot parse runc version %q: production needs runc %s", v, runcSupported)}
 	}
 	if old {
-		return []string{fmt.Sprintf("runc %s is older than %s (production needs %s): it lacks the fixes for CVE-2024-45310, CVE-2025-31133, CVE-2025-52565 and CVE-2025-52881; the sandbox avoids the mount patterns they exploit, but run a supported runc, or the gVisor runtime, in production", v, MinRuncVersion, runcSupported)}
+		return []string{fmt.Sprintf("runc %s is too old (production needs %s): it lacks the fixes for CVE-2024-45310, CVE-2025-31133, CVE-2025-52565 and CVE-2025-52881; the sandbox avoids the mount patterns they exploit, but run a supported runc, or the gVisor runtime, in production", v, runcSupported)}
 	}
 	return nil
 }
