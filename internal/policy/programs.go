@@ -686,8 +686,8 @@ func (j *shellJudge) argPaths(argv []word, spec argSpec) []word {
 	for i, w := range paths {
 		write := writes == writesAll || writes == writesLast && i == len(paths)-1 && !targetDir && len(paths) > 1
 		j.checkPathWord(w, write)
-		if w.known && !w.glob && strings.ContainsAny(w.text, ":=") {
-			j.maySecret(w.text)
+		if w.known && !w.glob && strings.ContainsAny(w.text, ":=@") {
+			j.maySecret(w.text) // REV:PATH, key=PATH, @PATH (curl -d @.env, gcc @.env: a file's content)
 		}
 	}
 	return operands
