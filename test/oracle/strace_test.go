@@ -367,3 +367,86 @@ func escapeHex(s string) string {
 	}
 	return b.String()
 }
+
+// runShells are the shells the driver's wrapper runs each line under, by the name splitRuns gives
+// their runs.
+var runShells = map[string]string{"/bin/sh": "sh", "/bin/bash": "bash"}
+
+// splitRuns splits the trace of the driver's wrapper shell (the root) into the runs of the shells it
+// started, by shell name ("sh", "bash"). A run starts at the first execve of a shell by a process that
+// descends from no run yet (the wrapper's timeout is in between); each later event goes to the run whose
+// shell the process descends from, and the wrapper's own work (resetting the workspace between the
+// runs) to none. In each run, the shell's execve is its first, and a caller chain ends at its shell.
+func splitRuns(t trace) map[string]trace {
+	root := 0
+	for _, e := range t.execs {
+		if e.first {
+			root = e.pid
+			break
+		}
+	}
+	type run struct {
+		name  string
+		seq   int // of the shell's execve
+		depth int // how many processes above the run's shell, up to the root
+	}
+	runs := map[int]run{}
+	top := func(pid int) (int, bool) {
+		for seen := 0; pid != 0 && pid != root && seen < 64; seen++ {
+			if _, ok := runs[pid]; ok {
+				return pid, true
+			}
+			p := t.procs[pid]
+			if p == nil {
+				break
+			}
+			pid = p.parent
+		}
+		return 0, false
+	}
+	for _, e := range t.execs {
+		name, shell := runShells[e.path]
+		if !shell || e.pid == root {
+			continue
+		}
+		if _, inRun := top(e.pid); !inRun {
+			depth := 0
+			for p := t.procs[e.pid]; p != nil && p.parent != 0 && depth < 64; p = t.procs[p.parent] {
+				depth++
+			}
+			runs[e.pid] = run{name: name, seq: e.seq, depth: depth}
+		}
+	}
+	trim := func(c []string, r run) []string {
+		return c[:max(len(c)-r.depth, 0)]
+	}
+	out := map[string]trace{}
+	for _, e := range t.execs {
+		pid, ok := top(e.pid)
+		if !ok {
+			continue
+		}
+		r := runs[pid]
+		tr := out[r.name]
+		e.first = e.pid == pid && e.seq == r.seq
+		e.caller = trim(e.caller, r)
+		tr.execs = append(tr.execs, e)
+		out[r.name] = tr
+	}
+	for _, f := range t.files {
+		pid, ok := top(f.pid)
+		if !ok {
+			continue
+		}
+		r := runs[pid]
+		tr := out[r.name]
+		f.caller = trim(f.caller, r)
+		tr.files = append(tr.files, f)
+		out[r.name] = tr
+	}
+	for name, tr := range out {
+		tr.procs = t.procs
+		out[name] = tr
+	}
+	return out
+}
