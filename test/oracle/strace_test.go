@@ -421,28 +421,26 @@ func splitRuns(t trace) map[string]trace {
 		return c[:max(len(c)-r.depth, 0)]
 	}
 	out := map[string]trace{}
-	for _, e := range t.execs {
-		pid, ok := top(e.pid)
-		if !ok {
-			continue
+	into := func(pid int, add func(tr *trace, r run, shell int)) {
+		if shell, ok := top(pid); ok {
+			r := runs[shell]
+			tr := out[r.name]
+			add(&tr, r, shell)
+			out[r.name] = tr
 		}
-		r := runs[pid]
-		tr := out[r.name]
-		e.first = e.pid == pid && e.seq == r.seq
-		e.caller = trim(e.caller, r)
-		tr.execs = append(tr.execs, e)
-		out[r.name] = tr
+	}
+	for _, e := range t.execs {
+		into(e.pid, func(tr *trace, r run, shell int) {
+			e.first = e.pid == shell && e.seq == r.seq
+			e.caller = trim(e.caller, r)
+			tr.execs = append(tr.execs, e)
+		})
 	}
 	for _, f := range t.files {
-		pid, ok := top(f.pid)
-		if !ok {
-			continue
-		}
-		r := runs[pid]
-		tr := out[r.name]
-		f.caller = trim(f.caller, r)
-		tr.files = append(tr.files, f)
-		out[r.name] = tr
+		into(f.pid, func(tr *trace, r run, _ int) {
+			f.caller = trim(f.caller, r)
+			tr.files = append(tr.files, f)
+		})
 	}
 	for name, tr := range out {
 		tr.procs = t.procs
