@@ -136,6 +136,24 @@ func TestAdversaryCodeFromInput(t *testing.T) {
 	})
 }
 
+// TestAdversaryProgramsThatRunPrograms: a program that runs the command in its operands hides nothing
+// from policy: the forbidden program under it is denied, and what it runs is judged.
+func TestAdversaryProgramsThatRunPrograms(t *testing.T) {
+	var cases []reqCase
+	for _, w := range []string{"strace -f", "chrt 1", "prlimit --nofile=10", "cpulimit -l 5", "setarch x86_64", "linux32",
+		"chpst -u nobody", "softlimit -m 1000000", "tini --", "dumb-init", "chronic", "daemonize", "schedtool -B -e",
+		"timelimit -t 5", "run-one", "retry", "runcon -t x", "envdir ./env", "nice -n 5", "timeout 5", "env -i", "nohup"} {
+		cases = append(cases, reqCase{name: w + " runs sudo", cmd: w + " sudo reboot", want: Deny, rule: forbidden})
+	}
+	for _, w := range []string{"gosu", "su-exec", "setuidgid"} {
+		cases = append(cases, reqCase{name: w + " changes user", cmd: w + " nobody ls", want: Deny, rule: forbidden})
+	}
+	cases = append(cases,
+		reqCase{name: "a generic wrapper of a harmless command still asks", cmd: "cpulimit -l 5 ls", want: Ask, rule: RuleUnresolved},
+		reqCase{name: "a generic wrapper writing a secret", cmd: "chronic cp x .env", want: Deny, rule: RuleDeniedPath})
+	runReqCases(t, Default(), cases)
+}
+
 // TestAdversaryEvaluatingBuiltins: builtins that evaluate a subscript or a string as code.
 func TestAdversaryEvaluatingBuiltins(t *testing.T) {
 	runReqCases(t, Default(), []reqCase{

@@ -227,7 +227,11 @@ var genericWrappers = map[string]bool{
 	"nsenter": true, "unshare": true, "faketime": true, "prlimit": true, "cgexec": true, "setpriv": true,
 	"capsh": true, "gdb": true, "perf": true, "nocache": true, "trickle": true, "rlwrap": true,
 	"parallel": true, "sem": true, "xvfb-run": true, "dbus-run-session": true, "entr": true, "watchexec": true,
-	"expect": true,
+	"expect": true, "cpulimit": true, "daemonize": true, "start-stop-daemon": true, "chpst": true, "softlimit": true,
+	"setlock": true, "envdir": true, "tini": true, "dumb-init": true, "chronic": true, "setarch": true,
+	"linux32": true, "linux64": true, "schedtool": true, "run-one": true, "retry": true, "lckdo": true,
+	"timelimit": true, "minijail0": true, "runcon": true, "nsjail": true, "gosu": true, "su-exec": true,
+	"setuidgid": true,
 }
 
 func (j *shellJudge) wrapper(name string, argv []word, ruleArgv []string, depth, unwrap int, info *callInfo, runtimeArgs bool) {
