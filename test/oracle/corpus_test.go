@@ -99,6 +99,8 @@ func corpus() []oracleLine {
 		"strace -o /dev/null touch p", "ionice -c 3 touch p", "taskset 1 touch p", "sh -c 'sh -c \"touch p\"'",
 		"bash -ec 'touch p'", "bash -e -c 'touch p' x", "sh -c 'exec touch p'", "sg nogroup -c 'touch p' 2>/dev/null; true",
 		"su -c 'touch p' 2>/dev/null; true", "chroot / touch p 2>/dev/null; true",
+		"setarch x86_64 touch p", "linux64 sh -c 'touch p'", "prlimit --nofile=64 touch p", "chronic touch p 2>/dev/null; true",
+		"gcc @.env 2>/dev/null; true",
 	)...)
 	// Builtins that evaluate subscripts or strings, and that change what later names run.
 	c = append(c, lines(
