@@ -8,8 +8,8 @@ TEST_TIMEOUT ?= 40m
 # CONTAINER_PKGS are the packages whose tests start containers. make test runs them after the others, one
 # package at a time (-p 1): go test otherwise runs as many packages at once as there are CPUs, and the escape
 # suite's fork bomb, 2 GiB output flood and memory hog would share the cores with the end-to-end suite's
-# timing checks. test/oracle runs the policy oracle's corpus in containers under strace (about 6 minutes on
-# two loaded cores).
+# timing checks. test/oracle runs the policy oracle's corpus in containers under strace (6 to 12 minutes on
+# two cores at a load average of 25 to 55).
 CONTAINER_PKGS := ./internal/sandbox/containerd/... ./test/e2e/... ./test/oracle/...
 # FUZZTIME is how long make test (and make fuzz) runs each fuzz target.
 FUZZTIME ?= 20s

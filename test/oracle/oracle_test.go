@@ -452,7 +452,7 @@ func runSandbox(rt *containerd.Runtime, dir, in, out, name, script string, args 
 		WorkspaceDir: ws,
 		Mounts: []sandbox.Mount{{Source: in, Destination: "/.toolpool/oracle"},
 			{Source: out, Destination: "/.toolpool/out", Writable: true}},
-		Limits: sandbox.Limits{Timeout: 25 * time.Minute, CPUMillis: 2000}, // about 8 minutes at a load average of 40
+		Limits: sandbox.Limits{Timeout: 25 * time.Minute, CPUMillis: 2000}, // 6 to 12 minutes at a load average of 25 to 55
 	})
 }
 
