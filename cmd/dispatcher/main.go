@@ -41,6 +41,8 @@ type config struct {
 	LogLevel   string            `yaml:"log_level"`
 	API        dispatcher.Config `yaml:"api"`
 	Queue      jetstream.Config  `yaml:"queue"`
+	// Reconciler settles the calls no worker will (every replica runs one).
+	Reconciler dispatcher.ReconcilerConfig `yaml:"reconciler"`
 	Metrics    metrics.Options   `yaml:"metrics"`
 	Tools      struct {
 		Custom []tools.CustomTool `yaml:"custom"`
@@ -51,6 +53,7 @@ func defaults() config {
 	return config{
 		Listen: "127.0.0.1:8080", DataDir: "/var/lib/toolpool/dispatcher", NATSListen: "127.0.0.1:4222",
 		NATSSync: "always", LogLevel: "info", API: dispatcher.DefaultConfig(), Queue: jetstream.DefaultConfig(),
+		Reconciler: dispatcher.DefaultReconcilerConfig(),
 		Metrics: metrics.Options{TenantLabel: true, MaxTenants: metrics.DefaultMaxTenants},
 	}
 }
@@ -70,7 +73,24 @@ func (c *config) validate() error {
 	if err := c.API.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	// A call stays in the queue while it waits and while it runs: the queue must keep it longer than both.
+	if longest := c.API.QueueTimeout + c.API.MaxTimeout; c.Queue.MaxAge <= longest {
+		errs = append(errs, fmt.Errorf("queue max_age %s must be longer than api queue_timeout plus api max_timeout (%s): raise queue.max_age or lower those", c.Queue.MaxAge, longest))
+	}
+	if c.Reconciler.Interval <= 0 || c.Reconciler.Grace <= 0 || c.Reconciler.InFlightAge < 0 {
+		errs = append(errs, errors.New("reconciler interval and grace must be positive, in_flight_age not negative"))
+	}
 	return errors.Join(errs...)
+}
+
+// checkMessageSize refuses a request body limit that would let a call outgrow one queue message.
+func checkMessageSize(maxBody, maxMessage int64) error {
+	const overhead = 16 << 10 // the call's other fields and the message headers
+	if maxBody+overhead > maxMessage {
+		return fmt.Errorf("api max_body_bytes %d leaves no room in the NATS server's max payload of %d bytes (a call's arguments travel in one message): set api.max_body_bytes to at most %d",
+			maxBody, maxMessage, maxMessage-overhead)
+	}
+	return nil
 }
 
 // allowRulesKey names the approve-always rules in the shared state bucket.
@@ -189,6 +209,9 @@ func run(args []string) error {
 		return err
 	}
 	defer conn.Close()
+	if err := checkMessageSize(cfg.API.MaxBodyBytes, conn.MaxMessage()); err != nil {
+		return err
+	}
 	dm.WatchNATS(conn.Ready)
 	dm.WatchQueue(func(ctx context.Context) (uint64, time.Duration, error) {
 		st, err := conn.State(ctx)
@@ -225,22 +248,15 @@ func run(args []string) error {
 	}); err != nil {
 		return err
 	}
-	persistRules := func() {
-		b, err := json.Marshal(pstore.AllowRules())
-		if err == nil {
-			err = conn.PutState(context.WithoutCancel(ctx), allowRulesKey, b)
-		}
-		if err != nil {
-			log.Error("persist approve-always rules", "error", err)
-		}
-	}
 
 	// The call store, decorated: audit log, then metrics, then tracing (outermost).
 	audited := audit.Wrap(conn, conn, func(err error) { log.Warn("write audit event", "error", err) })
+	store := tracing.TraceStore(metrics.ObserveStore(audited, dm))
+	publisher := tracing.TracePublisher(conn)
 	api, err := dispatcher.New(cfg.API,
 		dispatcher.Deps{
-			Store:     tracing.TraceStore(metrics.ObserveStore(audited, dm)),
-			Publisher: tracing.TracePublisher(conn),
+			Store:     store,
+			Publisher: publisher,
 			Tools:     reg,
 			Policy:    tracing.TracePolicy(pstore),
 			Approvals: conn,
@@ -248,11 +264,26 @@ func run(args []string) error {
 		},
 		dispatcher.WithReadyChecks(conn.Ready),
 		dispatcher.WithAudit(conn, audited),
-		dispatcher.WithRuleBook(pstore, persistRules),
+		dispatcher.WithRuleBook(dispatcher.NewSharedRules(conn, allowRulesKey, pstore), nil),
+		dispatcher.WithOutputs(conn),
+		dispatcher.WithClock(conn.Now),
 	)
 	if err != nil {
 		return err
 	}
+	rcfg := cfg.Reconciler
+	if rcfg.InFlightAge == 0 {
+		rcfg.InFlightAge = 2 * conn.AckWait()
+	}
+	rcfg.WaitingAge = cfg.API.QueueTimeout
+	reconciler, err := dispatcher.NewReconciler(rcfg, dispatcher.ReconcilerDeps{
+		Store: store, Backlog: conn, LeaseHeld: conn.LeaseHeld, Approvals: conn, Publisher: publisher, Tools: reg,
+		Log: log.With("part", "reconciler"), Now: conn.Now,
+	})
+	if err != nil {
+		return err
+	}
+	go reconciler.Run(ctx)
 	root := http.NewServeMux()
 	root.Handle("GET /metrics", metrics.Handler(promReg))
 	root.Handle("/", tracing.HTTPHandler(dm.InstrumentHTTP(api.Handler())))

@@ -119,29 +119,102 @@ func (f *fakeRuntime) count() int {
 	return f.runs
 }
 
-// fakeDelivery records how it was settled.
+// fakeLeases is an in-memory lease store whose leases never lapse on their own: a test ends one with
+// lapse, or makes renewals fail with renewErr.
+type fakeLeases struct {
+	mu       sync.Mutex
+	held     map[string]bool
+	renews   int
+	renewErr error
+}
+
+func newFakeLeases() *fakeLeases { return &fakeLeases{held: map[string]bool{}} }
+
+func (f *fakeLeases) AcquireLease(_ context.Context, id, _ string, _ time.Duration) (queue.Lease, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.held[id] {
+		return nil, queue.ErrExists
+	}
+	f.held[id] = true
+	return &fakeLease{f: f, id: id}, nil
+}
+
+func (f *fakeLeases) LeaseHeld(_ context.Context, id string) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.held[id], nil
+}
+
+// lapse ends a lease as the server does when its TTL passes.
+func (f *fakeLeases) lapse(id string) {
+	f.mu.Lock()
+	delete(f.held, id)
+	f.mu.Unlock()
+}
+
+func (f *fakeLeases) renewCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.renews
+}
+
+type fakeLease struct {
+	f  *fakeLeases
+	id string
+}
+
+func (l *fakeLease) Renew(context.Context) error {
+	l.f.mu.Lock()
+	defer l.f.mu.Unlock()
+	l.f.renews++
+	if !l.f.held[l.id] {
+		return queue.ErrConflict
+	}
+	return l.f.renewErr
+}
+
+func (l *fakeLease) Release(context.Context) error { l.f.lapse(l.id); return nil }
+
+// fakeDelivery records how it was settled ("" when it was left unsettled).
 type fakeDelivery struct {
 	c       *call.Call
+	attempt uint64
 	mu      sync.Mutex
 	settled string
 }
 
-func (d *fakeDelivery) Call() (*call.Call, error)                { return d.c, nil }
-func (d *fakeDelivery) Attempt() uint64                          { return 1 }
+func (d *fakeDelivery) Call() (*call.Call, error) { return d.c, nil }
+func (d *fakeDelivery) Attempt() uint64 {
+	if d.attempt == 0 {
+		return 1
+	}
+	return d.attempt
+}
 func (d *fakeDelivery) InProgress(context.Context) error         { return nil }
 func (d *fakeDelivery) Ack(context.Context) error                { d.set("ack"); return nil }
 func (d *fakeDelivery) Nak(context.Context, time.Duration) error { d.set("nak"); return nil }
 func (d *fakeDelivery) Term(context.Context, string) error       { d.set("term"); return nil }
 func (d *fakeDelivery) set(s string)                             { d.mu.Lock(); d.settled = s; d.mu.Unlock() }
 
-func newTestWorker(t *testing.T, rt sandbox.Runtime, st Store) *Worker {
+// testConfig is a worker config with fast timing: heartbeat 20ms, lease 60ms, ack wait 1s, max deliver 10.
+func testConfig(t *testing.T) Config {
+	return Config{ID: "w1", WorkspacesDir: t.TempDir(), Heartbeat: 20 * time.Millisecond, AckWait: time.Second, MaxDeliver: 10,
+		UID: 65532, GID: 65532}
+}
+
+func newTestWorker(t *testing.T, rt sandbox.Runtime, st Store, opts ...Option) *Worker {
+	t.Helper()
+	return newTestWorkerWith(t, testConfig(t), rt, st, append([]Option{WithLeases(newFakeLeases())}, opts...)...)
+}
+
+func newTestWorkerWith(t *testing.T, cfg Config, rt sandbox.Runtime, st Store, opts ...Option) *Worker {
 	t.Helper()
 	reg, err := tools.NewRegistry()
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := New(Config{ID: "w1", WorkspacesDir: t.TempDir(), Heartbeat: 20 * time.Millisecond, UID: 65532, GID: 65532},
-		rt, st, reg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	w, err := New(cfg, rt, st, reg, slog.New(slog.NewTextHandler(io.Discard, nil)), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,6 +234,7 @@ func TestHandle(t *testing.T) {
 		tool, args string
 		before     func(r *call.Result) // the record as the delivery finds it
 		rtErr      error
+		leaseHeld  bool // someone holds the call's lease
 		wantRuns   int
 		wantStatus call.Status
 		wantSettle string
@@ -170,12 +244,18 @@ func TestHandle(t *testing.T) {
 			before: func(r *call.Result) { r.Status = call.StatusOK }, wantStatus: call.StatusOK, wantSettle: "ack"},
 		{name: "running call with a live lease is left to its runner", tool: "run_shell", args: shellArgs,
 			before: func(r *call.Result) {
-				r.Status, r.Worker, r.LeaseUntil = call.StatusRunning, "w0", time.Now().Add(time.Hour)
-			}, wantStatus: call.StatusRunning, wantSettle: "nak"},
-		{name: "mutating call whose runner vanished ends lost", tool: "run_shell", args: shellArgs,
+				r.Status, r.Worker = call.StatusRunning, "w0"
+			}, leaseHeld: true, wantStatus: call.StatusRunning, wantSettle: ""},
+		{name: "a runner's clock does not matter: a live lease with a lease_until long past is left alone", tool: "run_shell", args: shellArgs,
 			before: func(r *call.Result) {
-				r.Status, r.Worker, r.LeaseUntil = call.StatusRunning, "w0", time.Now().Add(-time.Second)
+				r.Status, r.Worker, r.LeaseUntil = call.StatusRunning, "w0", time.Now().Add(-time.Hour)
+			}, leaseHeld: true, wantStatus: call.StatusRunning, wantSettle: ""},
+		{name: "mutating call whose runner vanished ends lost, whatever its lease_until says", tool: "run_shell", args: shellArgs,
+			before: func(r *call.Result) {
+				r.Status, r.Worker, r.LeaseUntil = call.StatusRunning, "w0", time.Now().Add(time.Hour)
 			}, wantStatus: call.StatusLost, wantSettle: "ack"},
+		{name: "a call queued under other arguments (a raced idempotency key) does not run", tool: "run_shell", args: shellArgs,
+			before: func(r *call.Result) { r.ArgsDigest = "sha256:other" }, wantStatus: call.StatusError, wantSettle: "ack"},
 		{name: "read-only call whose runner vanished runs again", tool: "read_file", args: `{"path":"a"}`,
 			before: func(r *call.Result) {
 				r.Status, r.Worker, r.LeaseUntil = call.StatusRunning, "w0", time.Now().Add(-time.Second)
@@ -193,8 +273,12 @@ func TestHandle(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			st := newMemStore()
 			rt := &fakeRuntime{err: tt.rtErr}
-			w := newTestWorker(t, rt, st)
+			leases := newFakeLeases()
+			w := newTestWorkerWith(t, testConfig(t), rt, st, WithLeases(leases))
 			c := newCall(tt.tool, tt.args)
+			if tt.leaseHeld {
+				leases.held[c.ID] = true
+			}
 			r := call.NewResult(c, call.StatusQueued)
 			if tt.before != nil {
 				tt.before(r)
@@ -284,31 +368,30 @@ func TestFencedRunnerRecordsNothing(t *testing.T) {
 	}
 }
 
-// TestLeaseRenewed: a call that runs for many heartbeats keeps a lease in the future.
+// TestLeaseRenewed: a call that runs for many heartbeats keeps renewing its lease, and releases it when
+// it is recorded.
 func TestLeaseRenewed(t *testing.T) {
 	st := newMemStore()
 	rt := &fakeRuntime{block: make(chan struct{}), started: make(chan struct{})}
-	w := newTestWorker(t, rt, st)
+	leases := newFakeLeases()
+	w := newTestWorkerWith(t, testConfig(t), rt, st, WithLeases(leases))
 	c := newCall("run_shell", shellArgs)
 	st.put(call.NewResult(c, call.StatusQueued))
 	done := make(chan struct{})
 	go func() { w.Handle(context.Background(), &fakeDelivery{c: c}); close(done) }()
 	<-rt.started
-	first, _ := st.Get(context.Background(), c.ID)
-	later := first
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && !later.Result.LeaseUntil.After(first.Result.LeaseUntil); {
-		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-		st.Wait(ctx, c.ID, func(r *call.Result) bool { return r.LeaseUntil.After(first.Result.LeaseUntil) })
-		cancel()
-		later, _ = st.Get(context.Background(), c.ID)
+	for deadline := time.Now().Add(5 * time.Second); leases.renewCount() < 5; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d renewals in 5s with a 20ms heartbeat", leases.renewCount())
+		}
 	}
 	close(rt.block)
 	<-done
-	if !later.Result.LeaseUntil.After(first.Result.LeaseUntil) || later.Result.Status != call.StatusRunning {
-		t.Fatalf("lease not renewed: %s then %s (%s)", first.Result.LeaseUntil, later.Result.LeaseUntil, later.Result.Status)
-	}
 	final, _ := st.Get(context.Background(), c.ID)
 	if final.Result.Status != call.StatusOK || !final.Result.LeaseUntil.IsZero() {
 		t.Fatalf("final %s lease %s", final.Result.Status, final.Result.LeaseUntil)
+	}
+	if held, _ := leases.LeaseHeld(context.Background(), c.ID); held {
+		t.Fatal("the lease outlived the recorded result")
 	}
 }

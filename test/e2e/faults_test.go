@@ -19,8 +19,10 @@ import (
 // busy; after the fault, every accepted call must have exactly one final state and no file more than one
 // line: no mutating call ran twice.
 
-const faultWorkerConfig = "heartbeat: 300ms\n"
-const faultQueueConfig = "  queue_timeout: 5m\nqueue:\n  ack_wait: 2s\n"
+// The lease is how long a NATS outage a running call survives: its worker stops a call it could not renew
+// the lease of for that long (less a heartbeat). The ack wait must cover the lease.
+const faultWorkerConfig = "heartbeat: 300ms\nlease: 4s\n"
+const faultQueueConfig = "  queue_timeout: 5m\nqueue:\n  ack_wait: 5s\n"
 
 // appendCall is a mutating call that records its run in count-<n> and then sleeps for sleep seconds. The
 // sleep length is unusual so that leftover processes can be recognised.
