@@ -43,7 +43,7 @@ type config struct {
 	Queue      jetstream.Config  `yaml:"queue"`
 	// Reconciler settles the calls no worker will (every replica runs one).
 	Reconciler dispatcher.ReconcilerConfig `yaml:"reconciler"`
-	Metrics    metrics.Options   `yaml:"metrics"`
+	Metrics    metrics.Options             `yaml:"metrics"`
 	Tools      struct {
 		Custom []tools.CustomTool `yaml:"custom"`
 	} `yaml:"tools"`
@@ -54,7 +54,7 @@ func defaults() config {
 		Listen: "127.0.0.1:8080", DataDir: "/var/lib/toolpool/dispatcher", NATSListen: "127.0.0.1:4222",
 		NATSSync: "always", LogLevel: "info", API: dispatcher.DefaultConfig(), Queue: jetstream.DefaultConfig(),
 		Reconciler: dispatcher.DefaultReconcilerConfig(),
-		Metrics: metrics.Options{TenantLabel: true, MaxTenants: metrics.DefaultMaxTenants},
+		Metrics:    metrics.Options{TenantLabel: true, MaxTenants: metrics.DefaultMaxTenants},
 	}
 }
 

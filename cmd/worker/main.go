@@ -36,25 +36,25 @@ import (
 
 // config is the worker's whole configuration: defaults, then the YAML file, then flags, then Validate.
 type config struct {
-	ID                string          `yaml:"id"`
-	NATSURL           string          `yaml:"nats_url"`
-	ContainerdAddress string          `yaml:"containerd_address"`
-	ContainerdBinary  string          `yaml:"containerd_binary"`
-	Namespace         string          `yaml:"namespace"`
-	Runtime           string          `yaml:"runtime"`
-	DataDir           string          `yaml:"data_dir"`
-	WorkspacesDir     string          `yaml:"workspaces_dir"`
-	Slots             int             `yaml:"slots"`
-	Listen            string          `yaml:"listen"`
-	UID               uint32          `yaml:"uid"`
-	GID               uint32          `yaml:"gid"`
-	Heartbeat         time.Duration   `yaml:"heartbeat"`
+	ID                string        `yaml:"id"`
+	NATSURL           string        `yaml:"nats_url"`
+	ContainerdAddress string        `yaml:"containerd_address"`
+	ContainerdBinary  string        `yaml:"containerd_binary"`
+	Namespace         string        `yaml:"namespace"`
+	Runtime           string        `yaml:"runtime"`
+	DataDir           string        `yaml:"data_dir"`
+	WorkspacesDir     string        `yaml:"workspaces_dir"`
+	Slots             int           `yaml:"slots"`
+	Listen            string        `yaml:"listen"`
+	UID               uint32        `yaml:"uid"`
+	GID               uint32        `yaml:"gid"`
+	Heartbeat         time.Duration `yaml:"heartbeat"`
 	// Lease is the TTL of a running call's lease on the NATS server (default three heartbeats).
-	Lease time.Duration `yaml:"lease"`
-	DrainTimeout      time.Duration   `yaml:"drain_timeout"`
-	WorkspaceQuota    int64           `yaml:"workspace_quota"`
-	Image             string          `yaml:"image"`
-	Metrics           metrics.Options `yaml:"metrics"`
+	Lease          time.Duration   `yaml:"lease"`
+	DrainTimeout   time.Duration   `yaml:"drain_timeout"`
+	WorkspaceQuota int64           `yaml:"workspace_quota"`
+	Image          string          `yaml:"image"`
+	Metrics        metrics.Options `yaml:"metrics"`
 	// Egress are the base rules of every web_fetch (denied domains, allowed ports).
 	Egress   egress.Rules `yaml:"egress"`
 	LogLevel string       `yaml:"log_level"`
