@@ -256,3 +256,38 @@ func TestConfigRefusesSettingsThatDisagree(t *testing.T) {
 		})
 	}
 }
+
+// lossyStore applies the first claim (an update to running) but answers it with an error, as a write
+// whose reply was lost in a leader election.
+type lossyStore struct {
+	*memStore
+	mu   sync.Mutex
+	lost bool
+}
+
+func (s *lossyStore) Update(ctx context.Context, r *call.Result, rev uint64) (uint64, error) {
+	next, err := s.memStore.Update(ctx, r, rev)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil && r.Status == call.StatusRunning && !s.lost {
+		s.lost = true
+		return 0, errors.New("nats: timeout")
+	}
+	return next, err
+}
+
+// TestClaimWhoseReplyWasLost: a claim that was applied though its writer heard no answer is recognised
+// as the worker's own: the call runs once and is recorded, not left running for someone to call lost.
+func TestClaimWhoseReplyWasLost(t *testing.T) {
+	st := &lossyStore{memStore: newMemStore()}
+	rt := &fakeRuntime{}
+	w := newTestWorkerWith(t, slowConfig(t), rt, st, WithLeases(newFakeLeases()))
+	c := newCall("run_shell", shellArgs)
+	st.put(call.NewResult(c, call.StatusQueued))
+	d := &fakeDelivery{c: c}
+	w.Handle(context.Background(), d)
+	got, _ := st.Get(context.Background(), c.ID)
+	if got.Result.Status != call.StatusOK || rt.count() != 1 || d.settled != "ack" {
+		t.Fatalf("status %s, %d runs, settled %q", got.Result.Status, rt.count(), d.settled)
+	}
+}

@@ -340,6 +340,9 @@ func (w *Worker) process(ctx context.Context, c *call.Call, attempt uint64) (set
 	r.LeaseUntil = now.Add(w.cfg.Lease) // for people; the lease itself is judged by the server
 	r.Timing.QueuedMS = r.StartedAt.Sub(c.CreatedAt).Milliseconds()
 	rev, err := w.store.Update(storeCtx, r, rec.Revision)
+	if err != nil && !errors.Is(err, queue.ErrConflict) {
+		rev, err = w.confirmClaim(storeCtx, r, renewedAt.Add(w.cfg.Lease-w.cfg.Heartbeat))
+	}
 	if err != nil {
 		_ = lease.Release(storeCtx)
 		return settleRetry, nil // someone else moved it (a cancel, another worker): look again later
@@ -378,6 +381,32 @@ func (w *Worker) process(ctx context.Context, c *call.Call, attempt uint64) (set
 	}
 	_ = lease.Release(storeCtx)
 	return s, res
+}
+
+// confirmClaim finds out whether a claim whose write got no answer (a leader election) was applied: the
+// record then shows this worker's claim, with its start time. It reads until before, and returns the
+// claim's revision, or an error when the claim is not (known to be) this worker's.
+func (w *Worker) confirmClaim(ctx context.Context, claimed *call.Result, before time.Time) (uint64, error) {
+	backoff := 100 * time.Millisecond
+	for {
+		rec, err := w.store.Get(ctx, claimed.ID)
+		if err == nil {
+			r := rec.Result
+			if r.Status == call.StatusRunning && r.Worker == w.cfg.ID && r.StartedAt.Equal(claimed.StartedAt) {
+				return rec.Revision, nil
+			}
+			return 0, fmt.Errorf("claim call %s: %w", claimed.ID, queue.ErrConflict)
+		}
+		if time.Now().Add(backoff).After(before) {
+			return 0, fmt.Errorf("claim call %s: %w", claimed.ID, err)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
 }
 
 // adopt records a call that was queued but never recorded, as queued.

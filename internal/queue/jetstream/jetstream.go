@@ -385,7 +385,7 @@ func (c *Conn) Publish(ctx context.Context, cl *call.Call) error {
 	if size := int64(len(data) + 512); size > c.nc.MaxPayload() {
 		return fmt.Errorf("publish call %s of %d bytes (the server takes %d): %w", cl.ID, len(data), c.nc.MaxPayload(), queue.ErrTooLarge)
 	}
-	if _, err := c.js.PublishMsg(ctx, msg); err != nil {
+	if err := c.publish(ctx, msg); err != nil {
 		if strings.Contains(err.Error(), "maximum messages per subject exceeded") {
 			return fmt.Errorf("publish call %s: %w", cl.ID, queue.ErrTenantFull)
 		}
@@ -394,6 +394,31 @@ func (c *Conn) Publish(ctx context.Context, cl *call.Call) error {
 	// Wake idle workers of this lane: an empty core message, lost harmlessly when nobody listens.
 	_ = c.nc.Publish(c.cfg.bellSubject(lane), nil)
 	return nil
+}
+
+// publishRetryFor bounds how long a publish that got no answer is tried again: longer than a stream
+// leader election (4 to 9 seconds), so that losing a server does not refuse calls for that long.
+const publishRetryFor = 20 * time.Second
+
+// publish stores msg in the calls stream, trying again while the server does not answer (a leader
+// election, a reconnect). Trying again is safe: the message id makes the stream keep one copy. An answer
+// that refuses the message is final.
+func (c *Conn) publish(ctx context.Context, msg *nats.Msg) error {
+	deadline := time.Now().Add(publishRetryFor)
+	backoff := 250 * time.Millisecond
+	for {
+		_, err := c.js.PublishMsg(ctx, msg)
+		var apiErr *jetstream.APIError
+		if err == nil || errors.As(err, &apiErr) || ctx.Err() != nil || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
 }
 
 // Create stores the first record of a call; queue.ErrExists if the id is taken.

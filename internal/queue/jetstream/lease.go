@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/toolpool/toolpool/internal/queue"
 )
@@ -23,14 +24,21 @@ func (c *Conn) AcquireLease(ctx context.Context, id, holder string, ttl time.Dur
 	if ttl < time.Second {
 		return nil, fmt.Errorf("acquire lease of call %s: ttl %s is below the server's 1s", id, ttl)
 	}
-	rev, err := c.leases.Create(ctx, id, []byte(holder), jetstream.KeyTTL(ttl))
+	// The value names this acquisition, so that a write whose reply was lost can be recognised as ours.
+	l := &lease{c: c, id: id, token: holder + " " + nuid.Next(), ttl: ttl}
+	rev, err := c.leases.Create(ctx, id, []byte(l.token), jetstream.KeyTTL(ttl))
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		return nil, fmt.Errorf("acquire lease of call %s: %w", id, queue.ErrExists)
 	}
 	if err != nil {
+		if rev, ok := l.mine(ctx); ok {
+			l.rev = rev
+			return l, nil
+		}
 		return nil, fmt.Errorf("acquire lease of call %s: %w", id, err)
 	}
-	return &lease{c: c, id: id, holder: holder, ttl: ttl, rev: rev}, nil
+	l.rev = rev
+	return l, nil
 }
 
 // LeaseHeld reports whether anyone holds the lease of call id: false once it was released or lapsed on
@@ -47,12 +55,22 @@ func (c *Conn) LeaseHeld(ctx context.Context, id string) (bool, error) {
 }
 
 type lease struct {
-	c          *Conn
-	id, holder string
-	ttl        time.Duration
-	mu         sync.Mutex
-	rev        uint64
-	released   bool
+	c         *Conn
+	id, token string
+	ttl       time.Duration
+	mu        sync.Mutex
+	rev       uint64
+	released  bool
+}
+
+// mine reads the lease and reports whether its current revision is this acquisition's: a write whose
+// reply was lost (a leader election) may have been applied.
+func (l *lease) mine(ctx context.Context) (uint64, bool) {
+	e, err := l.c.leases.Get(ctx, l.id)
+	if err != nil || string(e.Value()) != l.token {
+		return 0, false
+	}
+	return e.Revision(), true
 }
 
 // Renew writes the lease again at the revision this holder last wrote, with a fresh TTL. The server
@@ -61,12 +79,17 @@ func (l *lease) Renew(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	msg := nats.NewMsg("$KV." + l.c.cfg.leaseBucket() + "." + l.id)
-	msg.Data = []byte(l.holder)
+	msg.Data = []byte(l.token)
 	ack, err := l.c.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(l.rev), jetstream.WithMsgTTL(l.ttl))
-	if isWrongSequence(err) {
-		return fmt.Errorf("renew lease of call %s: %w", l.id, queue.ErrConflict)
-	}
 	if err != nil {
+		// A renewal whose reply was lost leaves a newer revision of ours: that is a renewal, not a loss.
+		if rev, ok := l.mine(ctx); ok && rev != l.rev {
+			l.rev = rev
+			return nil
+		}
+		if isWrongSequence(err) {
+			return fmt.Errorf("renew lease of call %s: %w", l.id, queue.ErrConflict)
+		}
 		return fmt.Errorf("renew lease of call %s: %w", l.id, err)
 	}
 	l.rev = ack.Sequence
