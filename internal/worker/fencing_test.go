@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -261,8 +262,9 @@ func TestConfigRefusesSettingsThatDisagree(t *testing.T) {
 // whose reply was lost in a leader election.
 type lossyStore struct {
 	*memStore
-	mu   sync.Mutex
-	lost bool
+	answer error // what the applied claim answers
+	mu     sync.Mutex
+	lost   bool
 }
 
 func (s *lossyStore) Update(ctx context.Context, r *call.Result, rev uint64) (uint64, error) {
@@ -271,23 +273,26 @@ func (s *lossyStore) Update(ctx context.Context, r *call.Result, rev uint64) (ui
 	defer s.mu.Unlock()
 	if err == nil && r.Status == call.StatusRunning && !s.lost {
 		s.lost = true
-		return 0, errors.New("nats: timeout")
+		return 0, s.answer
 	}
 	return next, err
 }
 
-// TestClaimWhoseReplyWasLost: a claim that was applied though its writer heard no answer is recognised
-// as the worker's own: the call runs once and is recorded, not left running for someone to call lost.
+// TestClaimWhoseReplyWasLost: a claim that was applied though its writer heard no answer (or heard the
+// conflict of its own retried write) is recognised as the worker's own: the call runs once and is
+// recorded, not left running for someone to call lost.
 func TestClaimWhoseReplyWasLost(t *testing.T) {
-	st := &lossyStore{memStore: newMemStore()}
-	rt := &fakeRuntime{}
-	w := newTestWorkerWith(t, slowConfig(t), rt, st, WithLeases(newFakeLeases()))
-	c := newCall("run_shell", shellArgs)
-	st.put(call.NewResult(c, call.StatusQueued))
-	d := &fakeDelivery{c: c}
-	w.Handle(context.Background(), d)
-	got, _ := st.Get(context.Background(), c.ID)
-	if got.Result.Status != call.StatusOK || rt.count() != 1 || d.settled != "ack" {
-		t.Fatalf("status %s, %d runs, settled %q", got.Result.Status, rt.count(), d.settled)
+	for _, answer := range []error{errors.New("nats: timeout"), fmt.Errorf("update: %w", queue.ErrConflict)} {
+		st := &lossyStore{memStore: newMemStore(), answer: answer}
+		rt := &fakeRuntime{}
+		w := newTestWorkerWith(t, slowConfig(t), rt, st, WithLeases(newFakeLeases()))
+		c := newCall("run_shell", shellArgs)
+		st.put(call.NewResult(c, call.StatusQueued))
+		d := &fakeDelivery{c: c}
+		w.Handle(context.Background(), d)
+		got, _ := st.Get(context.Background(), c.ID)
+		if got.Result.Status != call.StatusOK || rt.count() != 1 || d.settled != "ack" {
+			t.Fatalf("claim answered %v: status %s, %d runs, settled %q", answer, got.Result.Status, rt.count(), d.settled)
+		}
 	}
 }

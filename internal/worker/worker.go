@@ -340,7 +340,9 @@ func (w *Worker) process(ctx context.Context, c *call.Call, attempt uint64) (set
 	r.LeaseUntil = now.Add(w.cfg.Lease) // for people; the lease itself is judged by the server
 	r.Timing.QueuedMS = r.StartedAt.Sub(c.CreatedAt).Milliseconds()
 	rev, err := w.store.Update(storeCtx, r, rec.Revision)
-	if err != nil && !errors.Is(err, queue.ErrConflict) {
+	if err != nil {
+		// Even a conflict may be this claim itself: a write retried after its reply was lost finds the
+		// record moved by its own first attempt.
 		rev, err = w.confirmClaim(storeCtx, r, renewedAt.Add(w.cfg.Lease-w.cfg.Heartbeat))
 	}
 	if err != nil {
@@ -383,8 +385,9 @@ func (w *Worker) process(ctx context.Context, c *call.Call, attempt uint64) (set
 	return s, res
 }
 
-// confirmClaim finds out whether a claim whose write got no answer (a leader election) was applied: the
-// record then shows this worker's claim, with its start time. It reads until before, and returns the
+// confirmClaim finds out whether a claim whose write failed (no answer in a leader election, or a
+// conflict with its own applied first attempt) was applied: the record then shows this worker's claim,
+// with its start time. It reads until before, and returns the
 // claim's revision, or an error when the claim is not (known to be) this worker's.
 func (w *Worker) confirmClaim(ctx context.Context, claimed *call.Result, before time.Time) (uint64, error) {
 	backoff := 100 * time.Millisecond

@@ -27,13 +27,14 @@ func (c *Conn) AcquireLease(ctx context.Context, id, holder string, ttl time.Dur
 	// The value names this acquisition, so that a write whose reply was lost can be recognised as ours.
 	l := &lease{c: c, id: id, token: holder + " " + nuid.Next(), ttl: ttl}
 	rev, err := c.leases.Create(ctx, id, []byte(l.token), jetstream.KeyTTL(ttl))
-	if errors.Is(err, jetstream.ErrKeyExists) {
-		return nil, fmt.Errorf("acquire lease of call %s: %w", id, queue.ErrExists)
-	}
 	if err != nil {
+		// A create retried after its reply was lost finds the key made by its own first attempt.
 		if rev, ok := l.mine(ctx); ok {
 			l.rev = rev
 			return l, nil
+		}
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			return nil, fmt.Errorf("acquire lease of call %s: %w", id, queue.ErrExists)
 		}
 		return nil, fmt.Errorf("acquire lease of call %s: %w", id, err)
 	}

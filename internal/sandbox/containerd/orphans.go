@@ -126,7 +126,7 @@ func (r *Runtime) removeTasksWithoutContainers(ctx context.Context) ([]string, e
 		_, _ = r.client.TaskService().Kill(cctx, &tasks.KillRequest{ContainerID: p.ID, Signal: uint32(syscall.SIGKILL), All: true})
 		_, err := r.client.TaskService().Delete(cctx, &tasks.DeleteTaskRequest{ContainerID: p.ID})
 		cancel()
-		if err != nil && !errdefs.IsNotFound(err) {
+		if err = errdefs.FromGRPC(err); err != nil && !errdefs.IsNotFound(err) { // gone meanwhile: its own cleanup won
 			errs = append(errs, fmt.Errorf("delete orphan task %s: %w", p.ID, err))
 		}
 	}
