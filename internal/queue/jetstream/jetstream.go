@@ -271,15 +271,29 @@ func provision(ctx context.Context, js jetstream.JetStream, cfg *Config) error {
 	}); err != nil {
 		return explainCreate("bucket "+cfg.Bucket, cfg.Replicas, err)
 	}
-	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      cfg.leaseBucket(),
-		Description: "toolpool leases of running calls, each with a server-side TTL",
-		History:     1,
+	// The leases bucket is a key-value bucket made by hand, to turn direct gets off: a direct get may be
+	// answered by a replica that has not yet applied a lease, and a judge that reads "no lease" from it
+	// would call a running call lost. Without direct gets every read goes to the stream's leader.
+	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:              "KV_" + cfg.leaseBucket(),
+		Description:       "toolpool leases of running calls, each with a server-side TTL",
+		Subjects:          []string{"$KV." + cfg.leaseBucket() + ".>"},
+		MaxMsgsPerSubject: 1,
+		MaxBytes:          -1,
+		MaxMsgSize:        -1,
+		MaxMsgs:           -1,
+		MaxConsumers:      -1,
 		// Released and lapsed leases leave markers; nothing in this bucket needs to live an hour.
-		TTL:            time.Hour,
-		LimitMarkerTTL: time.Hour,
-		Storage:        jetstream.FileStorage,
-		Replicas:       cfg.Replicas,
+		MaxAge:                 time.Hour,
+		Storage:                jetstream.FileStorage,
+		Replicas:               cfg.Replicas,
+		AllowRollup:            true,
+		DenyDelete:             true,
+		Duplicates:             2 * time.Minute,
+		Discard:                jetstream.DiscardNew,
+		AllowMsgTTL:            true,
+		SubjectDeleteMarkerTTL: time.Hour,
+		AllowDirect:            false,
 	}); err != nil {
 		return explainCreate("bucket "+cfg.leaseBucket(), cfg.Replicas, err)
 	}
