@@ -296,3 +296,56 @@ func TestClaimWhoseReplyWasLost(t *testing.T) {
 		}
 	}
 }
+
+// staleStore answers the first Wait with the record as it was before the claim, as a read from a
+// replica that lags does.
+type staleStore struct {
+	*memStore
+	once   sync.Once
+	served chan struct{} // closed once the stale record was answered
+}
+
+func (s *staleStore) Wait(ctx context.Context, id string, done func(*call.Result) bool) (*call.Result, error) {
+	var stale *call.Result
+	s.once.Do(func() {
+		rec, _ := s.memStore.Get(ctx, id)
+		stale = rec.Result
+		stale.Status, stale.Worker = call.StatusQueued, ""
+	})
+	if stale != nil && done(stale) {
+		close(s.served)
+		return stale, nil
+	}
+	return s.memStore.Wait(ctx, id, done)
+}
+
+// TestStaleReadDoesNotFence: a read that shows the record as it was before the claim does not stop the
+// call while the worker's lease lives; the call runs to its result.
+func TestStaleReadDoesNotFence(t *testing.T) {
+	st := &staleStore{memStore: newMemStore(), served: make(chan struct{})}
+	rt := &fakeRuntime{block: make(chan struct{}), started: make(chan struct{})}
+	leases := newFakeLeases()
+	w := newTestWorkerWith(t, slowConfig(t), rt, st, WithLeases(leases))
+	c := newCall("run_shell", shellArgs)
+	st.put(call.NewResult(c, call.StatusQueued))
+	d := &fakeDelivery{c: c}
+	done := make(chan struct{})
+	go func() { w.Handle(context.Background(), d); close(done) }()
+	<-rt.started
+	<-st.served
+	// A fenced call ends at once; a live one keeps renewing its lease.
+	renews := leases.renewCount()
+	for leases.renewCount() < renews+3 {
+		select {
+		case <-done:
+			t.Fatal("a stale read fenced a live claim")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	close(rt.block)
+	<-done
+	got, _ := st.Get(context.Background(), c.ID)
+	if got.Result.Status != call.StatusOK || d.settled != "ack" {
+		t.Fatalf("status %s settled %q: a stale read fenced a live claim", got.Result.Status, d.settled)
+	}
+}

@@ -428,9 +428,11 @@ func (w *Worker) adopt(ctx context.Context, c *call.Call) (queue.Record, error) 
 
 // recordClaimed writes the final result of a call this worker ran under claim cl. When the record moved
 // while the call ran (a cancel request), it records over it as long as the call is still this worker's.
+// It acknowledges the delivery only once the record is final: a record that looks taken is judged by the
+// lease (a read may come from a replica that lags), and one that was taken is left to its new owner.
 func (w *Worker) recordClaimed(ctx context.Context, r *call.Result, cl *claim) (settle, *call.Result) {
 	rev := cl.rev
-	for range 5 {
+	for range 10 {
 		if cl.lapsed() {
 			w.log.WarnContext(ctx, "lease not renewed in time to record the result: nothing is recorded", "call_id", r.ID)
 			return settleLeave, nil
@@ -440,13 +442,23 @@ func (w *Worker) recordClaimed(ctx context.Context, r *call.Result, cl *claim) (
 			return s, res
 		}
 		cur, err := w.store.Get(ctx, r.ID)
-		if err != nil {
-			break
+		switch {
+		case err != nil:
+		case cur.Result.Status.Terminal():
+			return settleAck, nil // final already (our own write whose reply was lost, or a cancel)
+		case cur.Result.Status == call.StatusRunning && cur.Result.Worker == w.cfg.ID:
+			rev = cur.Revision
+			continue
+		default:
+			if err := cl.lease.Renew(ctx); errors.Is(err, queue.ErrConflict) {
+				return settleLeave, nil // taken: its new owner settles the call
+			}
 		}
-		if cur.Result.Status.Terminal() || cur.Result.Worker != w.cfg.ID {
-			return settleAck, nil
+		select {
+		case <-ctx.Done():
+			return settleRetry, nil
+		case <-time.After(w.cfg.Heartbeat):
 		}
-		rev = cur.Revision
 	}
 	return settleRetry, nil
 }
@@ -524,17 +536,29 @@ func (w *Worker) guard(ctx context.Context, cancel context.CancelCauseFunc, cl *
 	go func() { // watch for a cancel request, to act within a second rather than a heartbeat
 		defer wg.Done()
 		id := cl.result.ID
-		r, err := w.store.Wait(ctx, id, func(r *call.Result) bool {
-			return r.CancelRequested || r.Worker != w.cfg.ID || r.Status != call.StatusRunning
-		})
-		if err != nil || r == nil {
-			return
+		for {
+			r, err := w.store.Wait(ctx, id, func(r *call.Result) bool {
+				return r.CancelRequested || r.Worker != w.cfg.ID || r.Status != call.StatusRunning
+			})
+			if err != nil || r == nil {
+				return
+			}
+			if r.CancelRequested {
+				cancel(errCancelRequested)
+				return
+			}
+			// The record looks taken. A read may come from a replica that lags (it shows the record as
+			// it was before the claim), and nobody takes a call whose lease lives: the lease decides.
+			if err := cl.lease.Renew(ctx); errors.Is(err, queue.ErrConflict) {
+				cancel(errFenced)
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(w.cfg.Heartbeat):
+			}
 		}
-		if r.Worker != w.cfg.ID || r.Status != call.StatusRunning {
-			cancel(errFenced)
-			return
-		}
-		cancel(errCancelRequested)
 	}()
 	return func() { stopCtx(); wg.Wait() }
 }
@@ -637,8 +661,6 @@ func (w *Worker) giveUp(ctx context.Context, c *call.Call, attempt uint64) (sett
 		if held, err := w.leases.LeaseHeld(ctx, c.ID); err != nil || held {
 			return settleLeave, nil
 		}
-	case r.Status == call.StatusPendingApproval:
-		return settleAck, nil // the approval republishes it
 	}
 	r.Fail(call.StatusError, call.ErrInternal, fmt.Sprintf("toolpool could not start the call in %d attempts; it did not run. Retry later.", attempt))
 	r.FinishedAt, r.LeaseUntil = w.now(), time.Time{}
