@@ -24,7 +24,9 @@ func TestLeaseNotRenewedInTimeRecordsNothing(t *testing.T) {
 	rt := &fakeRuntime{block: make(chan struct{}), started: make(chan struct{})}
 	leases := newFakeLeases()
 	leases.renewErr = errors.New("nats: timeout")
-	w := newTestWorkerWith(t, testConfig(t), rt, st, WithLeases(leases))
+	cfg := testConfig(t)
+	cfg.Heartbeat, cfg.Lease = 100*time.Millisecond, time.Second // a renewal missed by scheduling alone is not a lapse
+	w := newTestWorkerWith(t, cfg, rt, st, WithLeases(leases))
 	c := newCall("run_shell", shellArgs)
 	st.put(call.NewResult(c, call.StatusQueued))
 	d := &fakeDelivery{c: c}
