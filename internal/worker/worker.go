@@ -228,7 +228,7 @@ func (w *Worker) Handle(ctx context.Context, d queue.Delivery) {
 	case settleTerm:
 		err = d.Term(settleCtx, "no record for this call")
 	case settleLeave:
-		log.Debug("call belongs to another runner; delivery left to it", "attempt", d.Attempt())
+		log.Info("call belongs to another runner (its lease lives); delivery left to it", "attempt", d.Attempt())
 	}
 	if err != nil {
 		log.Warn("settle delivery", "error", err)
@@ -547,8 +547,13 @@ func (w *Worker) guard(ctx context.Context, cancel context.CancelCauseFunc, cl *
 				cancel(errCancelRequested)
 				return
 			}
-			// The record looks taken. A read may come from a replica that lags (it shows the record as
-			// it was before the claim), and nobody takes a call whose lease lives: the lease decides.
+			// The record looks taken. A final state is never stale, and it ends the call. Anything else
+			// may be a read from a replica that lags (the record as it was before the claim), and nobody
+			// takes a call whose lease lives: the lease decides.
+			if r.Status.Terminal() {
+				cancel(errFenced)
+				return
+			}
 			if err := cl.lease.Renew(ctx); errors.Is(err, queue.ErrConflict) {
 				cancel(errFenced)
 				return

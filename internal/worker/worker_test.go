@@ -197,10 +197,11 @@ func (d *fakeDelivery) Nak(context.Context, time.Duration) error { d.set("nak");
 func (d *fakeDelivery) Term(context.Context, string) error       { d.set("term"); return nil }
 func (d *fakeDelivery) set(s string)                             { d.mu.Lock(); d.settled = s; d.mu.Unlock() }
 
-// testConfig is a worker config with fast timing: heartbeat 20ms, lease 60ms, ack wait 1s, max deliver 10.
+// testConfig is a worker config with fast timing: heartbeat 20ms, ack wait 1s, max deliver 10, and a lease
+// of a second, so that a loaded machine's scheduling delays never look like a lapsed lease.
 func testConfig(t *testing.T) Config {
-	return Config{ID: "w1", WorkspacesDir: t.TempDir(), Heartbeat: 20 * time.Millisecond, AckWait: time.Second, MaxDeliver: 10,
-		UID: 65532, GID: 65532}
+	return Config{ID: "w1", WorkspacesDir: t.TempDir(), Heartbeat: 20 * time.Millisecond, Lease: time.Second, AckWait: time.Second,
+		MaxDeliver: 10, UID: 65532, GID: 65532}
 }
 
 func newTestWorker(t *testing.T, rt sandbox.Runtime, st Store, opts ...Option) *Worker {

@@ -332,7 +332,7 @@ func TestCluster(t *testing.T) {
 			{`head -c 1048576 /dev/zero`, strings.Repeat("\x00", 1<<20)},
 		} {
 			urls := p.dispatcherURLs()
-			id, ok := submit(urls[0], map[string]any{"tool": "run_shell", "workspace": "big", "output_bytes": 8 << 20,
+			id, ok := submit(urls[0], map[string]any{"tool": "run_shell", "workspace": "big", "output_bytes": 8 << 20, "wait": false,
 				"args": map[string]any{"command": tt.command}})
 			if !ok {
 				t.Fatalf("%q was not accepted", tt.command)

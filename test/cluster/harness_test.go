@@ -99,7 +99,10 @@ func launch(t testing.TB, name, binary string, env []string, args ...string) *pr
 	t.Cleanup(func() {
 		p.terminate(t)
 		if t.Failed() {
-			t.Logf("--- %s output (tail):\n%s", name, tail(p.output(), 60))
+			// The whole output goes to a file that outlives the test; the tail to the test's log.
+			path := filepath.Join(os.TempDir(), fmt.Sprintf("toolpool-cluster-%s-%d.log", name, p.cmd.Process.Pid))
+			_ = os.WriteFile(path, []byte(p.output()), 0o644)
+			t.Logf("--- %s output (tail; all of it in %s):\n%s", name, path, tail(p.output(), 30))
 		}
 	})
 	return p
@@ -411,7 +414,7 @@ func startPool(t *testing.T) *pool {
 	p.workspaces = filepath.Join(p.dir, "ws")
 	p.nats = startNATSCluster(t, p.dir)
 	for _, f := range []struct{ name, body string }{{"dispatcher.yaml", dispatcherConfig}, {"policy.yaml", permissivePolicy},
-		{"worker.yaml", fmt.Sprintf("heartbeat: %s\nlease: %s\nslots: 4\n", heartbeat, lease)}} {
+		{"worker.yaml", fmt.Sprintf("heartbeat: %s\nlease: %s\nslots: 4\nlog_level: debug\n", heartbeat, lease)}} {
 		if err := os.WriteFile(filepath.Join(p.dir, f.name), []byte(f.body), 0o600); err != nil {
 			t.Fatal(err)
 		}

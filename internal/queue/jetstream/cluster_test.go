@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
 	"github.com/toolpool/toolpool/internal/call"
 	"github.com/toolpool/toolpool/internal/queue"
 	"github.com/toolpool/toolpool/internal/queue/jetstream"
@@ -259,5 +262,57 @@ func TestExhaustedAndStale(t *testing.T) {
 		return true
 	}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestLeaseLapsedButNotRemoved: a lease whose last write is older than its TTL, by the server's clock, is
+// gone for readers even while the server still keeps it, and the next holder takes it over.
+func TestLeaseLapsedButNotRemoved(t *testing.T) {
+	srv, err := jetstream.StartEmbedded(jetstream.EmbeddedConfig{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	cfg := jetstream.DefaultConfig()
+	cfg.URL, cfg.Provision = srv.URL(), true
+	c, err := jetstream.Connect(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	nc, err := nats.Connect(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := natsjs.New(nc)
+	kv, err := js.KeyValue(ctx, cfg.Bucket+"_leases")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Says one second, kept an hour: as if the server had not acted on its TTL.
+	if _, err := kv.Create(ctx, "c_stuck", []byte("w0 token 1000000000"), natsjs.KeyTTL(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if held, err := c.LeaseHeld(ctx, "c_stuck"); err != nil || !held {
+		t.Fatalf("fresh lease: held %v, %v", held, err)
+	}
+	pollUntil(t, 10*time.Second, "the lease to count as lapsed", func() bool {
+		held, err := c.LeaseHeld(ctx, "c_stuck")
+		return err == nil && !held
+	})
+	l, err := c.AcquireLease(ctx, "c_stuck", "w1", time.Minute)
+	if err != nil {
+		t.Fatalf("take over a lapsed lease: %v", err)
+	}
+	if held, _ := c.LeaseHeld(ctx, "c_stuck"); !held {
+		t.Fatal("the new holder's lease is not held")
+	}
+	if _, err := c.AcquireLease(ctx, "c_stuck", "w2", time.Minute); !errors.Is(err, queue.ErrExists) {
+		t.Fatalf("a third holder: %v, want ErrExists", err)
+	}
+	if err := l.Renew(ctx); err != nil {
+		t.Fatalf("the new holder renews: %v", err)
 	}
 }
