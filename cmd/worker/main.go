@@ -228,20 +228,17 @@ func run(args []string) (retErr error) {
 	promReg := prometheus.NewRegistry()
 	wm := metrics.NewWorker(promReg, cfg.Metrics)
 
-	// The local clock, skewed in tests only (testClockSkewEnv); every judgement of time goes by the NATS
-	// server's clock, which the connection estimates from this one.
+	lease := cfg.Lease
+	if lease == 0 {
+		lease = max(3*cfg.Heartbeat, time.Second)
+	}
+	if lease < time.Second {
+		return fmt.Errorf("lease %s is below 1s, the shortest TTL the NATS server keeps: raise lease", lease)
+	}
 	skew, err := testClockSkew()
 	if err != nil {
 		return err
 	}
-	localClock := func() time.Time { return time.Now().Add(skew) }
-	qcfg := jetstream.DefaultConfig()
-	qcfg.URL, qcfg.Name = cfg.NATSURL, cfg.ID
-	conn, err := connectRetry(ctx, qcfg, log, jetstream.WithLocalClock(localClock))
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
 
 	address := cfg.ContainerdAddress
 	var daemon *supervisedDaemon
@@ -265,6 +262,16 @@ func run(args []string) (retErr error) {
 	for _, msg := range rt.Warnings() {
 		log.Warn("sandbox runtime needs attention", "warning", msg)
 	}
+	// The local clock, skewed in tests only (testClockSkewEnv); every judgement of time goes by the NATS
+	// server's clock, which the connection estimates from this one.
+	localClock := func() time.Time { return time.Now().Add(skew) }
+	qcfg := jetstream.DefaultConfig()
+	qcfg.URL, qcfg.Name = cfg.NATSURL, cfg.ID
+	conn, err := connectRetry(ctx, qcfg, log, jetstream.WithLocalClock(localClock))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
 	// A container whose call's lease is gone is removed, whichever worker made it: a worker killed and
 	// replaced under another id leaves its containers to the replacement.
 	ownerGone := func(ctx context.Context, id string) (bool, error) {
@@ -281,13 +288,6 @@ func run(args []string) (retErr error) {
 	removeOrphans()
 	// A container whose removal failed after its call finished, or whose owner's lease lapsed since, is
 	// swept up here (calls in flight are spared): once per lease.
-	lease := cfg.Lease
-	if lease == 0 {
-		lease = max(3*cfg.Heartbeat, time.Second)
-	}
-	if lease < time.Second {
-		return fmt.Errorf("lease %s is below 1s, the shortest TTL the NATS server keeps: raise lease", lease)
-	}
 	go func() {
 		t := time.NewTicker(max(lease, time.Second))
 		defer t.Stop()
