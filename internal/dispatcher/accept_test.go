@@ -15,6 +15,7 @@ import (
 	"github.com/toolpool/toolpool/internal/call"
 	"github.com/toolpool/toolpool/internal/policy"
 	"github.com/toolpool/toolpool/internal/queue/jetstream"
+	"github.com/toolpool/toolpool/internal/queue/jetstream/jstest"
 	"github.com/toolpool/toolpool/internal/tools"
 )
 
@@ -34,18 +35,7 @@ func (f *flakyPublisher) Publish(ctx context.Context, c *call.Call) error {
 // apiOn serves the API on an in-process JetStream, publishing through pub (which wraps the real queue).
 func apiOn(t *testing.T, wrap func(Publisher) Publisher) (*httptest.Server, *jetstream.Conn) {
 	t.Helper()
-	srv, err := jetstream.StartEmbedded(jetstream.EmbeddedConfig{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	qcfg := jetstream.DefaultConfig()
-	qcfg.URL, qcfg.Provision = srv.URL(), true
-	conn, err := jetstream.Connect(context.Background(), qcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(conn.Close)
+	conn, _ := jstest.Connect(t, nil)
 	reg, err := tools.NewRegistry()
 	if err != nil {
 		t.Fatal(err)

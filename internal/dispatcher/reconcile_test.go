@@ -11,6 +11,7 @@ import (
 	"github.com/toolpool/toolpool/internal/call"
 	"github.com/toolpool/toolpool/internal/queue"
 	"github.com/toolpool/toolpool/internal/queue/jetstream"
+	"github.com/toolpool/toolpool/internal/queue/jetstream/jstest"
 	"github.com/toolpool/toolpool/internal/tools"
 )
 
@@ -18,18 +19,9 @@ import (
 // Reconciler on it with the real queue as store, backlog, leases, approvals and publisher.
 func reconcilerOn(t *testing.T) (*Reconciler, *jetstream.Conn) {
 	t.Helper()
-	srv, err := jetstream.StartEmbedded(jetstream.EmbeddedConfig{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	cfg := jetstream.DefaultConfig()
-	cfg.URL, cfg.Provision, cfg.MaxDeliver, cfg.AckWait, cfg.MaxPendingPerTenant = srv.URL(), true, 3, time.Second, 1
-	conn, err := jetstream.Connect(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(conn.Close)
+	conn, _ := jstest.Connect(t, func(cfg *jetstream.Config) {
+		cfg.MaxDeliver, cfg.AckWait, cfg.MaxPendingPerTenant = 3, time.Second, 1
+	})
 	reg, err := tools.NewRegistry()
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,30 @@ import (
 	"github.com/toolpool/toolpool/internal/sandbox"
 )
 
+// handleBlocked records c as queued in st, hands it to w in the background and returns once rt started
+// it: the delivery, and a channel closed when Handle returned.
+func handleBlocked(w *Worker, st interface{ put(*call.Result) }, rt *fakeRuntime, c *call.Call) (*fakeDelivery, <-chan struct{}) {
+	st.put(call.NewResult(c, call.StatusQueued))
+	d := &fakeDelivery{c: c}
+	done := make(chan struct{})
+	go func() { w.Handle(context.Background(), d); close(done) }()
+	<-rt.started
+	return d, done
+}
+
+// returned waits up to five seconds for Handle to return; if it does not, it releases the call and fails
+// with why.
+func returned(t *testing.T, done <-chan struct{}, rt *fakeRuntime, why string) {
+	t.Helper()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		close(rt.block)
+		<-done
+		t.Fatal(why)
+	}
+}
+
 // TestLeaseNotRenewedInTimeRecordsNothing: a worker that cannot renew its lease (NATS unreachable, the
 // worker frozen) kills its call once the lease's local deadline passes, records nothing and leaves the
 // delivery to whoever judges the call after the lease lapses on the server.
@@ -28,18 +52,8 @@ func TestLeaseNotRenewedInTimeRecordsNothing(t *testing.T) {
 	cfg.Heartbeat, cfg.Lease = 100*time.Millisecond, time.Second // a renewal missed by scheduling alone is not a lapse
 	w := newTestWorkerWith(t, cfg, rt, st, WithLeases(leases))
 	c := newCall("run_shell", shellArgs)
-	st.put(call.NewResult(c, call.StatusQueued))
-	d := &fakeDelivery{c: c}
-	done := make(chan struct{})
-	go func() { w.Handle(context.Background(), d); close(done) }()
-	<-rt.started
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		close(rt.block)
-		<-done
-		t.Fatal("the call kept running with a lease it could not renew")
-	}
+	d, done := handleBlocked(w, st, rt, c)
+	returned(t, done, rt, "the call kept running with a lease it could not renew")
 	got, _ := st.Get(context.Background(), c.ID)
 	if got.Result.Status != call.StatusRunning || d.settled != "" {
 		t.Fatalf("status %s settled %q; want running (nothing recorded) and the delivery left", got.Result.Status, d.settled)
@@ -54,19 +68,9 @@ func TestRenewalRefusedFences(t *testing.T) {
 	leases := newFakeLeases()
 	w := newTestWorkerWith(t, testConfig(t), rt, st, WithLeases(leases))
 	c := newCall("run_shell", shellArgs)
-	st.put(call.NewResult(c, call.StatusQueued))
-	d := &fakeDelivery{c: c}
-	done := make(chan struct{})
-	go func() { w.Handle(context.Background(), d); close(done) }()
-	<-rt.started
+	d, done := handleBlocked(w, st, rt, c)
 	leases.lapse(c.ID)
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		close(rt.block)
-		<-done
-		t.Fatal("the call kept running after its lease was refused")
-	}
+	returned(t, done, rt, "the call kept running after its lease was refused")
 	if got, _ := st.Get(context.Background(), c.ID); got.Result.Status != call.StatusRunning || d.settled != "" {
 		t.Fatalf("status %s settled %q", got.Result.Status, d.settled)
 	}
@@ -329,11 +333,7 @@ func TestStaleReadDoesNotFence(t *testing.T) {
 	leases := newFakeLeases()
 	w := newTestWorkerWith(t, slowConfig(t), rt, st, WithLeases(leases))
 	c := newCall("run_shell", shellArgs)
-	st.put(call.NewResult(c, call.StatusQueued))
-	d := &fakeDelivery{c: c}
-	done := make(chan struct{})
-	go func() { w.Handle(context.Background(), d); close(done) }()
-	<-rt.started
+	d, done := handleBlocked(w, st, rt, c)
 	<-st.served
 	// A fenced call ends at once; a live one keeps renewing its lease.
 	renews := leases.renewCount()

@@ -390,26 +390,19 @@ func (w *Worker) process(ctx context.Context, c *call.Call, attempt uint64) (set
 // with its start time. It reads until before, and returns the
 // claim's revision, or an error when the claim is not (known to be) this worker's.
 func (w *Worker) confirmClaim(ctx context.Context, claimed *call.Result, before time.Time) (uint64, error) {
-	backoff := 100 * time.Millisecond
-	for {
-		rec, err := w.store.Get(ctx, claimed.ID)
-		if err == nil {
-			r := rec.Result
-			if r.Status == call.StatusRunning && r.Worker == w.cfg.ID && r.StartedAt.Equal(claimed.StartedAt) {
-				return rec.Revision, nil
-			}
-			return 0, fmt.Errorf("claim call %s: %w", claimed.ID, queue.ErrConflict)
-		}
-		if time.Now().Add(backoff).After(before) {
-			return 0, fmt.Errorf("claim call %s: %w", claimed.ID, err)
-		}
-		select {
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, time.Second)
+	var rec queue.Record
+	err := retry(ctx, before, 100*time.Millisecond, time.Second, func() (bool, error) {
+		var err error
+		rec, err = w.store.Get(ctx, claimed.ID)
+		return err == nil, err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("claim call %s: %w", claimed.ID, err)
 	}
+	if r := rec.Result; r.Status == call.StatusRunning && r.Worker == w.cfg.ID && r.StartedAt.Equal(claimed.StartedAt) {
+		return rec.Revision, nil
+	}
+	return 0, fmt.Errorf("claim call %s: %w", claimed.ID, queue.ErrConflict)
 }
 
 // adopt records a call that was queued but never recorded, as queued.
@@ -606,20 +599,10 @@ func (w *Worker) putOutput(ctx context.Context, name, text string) error {
 	if w.outputs == nil {
 		return errors.New("no output store")
 	}
-	deadline := time.Now().Add(outputRetryForTest)
-	backoff := 50 * time.Millisecond
-	for {
+	return retry(ctx, time.Now().Add(outputRetryForTest), 50*time.Millisecond, 2*time.Second, func() (bool, error) {
 		_, err := w.outputs.PutOutput(ctx, name, strings.NewReader(text))
-		if err == nil || time.Now().After(deadline) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 2*time.Second)
-	}
+		return err == nil, err
+	})
 }
 
 // dropOutputs removes outputs this worker stored for a result it could not record.
@@ -678,25 +661,34 @@ const recordRetryFor = 2 * time.Minute
 // record writes r at revision rev. A conflict returns settleRetry at once for the caller to decide; any
 // other error is retried with backoff for recordRetryFor, so that a store outage does not lose a result.
 func (w *Worker) record(ctx context.Context, r *call.Result, rev uint64) (settle, *call.Result) {
-	deadline := time.Now().Add(recordRetryFor)
-	backoff := 50 * time.Millisecond
-	for {
+	var conflict bool
+	err := retry(ctx, time.Now().Add(recordRetryFor), 50*time.Millisecond, 2*time.Second, func() (bool, error) {
 		_, err := w.store.Update(ctx, r, rev)
-		if err == nil {
-			return settleAck, r
-		}
-		if errors.Is(err, queue.ErrConflict) || time.Now().After(deadline) {
-			if !errors.Is(err, queue.ErrConflict) {
-				w.log.ErrorContext(ctx, "record result", "call_id", r.ID, "error", err)
-			}
-			return settleRetry, nil
+		conflict = errors.Is(err, queue.ErrConflict)
+		return err == nil || conflict, err
+	})
+	switch {
+	case err == nil:
+		return settleAck, r
+	case !conflict && ctx.Err() == nil:
+		w.log.ErrorContext(ctx, "record result", "call_id", r.ID, "error", err)
+	}
+	return settleRetry, nil
+}
+
+// retry calls try until it reports done, ctx ends or the time is past until, waiting first between tries
+// and twice as long each time up to most. It returns try's last error (ctx's when ctx ended first).
+func retry(ctx context.Context, until time.Time, first, most time.Duration, try func() (done bool, err error)) error {
+	for wait := first; ; wait = min(2*wait, most) {
+		done, err := try()
+		if done || time.Now().Add(wait).After(until) {
+			return err
 		}
 		select {
 		case <-ctx.Done():
-			return settleRetry, nil
-		case <-time.After(backoff):
+			return ctx.Err()
+		case <-time.After(wait):
 		}
-		backoff = min(2*backoff, 2*time.Second)
 	}
 }
 

@@ -316,22 +316,14 @@ func TestCancelRunningCall(t *testing.T) {
 	rt := &fakeRuntime{block: make(chan struct{}), started: make(chan struct{})}
 	w := newTestWorker(t, rt, st)
 	c := newCall("run_shell", shellArgs)
-	st.put(call.NewResult(c, call.StatusQueued))
-	d := &fakeDelivery{c: c}
-	done := make(chan struct{})
-	go func() { w.Handle(context.Background(), d); close(done) }()
-	<-rt.started
+	d, done := handleBlocked(w, st, rt, c)
 	rec, _ := st.Get(context.Background(), c.ID)
 	rec.Result.CancelRequested = true
 	asked := time.Now()
 	if _, err := st.Update(context.Background(), rec.Result, rec.Revision); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the call was not cancelled")
-	}
+	returned(t, done, rt, "the call was not cancelled")
 	if took := time.Since(asked); took > time.Second {
 		t.Errorf("cancel took %s", took)
 	}
@@ -348,21 +340,13 @@ func TestFencedRunnerRecordsNothing(t *testing.T) {
 	rt := &fakeRuntime{block: make(chan struct{}), started: make(chan struct{})}
 	w := newTestWorker(t, rt, st)
 	c := newCall("run_shell", shellArgs)
-	st.put(call.NewResult(c, call.StatusQueued))
-	d := &fakeDelivery{c: c}
-	done := make(chan struct{})
-	go func() { w.Handle(context.Background(), d); close(done) }()
-	<-rt.started
+	_, done := handleBlocked(w, st, rt, c)
 	rec, _ := st.Get(context.Background(), c.ID)
 	rec.Result.Fail(call.StatusLost, call.ErrLost, "taken over")
 	if _, err := st.Update(context.Background(), rec.Result, rec.Revision); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the fenced runner kept running")
-	}
+	returned(t, done, rt, "the fenced runner kept running")
 	got, _ := st.Get(context.Background(), c.ID)
 	if got.Result.Status != call.StatusLost {
 		t.Fatalf("the fenced runner overwrote the record: %s", got.Result.Status)
@@ -377,10 +361,7 @@ func TestLeaseRenewed(t *testing.T) {
 	leases := newFakeLeases()
 	w := newTestWorkerWith(t, testConfig(t), rt, st, WithLeases(leases))
 	c := newCall("run_shell", shellArgs)
-	st.put(call.NewResult(c, call.StatusQueued))
-	done := make(chan struct{})
-	go func() { w.Handle(context.Background(), &fakeDelivery{c: c}); close(done) }()
-	<-rt.started
+	_, done := handleBlocked(w, st, rt, c)
 	for deadline := time.Now().Add(5 * time.Second); leases.renewCount() < 5; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d renewals in 5s with a 20ms heartbeat", leases.renewCount())

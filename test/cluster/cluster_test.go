@@ -209,11 +209,7 @@ func TestCluster(t *testing.T) {
 		p.startWorker(victim+"-replacement", w.dataDir, nil)
 		results := p.settle(f, tags, "12.125")
 		p.check(f, count(workers, victim))
-		for id, r := range results {
-			if (workers[id] == victim) != (r.Status == call.StatusLost) {
-				t.Fatalf("call %s of worker %s ended %s", id, workers[id], r.Status)
-			}
-		}
+		lostExactly(t, results, workers, victim)
 	}
 
 	// 3. A dispatcher dies while clients wait on it. They retry on the other one with the same
@@ -276,11 +272,7 @@ func TestCluster(t *testing.T) {
 		}
 		results := p.settle(f, tags, "10.125")
 		p.check(f, count(workers, victim))
-		for id, r := range results {
-			if (workers[id] == victim) != (r.Status == call.StatusLost) {
-				t.Fatalf("call %s of worker %s ended %s", id, workers[id], r.Status)
-			}
-		}
+		lostExactly(t, results, workers, victim)
 		w.proc.logged(t, "lease not renewed in time: the call was stopped and nothing is recorded", 30*time.Second)
 	}
 
@@ -312,11 +304,7 @@ func TestCluster(t *testing.T) {
 		p.startWorker(idle.id, idle.dataDir, nil)
 		results := p.settle(f, long, "12.25")
 		p.check(f, count(workers, behind.id))
-		for id, r := range results {
-			if (workers[id] == behind.id) != (r.Status == call.StatusLost) {
-				t.Fatalf("call %s of worker %s ended %s", id, workers[id], r.Status)
-			}
-		}
+		lostExactly(t, results, workers, behind.id)
 	}
 
 	// 6. Outputs larger than a NATS message on servers at their stock limits (1 MiB max payload): 5 MB of
@@ -370,6 +358,16 @@ func bench(t *testing.T, p *pool, d string) {
 	t.Logf("toolpool bench --concurrency 16 --duration %s against %d workers:\n%s", d, len(p.liveWorkers()), out)
 	if err != nil {
 		t.Errorf("bench: %v", err)
+	}
+}
+
+// lostExactly fails the test unless the calls that ended lost are exactly those of worker victim.
+func lostExactly(t *testing.T, results map[string]*call.Result, workers map[string]string, victim string) {
+	t.Helper()
+	for id, r := range results {
+		if (workers[id] == victim) != (r.Status == call.StatusLost) {
+			t.Fatalf("call %s of worker %s ended %s (worker %s was the one killed or frozen)", id, workers[id], r.Status, victim)
+		}
 	}
 }
 

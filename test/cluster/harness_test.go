@@ -25,40 +25,15 @@ import (
 
 	"github.com/toolpool/toolpool/internal/call"
 	"github.com/toolpool/toolpool/internal/sandbox/containerd/ctrtest"
+	"github.com/toolpool/toolpool/test/testbin"
 )
 
-var (
-	buildOnce sync.Once
-	binDir    string
-	buildErr  error
-)
-
-// bin builds dispatcher, worker, toolpool and nats-server once per test process and returns the path of
-// name.
-func bin(t testing.TB, name string) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		if binDir, buildErr = os.MkdirTemp("", "tpcluster"); buildErr != nil {
-			return
-		}
-		cmd := exec.Command("go", "build", "-trimpath", "-o", binDir+"/", "github.com/toolpool/toolpool/cmd/dispatcher",
-			"github.com/toolpool/toolpool/cmd/worker", "github.com/toolpool/toolpool/cmd/toolpool", "github.com/nats-io/nats-server/v2")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return filepath.Join(binDir, name)
-}
+// bin is the path of binary name (dispatcher, worker, toolpool, nats-server), built once per process.
+func bin(t testing.TB, name string) string { return filepath.Join(testbin.Dir(t), name) }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
+	testbin.Cleanup()
 	os.Exit(code)
 }
 
@@ -564,23 +539,10 @@ func (p *pool) leaked(marker string) int {
 	left := 0
 	deadline := time.Now().Add(time.Minute)
 	for {
-		left = p.containers() + len(processesWith("sleep "+marker))
+		left = p.containers() + len(testbin.ProcessesWith("sleep "+marker))
 		if left == 0 || time.Now().After(deadline) {
 			return left
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-}
-
-// processesWith lists the pids whose command line contains s.
-func processesWith(s string) []string {
-	var pids []string
-	paths, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, path := range paths {
-		b, err := os.ReadFile(path)
-		if err == nil && strings.Contains(strings.ReplaceAll(string(b), "\x00", " "), s) {
-			pids = append(pids, filepath.Base(filepath.Dir(path)))
-		}
-	}
-	return pids
 }

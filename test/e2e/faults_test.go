@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/toolpool/toolpool/internal/call"
+	"github.com/toolpool/toolpool/test/testbin"
 )
 
 // The fault tests run mutating calls that append one line to their own file in the workspace, then stay
@@ -102,17 +103,7 @@ func (s *stack) assertNothingLeft(t *testing.T, sleepMarker string) {
 }
 
 // processesWith lists the pids whose command line contains s.
-func processesWith(s string) []string {
-	var pids []string
-	paths, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, p := range paths {
-		b, err := os.ReadFile(p)
-		if err == nil && strings.Contains(strings.ReplaceAll(string(b), "\x00", " "), s) {
-			pids = append(pids, filepath.Base(filepath.Dir(p)))
-		}
-	}
-	return pids
-}
+func processesWith(s string) []string { return testbin.ProcessesWith(s) }
 
 // TestWorkerKilledMidCall: kill -9 of a worker running mutating calls. They end lost, never run twice, and
 // the restarted worker clears what the dead one left.

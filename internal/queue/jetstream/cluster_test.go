@@ -18,6 +18,7 @@ import (
 	"github.com/toolpool/toolpool/internal/call"
 	"github.com/toolpool/toolpool/internal/queue"
 	"github.com/toolpool/toolpool/internal/queue/jetstream"
+	"github.com/toolpool/toolpool/internal/queue/jetstream/jstest"
 )
 
 // pollUntil polls cond every 50ms until it holds, failing the test after within.
@@ -163,19 +164,8 @@ func TestUpdateStateConcurrently(t *testing.T) {
 
 // TestServerClock: a client whose own clock is off by an hour still reads the server's time.
 func TestServerClock(t *testing.T) {
-	srv, err := jetstream.StartEmbedded(jetstream.EmbeddedConfig{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	cfg := jetstream.DefaultConfig()
-	cfg.URL, cfg.Provision = srv.URL(), true
 	skewed := func() time.Time { return time.Now().Add(time.Hour) }
-	c, err := jetstream.Connect(context.Background(), cfg, jetstream.WithLocalClock(skewed))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, _ := jstest.Connect(t, nil, jetstream.WithLocalClock(skewed))
 	if off := c.Now().Sub(time.Now()); off > 2*time.Second || off < -2*time.Second {
 		t.Fatalf("the server's time is %s from the real one", off)
 	}
@@ -268,26 +258,15 @@ func TestExhaustedAndStale(t *testing.T) {
 // TestLeaseLapsedButNotRemoved: a lease whose last write is older than its TTL, by the server's clock, is
 // gone for readers even while the server still keeps it, and the next holder takes it over.
 func TestLeaseLapsedButNotRemoved(t *testing.T) {
-	srv, err := jetstream.StartEmbedded(jetstream.EmbeddedConfig{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	cfg := jetstream.DefaultConfig()
-	cfg.URL, cfg.Provision = srv.URL(), true
-	c, err := jetstream.Connect(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, url := jstest.Connect(t, nil)
 	ctx := context.Background()
-	nc, err := nats.Connect(srv.URL())
+	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
 	js, _ := natsjs.New(nc)
-	kv, err := js.KeyValue(ctx, cfg.Bucket+"_leases")
+	kv, err := js.KeyValue(ctx, jetstream.DefaultConfig().Bucket+"_leases")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/toolpool/toolpool/internal/call"
 	"github.com/toolpool/toolpool/internal/queue"
 	"github.com/toolpool/toolpool/internal/queue/jetstream"
+	"github.com/toolpool/toolpool/internal/queue/jetstream/jstest"
 )
 
 func connect(t *testing.T) *jetstream.Conn {
@@ -20,19 +21,7 @@ func connect(t *testing.T) *jetstream.Conn {
 
 func connectWith(t *testing.T, edit func(*jetstream.Config)) *jetstream.Conn {
 	t.Helper()
-	srv, err := jetstream.StartEmbedded(jetstream.EmbeddedConfig{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	cfg := jetstream.DefaultConfig()
-	cfg.URL, cfg.Provision = srv.URL(), true
-	edit(&cfg)
-	c, err := jetstream.Connect(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c, _ := jstest.Connect(t, edit)
 	return c
 }
 
