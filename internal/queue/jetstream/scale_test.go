@@ -23,7 +23,7 @@ import (
 // TestTenantScaleMemory measures the resident memory of a three-server NATS cluster (R3) with
 // TOOLPOOL_SCALE_TENANTS tenants that each have two calls queued: first with toolpool's lanes, then with
 // one durable consumer per tenant added, as toolpool had before. Opt-in: it builds nats-server and takes a
-// few minutes at 1 000 tenants.
+// few minutes at 1 000 tenants. Above 2 000 tenants only the lanes are measured.
 func TestTenantScaleMemory(t *testing.T) {
 	tenants, _ := strconv.Atoi(os.Getenv("TOOLPOOL_SCALE_TENANTS"))
 	if tenants == 0 {
@@ -40,8 +40,8 @@ func TestTenantScaleMemory(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer l.Close()
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		l.Close()
 	}
 	var routes, urls []string
 	for i := range 3 {
@@ -66,7 +66,7 @@ func TestTenantScaleMemory(t *testing.T) {
 	}
 	pollUntil(t, time.Minute, "a healthy cluster", func() bool {
 		for i := range 3 {
-			resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", ports[3*i+2]))
+			resp, err := (&http.Client{Timeout: 2 * time.Second}).Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", ports[3*i+2]))
 			if err != nil {
 				return false
 			}
@@ -117,7 +117,11 @@ func TestTenantScaleMemory(t *testing.T) {
 	}
 
 	// The design before lanes, beside it: a work-queue stream with a subject per tenant and one R3
-	// durable consumer per tenant, with the same calls queued.
+	// durable consumer per tenant, with the same calls queued. Making them takes about 0.14 s each.
+	if tenants > 2000 {
+		t.Log("the design before lanes is measured up to 2 000 tenants")
+		return
+	}
 	nc, err := nats.Connect(cfg.URL)
 	if err != nil {
 		t.Fatal(err)
