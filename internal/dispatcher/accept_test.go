@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -98,5 +100,43 @@ func TestIdempotencyKey(t *testing.T) {
 	}
 	if code, theirs := post(t, ts.URL, "u-token", body); code != http.StatusAccepted || theirs.ID == first.ID {
 		t.Fatalf("another tenant's equal key: HTTP %d, id %s", code, theirs.ID)
+	}
+}
+
+// TestSharedRulesKeepEveryReplicasRule: two dispatcher replicas that add approve-always rules at once
+// both keep theirs in the shared list.
+func TestSharedRulesKeepEveryReplicasRule(t *testing.T) {
+	conn, _ := jstest.Connect(t, nil)
+	ctx := context.Background()
+	a := NewSharedRules(conn, "allow_rules", policy.NewStore(policy.Default()))
+	b := NewSharedRules(conn, "allow_rules", policy.NewStore(policy.Default()))
+	var wg sync.WaitGroup
+	for i, rb := range []*SharedRules{a, b, a, b, a, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := rb.AddAllowRule(ctx, "t", "run_shell", []string{"make", fmt.Sprint(i)}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	got := make(chan []byte, 1)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if err := conn.WatchState(wctx, "allow_rules", func(b []byte) {
+		select {
+		case got <- b:
+		default:
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var rules []policy.AllowRule
+	if err := json.Unmarshal(<-got, &rules); err != nil || len(rules) != 6 {
+		t.Fatalf("%d of 6 rules kept: %+v %v", len(rules), rules, err)
+	}
+	if err := a.AddAllowRule(ctx, "t", "run_shell", nil); err == nil {
+		t.Fatal("an invalid rule (run_shell without a prefix) was stored")
 	}
 }
