@@ -307,6 +307,10 @@ func (s *Server) postCall(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, rerr := s.accept(r.Context(), c, dec, req.IdempotencyKey != "")
+	if rerr == errNotRecorded {
+		writeResult(w, res)
+		return
+	}
 	if rerr != nil {
 		writeRequestError(w, rerr)
 		return
@@ -419,8 +423,9 @@ func idempotentID(tenant, key string) string {
 // accept records the call with its decision and, when allowed, queues it. An allowed call is queued
 // first and recorded second, so that a failed publish leaves nothing behind (a retry with the same
 // idempotency key runs the call) and a dispatcher that stops in between leaves a queued call whose
-// worker records it. A call with an idempotency key whose id exists already returns the existing call,
-// or 409 when the key was used for another call.
+// worker records it; when only the record fails, the queued call is accepted all the same and returned
+// with errNotRecorded (answer 202, nothing to wait on yet). A call with an idempotency key whose id exists
+// already returns the existing call, or 409 when the key was used for another call.
 func (s *Server) accept(ctx context.Context, c *call.Call, dec policy.Decision, keyed bool) (*call.Result, *requestError) {
 	if keyed {
 		rec, err := s.store.Get(ctx, c.ID)
@@ -471,12 +476,18 @@ func (s *Server) accept(ctx context.Context, c *call.Call, dec policy.Decision, 
 		}
 		s.log.ErrorContext(ctx, "record call", "call_id", c.ID, "error", err)
 		if res.Status == call.StatusQueued {
-			return res, nil // queued: its worker records it (see worker.WithCreator); it is accepted
+			// Queued, so accepted: its worker records it (worker.WithCreator). Nothing to wait on yet.
+			res.Output = "the call is queued; toolpool could not record it yet: poll GET /v1/calls/" + c.ID
+			return res, errNotRecorded
 		}
 		return nil, &requestError{code: http.StatusServiceUnavailable, typ: call.ErrInternal, retryAfter: 1, msg: "toolpool could not record the call; retry with the same idempotency_key"}
 	}
 	return res, nil
 }
+
+// errNotRecorded is accept's answer for a call that was queued but not recorded: accepted, with nothing
+// to wait on yet.
+var errNotRecorded = &requestError{code: http.StatusAccepted}
 
 // sameCall returns existing, the call that an idempotency key names already, when the request c asks for
 // the same call (tool, workspace and arguments); 409 when it asks for another.
