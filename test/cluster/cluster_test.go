@@ -344,20 +344,40 @@ func TestCluster(t *testing.T) {
 		f.leaked = p.leaked("never-a-marker")
 		p.check(f, 0)
 	}
-
-	if d := os.Getenv("TOOLPOOL_CLUSTER_BENCH"); d != "" {
-		bench(t, p, d)
-	}
 }
 
-// bench runs `toolpool bench` at concurrency 16 against one dispatcher of the pool for duration d.
-func bench(t *testing.T, p *pool, d string) {
+// TestClusterBench runs `toolpool bench` at concurrency 16 for TOOLPOOL_CLUSTER_BENCH (a duration) against
+// one dispatcher of a fresh pool: three NATS servers, two dispatchers, three workers of 4 slots. Opt-in.
+func TestClusterBench(t *testing.T) {
+	d := os.Getenv("TOOLPOOL_CLUSTER_BENCH")
+	if d == "" {
+		t.Skip("set TOOLPOOL_CLUSTER_BENCH=30s to run")
+	}
+	p := startPool(t)
 	cmd := exec.Command(bin(t, "toolpool"), "bench", "--concurrency", "16", "--duration", d, "--workspace", "bench")
 	cmd.Env = append(os.Environ(), "TOOLPOOL_URL="+p.dispatcherURLs()[0], "TOOLPOOL_TOKEN=t1-token")
 	out, err := cmd.CombinedOutput()
 	t.Logf("toolpool bench --concurrency 16 --duration %s against %d workers:\n%s", d, len(p.liveWorkers()), out)
 	if err != nil {
 		t.Errorf("bench: %v", err)
+	}
+	// Where the time went, from the workers' "call finished" lines.
+	var n, total, sandbox, run float64
+	for _, id := range p.liveWorkers() {
+		for _, line := range strings.Split(p.workers[id].proc.output(), "\n") {
+			var m map[string]any
+			if json.Unmarshal([]byte(line), &m) != nil || m["msg"] != "call finished" {
+				continue
+			}
+			n++
+			total += m["total_ms"].(float64)
+			sandbox += m["sandbox_ms"].(float64)
+			run += m["run_ms"].(float64)
+		}
+	}
+	if n > 0 {
+		t.Logf("per call, on average over %.0f: %.0f ms in all, %.0f ms creating the sandbox, %.0f ms running, %.0f ms queued and recording",
+			n, total/n, sandbox/n, run/n, (total-sandbox-run)/n)
 	}
 }
 
