@@ -92,10 +92,11 @@ type Config struct {
 	Image string
 	// WorkspaceQuota is the most disk space one workspace may use; 0 means no quota.
 	WorkspaceQuota int64
-	// EgressDir holds the per-call egress proxy sockets; EgressRules are the operator's base rules for
-	// every fetch (denied domains, allowed ports), which policy's domain allowlist narrows per call.
-	EgressDir   string
-	EgressRules egress.Rules
+	// EgressDir holds the per-call egress proxy sockets; Egress makes each call's proxy from the
+	// operator's base rules, which the call's limits (policy's domains and ports) narrow. A nil Egress
+	// refuses every call that needs egress.
+	EgressDir string
+	Egress    *egress.Gateway
 }
 
 // Validate checks the configuration, and that the worker's timing fits the queue's.
@@ -634,8 +635,8 @@ func cutUTF8(s string, n int) string {
 	return s[:n]
 }
 
-// giveUp ends a call that could not be started in MaxDeliver-1 deliveries, unless it is final already or
-// running under a live lease elsewhere.
+// giveUp ends a call that could not be started in MaxDeliver-1 deliveries, unless it is final already,
+// running under a live lease elsewhere, or waiting for its approval.
 func (w *Worker) giveUp(ctx context.Context, c *call.Call, attempt uint64) (settle, *call.Result) {
 	rec, err := w.store.Get(ctx, c.ID)
 	if err != nil {
@@ -649,6 +650,8 @@ func (w *Worker) giveUp(ctx context.Context, c *call.Call, attempt uint64) (sett
 		if held, err := w.leases.LeaseHeld(ctx, c.ID); err != nil || held {
 			return settleLeave, nil
 		}
+	case r.Status == call.StatusPendingApproval:
+		return settleAck, nil // the approval (or the reconciler, after it) queues it again
 	}
 	r.Fail(call.StatusError, call.ErrInternal, fmt.Sprintf("toolpool could not start the call in %d attempts; it did not run. Retry later.", attempt))
 	r.FinishedAt, r.LeaseUntil = w.now(), time.Time{}
@@ -735,15 +738,12 @@ func (w *Worker) run(ctx context.Context, c *call.Call) (runOutcome, error) {
 	if inv.Runner {
 		spec.Mounts = append(spec.Mounts, sandbox.Mount{Source: w.cfg.RunnerBinary, Destination: tools.RunnerPath})
 	}
-	if inv.Egress {
-		socket, stop, err := w.serveEgress(ctx, c)
-		if err != nil {
-			return runOutcome{}, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
-		}
-		defer stop()
-		spec.Mounts = append(spec.Mounts, sandbox.Mount{Source: socket, Destination: tools.EgressSocket})
+	finishEgress, err := w.withEgress(ctx, c, inv, &spec)
+	if err != nil {
+		return runOutcome{}, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
 	}
 	out, err := w.runtime.Run(ctx, spec)
+	egressConns := finishEgress()
 	if errors.Is(err, sandbox.ErrNoProgram) {
 		// Nothing ran, and nothing would elsewhere: the call's own mistake, like arguments that do not plan.
 		root := "the host's /usr"
@@ -753,7 +753,7 @@ func (w *Worker) run(ctx context.Context, c *call.Call) (runOutcome, error) {
 		return runOutcome{tool: tool, planErr: &call.ErrorInfo{Type: call.ErrNotFound, Message: fmt.Sprintf(
 			"the program %q does not exist in this sandbox's root filesystem (%s); use a program it has", spec.Argv[0], root)}}, nil
 	}
-	return runOutcome{tool: tool, out: out, timeout: timeout}, err
+	return runOutcome{tool: tool, out: out, timeout: timeout, egress: egressConns}, err
 }
 
 type runOutcome struct {
@@ -761,6 +761,7 @@ type runOutcome struct {
 	timeout time.Duration
 	out     sandbox.Outcome
 	planErr *call.ErrorInfo
+	egress  []call.EgressConn
 }
 
 // complete fills r with the final state of a call that ran (or failed to plan).
@@ -789,6 +790,8 @@ func (w *Worker) complete(r *call.Result, c *call.Call, ro runOutcome, runErr, c
 			r.Truncated = true
 		}
 	}
+	r.Egress = ro.egress
+	r.Output += egressNote(ro.egress)
 	switch {
 	case errors.Is(cancelErr, errCancelRequested):
 		r.Status = call.StatusCancelled
