@@ -17,10 +17,9 @@ import (
 	"github.com/toolpool/toolpool/internal/sandbox"
 )
 
-// handleBlocked records c as queued in st, hands it to w in the background and returns once rt started
-// it: the delivery, and a channel closed when Handle returned.
-func handleBlocked(w *Worker, st interface{ Put(*call.Result) uint64 }, rt *fakeRuntime, c *call.Call) (*fakeDelivery, <-chan struct{}) {
-	st.Put(call.NewResult(c, call.StatusQueued))
+// handleBlocked hands the recorded call c to w in the background and returns once rt started it: the
+// delivery, and a channel closed when Handle returned.
+func handleBlocked(w *Worker, rt *fakeRuntime, c *call.Call) (*fakeDelivery, <-chan struct{}) {
 	d := &fakeDelivery{c: c}
 	done := make(chan struct{})
 	go func() { w.Handle(context.Background(), d); close(done) }()
@@ -39,8 +38,8 @@ func TestLeaseNotRenewedInTimeRecordsNothing(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Heartbeat, cfg.Lease = 100*time.Millisecond, time.Second // a renewal missed by scheduling alone is not a lapse
 	w := newTestWorkerWith(t, cfg, rt, st, WithLeases(leases))
-	c := newCall("run_shell", shellArgs)
-	d, done := handleBlocked(w, st, rt, c)
+	c := queuedCall(st)
+	d, done := handleBlocked(w, rt, c)
 	waitDone(t, done, "the call kept running with a lease it could not renew")
 	got, _ := st.Get(context.Background(), c.ID)
 	if got.Result.Status != call.StatusRunning || d.settlement() != "" {
@@ -264,8 +263,8 @@ func TestStaleReadDoesNotFence(t *testing.T) {
 	rt := &fakeRuntime{block: make(chan struct{}), started: make(chan struct{})}
 	leases := newFakeLeases()
 	w := newTestWorkerWith(t, slowConfig(t), rt, st, WithLeases(leases))
-	c := newCall("run_shell", shellArgs)
-	d, done := handleBlocked(w, st, rt, c)
+	c := queuedCall(st.Store)
+	d, done := handleBlocked(w, rt, c)
 	<-st.served
 	// A fenced call ends at once; a live one keeps renewing its lease.
 	renews := leases.renewCount()

@@ -534,8 +534,18 @@ func (w *Worker) guard(ctx context.Context, cancel context.CancelCauseFunc, cl *
 			r, err := w.store.Wait(ctx, id, func(r *call.Result) bool {
 				return r.CancelRequested || r.Worker != w.cfg.ID || r.Status != call.StatusRunning
 			})
-			if err != nil || r == nil {
+			if ctx.Err() != nil {
 				return
+			}
+			if err != nil || r == nil {
+				// The store could not be read (NATS electing a leader): watch again, or a cancel
+				// requested later would never be seen.
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(w.cfg.Heartbeat):
+				}
+				continue
 			}
 			if r.CancelRequested {
 				cancel(errCancelRequested)

@@ -481,31 +481,36 @@ func TestOverQuota(t *testing.T) {
 	}
 }
 
-// TestCancelRunningCall: a cancel request reaches the running call through the record and kills its
-// container. The heartbeat is too long to renew the lease within the test, so the cancel can only come
-// through the watch on the record, not through a lease renewal.
+// TestCancelRunningCall: a cancel request reaches the running call through the watch on its record (lease
+// renewals never read the record) and kills its container, also when the watch's first read failed.
 func TestCancelRunningCall(t *testing.T) {
-	st := queuetest.NewStore()
-	rt := &fakeRuntime{block: make(chan struct{}), started: make(chan struct{})}
-	w := newTestWorker(t, rt, st, func(c *Config) { c.Heartbeat = noHeartbeat })
-	c := queuedCall(st)
-	d := &fakeDelivery{c: c}
-	done := make(chan struct{})
-	go func() { w.Handle(context.Background(), d); close(done) }()
-	<-rt.started
-	rec, _ := st.Get(context.Background(), c.ID)
-	rec.Result.CancelRequested = true
-	if _, err := st.Update(context.Background(), rec.Result, rec.Revision); err != nil {
-		t.Fatal(err)
-	}
-	waitDone(t, done, "the cancelled call was not killed")
-	got := st.Result(c.ID)
-	if got.Status != call.StatusCancelled || got.Error.Type != call.ErrCancelled || !strings.Contains(got.Error.Message, "cancelled while it ran") ||
-		d.settlement() != "ack" {
-		t.Fatalf("status %s %+v settled %s", got.Status, got.Error, d.settlement())
-	}
-	if kills := rt.kills(); len(kills) != 1 || !errors.Is(kills[0], errCancelRequested) {
-		t.Errorf("the container was killed for %v, want one kill for the cancel request", kills)
+	for _, tt := range []struct {
+		name string
+		fail func(queuetest.Op, string) error
+	}{
+		{"the watch sees the request", nil},
+		{"the watch's first read failed (NATS electing a leader) and is tried again", failOp(queuetest.OpWait, 1)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			st := queuetest.NewStore()
+			st.FailWith(tt.fail)
+			rt := &fakeRuntime{block: make(chan struct{}), started: make(chan struct{})}
+			w := newTestWorker(t, rt, st)
+			c := queuedCall(st)
+			d, done := handleBlocked(w, rt, c)
+			r := st.Result(c.ID)
+			r.CancelRequested = true
+			st.Put(r)
+			waitDone(t, done, "the cancelled call was not killed")
+			got := st.Result(c.ID)
+			if got.Status != call.StatusCancelled || got.Error.Type != call.ErrCancelled || !strings.Contains(got.Error.Message, "cancelled while it ran") ||
+				d.settlement() != "ack" {
+				t.Fatalf("status %s %+v settled %s", got.Status, got.Error, d.settlement())
+			}
+			if kills := rt.kills(); len(kills) != 1 || !errors.Is(kills[0], errCancelRequested) {
+				t.Errorf("the container was killed for %v, want one kill for the cancel request", kills)
+			}
+		})
 	}
 }
 
@@ -573,10 +578,7 @@ func TestFencing(t *testing.T) {
 				cfg.Lease, cfg.AckWait = max(cfg.Lease, 3*cfg.Heartbeat), max(cfg.AckWait, 3*cfg.Heartbeat)
 				w := newTestWorkerWith(t, cfg, rt, path.store(st), WithLeases(leases))
 				c := queuedCall(st)
-				d := &fakeDelivery{c: c}
-				done := make(chan struct{})
-				go func() { w.Handle(context.Background(), d); close(done) }()
-				<-rt.started
+				d, done := handleBlocked(w, rt, c)
 				if tk.lapse {
 					leases.lapse(c.ID)
 				}
@@ -742,9 +744,7 @@ func TestLeaseRenewed(t *testing.T) {
 	leases := newFakeLeases()
 	w := newTestWorkerWith(t, testConfig(t), rt, st, WithLeases(leases))
 	c := queuedCall(st)
-	done := make(chan struct{})
-	go func() { w.Handle(context.Background(), &fakeDelivery{c: c}); close(done) }()
-	<-rt.started
+	_, done := handleBlocked(w, rt, c)
 	for deadline := time.Now().Add(30 * time.Second); leases.renewCount() < 5; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d renewals in 30s with a 20ms heartbeat", leases.renewCount())
