@@ -187,6 +187,11 @@ type Result struct {
 	Deadline   time.Time `json:"deadline,omitzero"`
 	StartedAt  time.Time `json:"started_at,omitzero"`
 	FinishedAt time.Time `json:"finished_at,omitzero"`
+	// Stored names the output fields ("output", "stdout", "stderr") whose content a worker kept in the
+	// output store instead of the record, each with its object's name: no record outgrows a queue message.
+	// The dispatcher fills those fields from the store and answers without Stored, so clients never see
+	// it.
+	Stored map[string]string `json:"stored,omitempty"`
 }
 
 // NewResult returns the envelope of a call that has just been accepted with status s.

@@ -28,12 +28,12 @@ type Token struct {
 	Name string `yaml:"name,omitempty"`
 }
 
-// Tenant is one isolated customer: its calls, workspaces and policy are its own.
+// Tenant is one isolated customer: its calls, workspaces and policy are its own. How many calls a tenant
+// may have queued and running is the queue's max_pending_per_tenant, the same for every tenant and
+// enforced by the NATS server itself.
 type Tenant struct {
 	Name   string  `yaml:"name"`
 	Tokens []Token `yaml:"tokens"`
-	// MaxPending and MaxRunning bound the tenant's calls in flight; 0 means the server default.
-	MaxPending int `yaml:"max_pending,omitempty"`
 	// Posture is how much the tenant's agents may do without a person: interactive (the default),
 	// autonomous or read-only (policy.Posture, docs/policy.md).
 	Posture string `yaml:"posture,omitempty"`
@@ -52,7 +52,8 @@ type Ceilings struct {
 // Config configures the HTTP API.
 type Config struct {
 	Tenants []Tenant `yaml:"tenants"`
-	// MaxBodyBytes bounds a request body.
+	// MaxBodyBytes bounds a request body. A call's arguments travel in one queue message, so it must stay
+	// below the NATS server's max payload (1 MiB on a stock server); the dispatcher checks at start.
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 	// DefaultTimeout is a call's timeout when the request names none; MaxTimeout the most a request may ask.
 	DefaultTimeout time.Duration `yaml:"default_timeout"`
@@ -73,7 +74,7 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{
-		MaxBodyBytes:   8 << 20,
+		MaxBodyBytes:   960 << 10,
 		DefaultTimeout: 60 * time.Second,
 		MaxTimeout:     30 * time.Minute,
 		MaxWait:        5 * time.Minute,
