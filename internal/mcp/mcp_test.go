@@ -105,7 +105,9 @@ func (f *fakeCalls) work(ctx context.Context) {
 					r.Fail(call.StatusError, call.ErrExitCode, "boom: exit code 2")
 				})
 			case r.Tool != "sleep":
-				f.update(r.ID, func(r *call.Result) { r.Status, r.ExitCode, r.Output = call.StatusOK, new(0), "hello from "+r.Workspace })
+				f.update(r.ID, func(r *call.Result) {
+					r.Status, r.ExitCode, r.Output = call.StatusOK, new(0), "hello from "+r.Workspace
+				})
 			}
 		}
 		select {
