@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 
 	"github.com/toolpool/toolpool/internal/audit"
 	"github.com/toolpool/toolpool/internal/dispatcher"
+	"github.com/toolpool/toolpool/internal/mcp"
 	"github.com/toolpool/toolpool/internal/metrics"
 	"github.com/toolpool/toolpool/internal/policy"
 	"github.com/toolpool/toolpool/internal/queue/jetstream"
@@ -40,6 +42,7 @@ type config struct {
 	PolicyFile string            `yaml:"policy_file"`
 	LogLevel   string            `yaml:"log_level"`
 	API        dispatcher.Config `yaml:"api"`
+	MCP        mcp.Config        `yaml:"mcp"`
 	Queue      jetstream.Config  `yaml:"queue"`
 	Metrics    metrics.Options   `yaml:"metrics"`
 	Tools      struct {
@@ -50,7 +53,7 @@ type config struct {
 func defaults() config {
 	return config{
 		Listen: "127.0.0.1:8080", DataDir: "/var/lib/toolpool/dispatcher", NATSListen: "127.0.0.1:4222",
-		NATSSync: "always", LogLevel: "info", API: dispatcher.DefaultConfig(), Queue: jetstream.DefaultConfig(),
+		NATSSync: "always", LogLevel: "info", API: dispatcher.DefaultConfig(), MCP: mcp.DefaultConfig(), Queue: jetstream.DefaultConfig(),
 		Metrics: metrics.Options{TenantLabel: true, MaxTenants: metrics.DefaultMaxTenants},
 	}
 }
@@ -68,6 +71,10 @@ func (c *config) validate() error {
 		errs = append(errs, fmt.Errorf("log level %q is not debug, info, warn or error", c.LogLevel))
 	}
 	if err := c.API.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	c.MCP.MaxBodyBytes = c.API.MaxBodyBytes
+	if err := c.MCP.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -253,8 +260,18 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	// MCP's Streamable HTTP endpoint: the same tokens, and calls through the API's own call path.
+	mcpCfg := cfg.MCP
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		mcpCfg.Version = bi.Main.Version
+	}
+	mcpHandler, err := mcp.New(mcpCfg, api, api, log.With("component", "mcp"))
+	if err != nil {
+		return err
+	}
 	root := http.NewServeMux()
 	root.Handle("GET /metrics", metrics.Handler(promReg))
+	root.Handle("/mcp", tracing.HTTPHandler(dm.InstrumentHTTP(api.Authenticate(mcpHandler))))
 	root.Handle("/", tracing.HTTPHandler(dm.InstrumentHTTP(api.Handler())))
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

@@ -14,16 +14,14 @@ import (
 )
 
 // This file is the call path of POST /v1/calls, DELETE /v1/calls/{id} and POST /v1/approvals/{id} as Go
-// methods, for protocol front ends mounted with WithMCP (internal/mcp). They take the same steps as the
-// HTTP handlers (admit, accept, awaitResult, cancel, decide): policy, approvals, the queue, the audit log,
-// metrics and the trace are the same. Each acts for the caller that the dispatcher's authentication put
-// in ctx, and treats another tenant's call as one that does not exist. Their errors are *call.Rejection.
+// methods, for protocol front ends mounted behind Authenticate (internal/mcp). They take the same steps
+// as the HTTP handlers (admit, accept, awaitResult, cancel, decide): policy, approvals, the queue, the
+// audit log, metrics and the trace are the same. Each acts for the caller that Authenticate put in ctx,
+// and treats another tenant's call as one that does not exist. Their errors are *call.Rejection.
 
-// WithMCP serves h at /mcp behind the API's bearer-token authentication: h's requests carry the caller in
-// their context, for the methods of this file.
-func WithMCP(h http.Handler) Option {
-	return func(s *Server) { s.mcp = h }
-}
+// Authenticate returns next behind the API's bearer-token authentication: a request without a known token
+// gets 401; next's requests carry the caller in their context, for the methods of this file.
+func (s *Server) Authenticate(next http.Handler) http.Handler { return s.auth(next.ServeHTTP) }
 
 // Submit admits r and accepts it, as POST /v1/calls does, and returns at once with the call's first
 // record: queued, pending_approval, or denied by policy. A request that names a call that exists already

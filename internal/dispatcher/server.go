@@ -92,7 +92,6 @@ type Server struct {
 	recorder    Recorder
 	rules       RuleBook
 	onRuleAdded func()
-	mcp         http.Handler
 }
 
 type principal struct {
@@ -169,9 +168,6 @@ func New(cfg Config, deps Deps, opts ...Option) (*Server, error) {
 	mux.Handle("GET /v1/approvals", s.auth(s.approver(s.listApprovals)))
 	mux.Handle("POST /v1/approvals/{id}", s.auth(s.approver(s.decideApproval)))
 	mux.Handle("GET /v1/audit", s.auth(s.readAudit))
-	if s.mcp != nil {
-		mux.Handle("/mcp", s.auth(s.mcp.ServeHTTP))
-	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no endpoint %s %s: see GET /v1/tools, POST /v1/calls, GET /v1/calls/{id}", r.Method, r.URL.Path))
 	})
