@@ -29,6 +29,7 @@ package mcp
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,6 +37,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -141,7 +143,13 @@ type Handler struct {
 	log       *slog.Logger
 	impl      *sdk.Implementation
 	stream    *sdk.StreamableHTTPHandler
+
+	mu      sync.Mutex
+	servers map[[sha256.Size]byte]*sdk.Server // by tool list (toolsKey); at most maxServers
 }
+
+// maxServers bounds the cache of SDK servers: one per distinct tool list (tenants and policy versions).
+const maxServers = 256
 
 // Option configures optional behaviour of a Handler.
 type Option func(*Handler)
@@ -159,7 +167,8 @@ func New(cfg Config, calls Calls, approvals Approvals, log *slog.Logger, opts ..
 		return nil, errors.New("new mcp handler: calls, approvals and log are all required")
 	}
 	h := &Handler{cfg: cfg, calls: calls, approvals: approvals, log: log,
-		impl: &sdk.Implementation{Name: "toolpool", Title: "toolpool", Version: cfg.Version}}
+		impl:    &sdk.Implementation{Name: "toolpool", Title: "toolpool", Version: cfg.Version},
+		servers: map[[sha256.Size]byte]*sdk.Server{}}
 	for _, o := range opts {
 		o(h)
 	}
@@ -264,8 +273,33 @@ func (h *Handler) originAllowed(origin string) bool {
 	return false
 }
 
-// server is the SDK server for one HTTP request: the caller's tools and toolpool_get_result.
+// server is the SDK server for one HTTP request: the caller's tools and toolpool_get_result. Servers are
+// shared by the requests whose tool lists are the same (building one costs milliseconds); their handlers
+// act for the caller each request's context carries.
 func (h *Handler) server(r *http.Request) *sdk.Server {
+	list, err := h.calls.Tools(r.Context())
+	if err != nil {
+		h.log.ErrorContext(r.Context(), "list tools for mcp", "error", err)
+		return nil // the SDK answers 400
+	}
+	key := toolsKey(list)
+	h.mu.Lock()
+	s := h.servers[key]
+	h.mu.Unlock()
+	if s != nil {
+		return s
+	}
+	s = h.newServer(list)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.servers) >= maxServers {
+		clear(h.servers)
+	}
+	h.servers[key] = s
+	return s
+}
+
+func (h *Handler) newServer(list []tools.MCPTool) *sdk.Server {
 	s := sdk.NewServer(h.impl, &sdk.ServerOptions{
 		Instructions:              instructions,
 		SupportedProtocolVersions: ProtocolVersions,
@@ -274,11 +308,6 @@ func (h *Handler) server(r *http.Request) *sdk.Server {
 		SetCacheable: func(_ context.Context, _ sdk.Request, c *sdk.Cacheable) { c.TTLMs, c.CacheScope = 0, "private" },
 		Logger:       h.log,
 	})
-	list, err := h.calls.Tools(r.Context())
-	if err != nil {
-		h.log.ErrorContext(r.Context(), "list tools for mcp", "error", err)
-		return nil // the SDK answers 400
-	}
 	reserved := false
 	for _, t := range list {
 		reserved = reserved || t.Name == getResultName
@@ -288,6 +317,19 @@ func (h *Handler) server(r *http.Request) *sdk.Server {
 		s.AddTool(getResultTool, h.getResult)
 	}
 	return s
+}
+
+// toolsKey identifies a tool list by everything newServer reads of it.
+func toolsKey(list []tools.MCPTool) [sha256.Size]byte {
+	d := sha256.New()
+	for _, t := range list {
+		a := t.Annotations
+		fmt.Fprintf(d, "%d:%s%d:%s%d:%s%v%v%v%v;", len(t.Name), t.Name, len(t.Description), t.Description, len(t.InputSchema), t.InputSchema,
+			a.ReadOnlyHint, a.DestructiveHint, a.IdempotentHint, a.OpenWorldHint)
+	}
+	var key [sha256.Size]byte
+	d.Sum(key[:0])
+	return key
 }
 
 const instructions = "toolpool runs each tool call in a fresh sandbox container whose only writable place is " +

@@ -40,6 +40,7 @@ type fakeCalls struct {
 	args     map[string]json.RawMessage
 	approver bool
 	release  chan struct{} // closed: "gated" calls, which run until then, end ok
+	hidden   string        // a tool Tools leaves out, as a policy change would
 
 	submitted []call.Request
 	traceIDs  []string
@@ -121,7 +122,13 @@ func (f *fakeCalls) work(ctx context.Context) {
 func (f *fakeCalls) Tools(ctx context.Context) ([]tools.MCPTool, error) {
 	f.checkCaller(ctx)
 	var out []tools.MCPTool
+	f.mu.Lock()
+	hidden := f.hidden
+	f.mu.Unlock()
 	for _, name := range []string{"echo", "fail", "sleep", "gated", "guarded", "forbidden", "bad", "broken"} {
+		if name == hidden {
+			continue
+		}
 		out = append(out, tools.MCPTool{Name: name, Description: name + " things",
 			InputSchema: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}}}`),
 			Annotations: tools.MCPAnnotations{ReadOnlyHint: name == "echo", DestructiveHint: name != "echo", OpenWorldHint: name == "sleep"}})
@@ -384,7 +391,8 @@ func structured(t *testing.T, res *sdk.CallToolResult) summary {
 func TestListTools(t *testing.T) {
 	for _, v := range versions {
 		t.Run(v.name, func(t *testing.T) {
-			srv := server(t, newFake(t), testConfig(), v.legacy)
+			f := newFake(t)
+			srv := server(t, f, testConfig(), v.legacy)
 			cs := connect(t, srv.URL, nil)
 			if got := cs.InitializeResult().ProtocolVersion; got != v.name {
 				t.Fatalf("negotiated %s, want %s", got, v.name)
@@ -412,6 +420,18 @@ func TestListTools(t *testing.T) {
 					tl.Name == getResultName && (!a.ReadOnlyHint || *a.OpenWorldHint) {
 					t.Errorf("%s: hints %+v", tl.Name, a)
 				}
+			}
+			// The handler shares SDK servers between requests with the same list: a changed list is
+			// served at once.
+			f.mu.Lock()
+			f.hidden = "sleep"
+			f.mu.Unlock()
+			res, err = cs.ListTools(context.Background(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if slices.ContainsFunc(res.Tools, func(tl *sdk.Tool) bool { return tl.Name == "sleep" }) || len(res.Tools) != len(names)-1 {
+				t.Errorf("after the list changed: %d tools, sleep still listed or another tool gone", len(res.Tools))
 			}
 		})
 	}
