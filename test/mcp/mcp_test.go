@@ -66,6 +66,7 @@ func TestOfficialClients(t *testing.T) {
 				t.Errorf("unknownTool: %v, want a protocol error naming the tool", u)
 			}
 			expect(t, "badArgs", get("badArgs"), true, "command", "")
+			expect(t, "badWorkspace", get("badWorkspace"), true, `workspace "../etc"`, "")
 
 			approval := get("approval")
 			expect(t, "approval", approval, false, "made", "ok")

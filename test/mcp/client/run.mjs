@@ -129,6 +129,7 @@ await attempt('call', async () => summary(await approver.call(shell('echo hi; id
 await attempt('toolFailure', async () => summary(await approver.call(shell('echo oops >&2; exit 3'))));
 await attempt('denied', async () => summary(await approver.call(shell('sudo ls'))));
 await attempt('unknownTool', async () => summary(await approver.call({ name: 'no_such_tool', arguments: {} })));
+await attempt('badWorkspace', async () => summary(await approver.call({ ...shell('true'), _meta: { 'toolpool/workspace': '../etc' } })));
 await attempt('badArgs', async () => summary(await approver.call({ name: 'run_shell', arguments: { command: 7 } })));
 
 await attempt('approval', async () => {
