@@ -625,7 +625,9 @@ func TestCancel(t *testing.T) {
 			if err := <-errc; !errors.Is(err, context.Canceled) {
 				t.Errorf("the cancelled call returned %v", err)
 			}
-			r, err := f.Wait(context.WithValue(context.Background(), principalKey{}, principal), id, func(*call.Result) bool { return false })
+			wctx, stop := context.WithTimeout(context.WithValue(context.Background(), principalKey{}, principal), 30*time.Second)
+			defer stop()
+			r, err := f.Wait(wctx, id, func(*call.Result) bool { return false })
 			if err != nil || r.Status != call.StatusCancelled {
 				t.Fatalf("call after cancel: %+v, %v", r, err)
 			}
@@ -760,5 +762,46 @@ func TestSummaryMatchesOutputSchema(t *testing.T) {
 	_ = json.Unmarshal([]byte(`{"id":"c_3","tool":"t","workspace":"w","status":"weird","truncated":false,"output_bytes":0,"timing":{}}`), &bad)
 	if sch.Validate(bad) == nil {
 		t.Error("the schema accepts an unknown status")
+	}
+}
+
+// TestForgedRequestState sends 2026-07-28 retries whose requestState names a call they did not start:
+// another call's id, or no call; neither may decide anything.
+func TestForgedRequestState(t *testing.T) {
+	f := newFake(t)
+	srv := server(t, f, testConfig(), false)
+	ctx := context.WithValue(context.Background(), principalKey{}, principal)
+	pending, err := f.Submit(ctx, call.Request{Tool: "guarded", Args: json.RawMessage(`{"text":"rm it"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, state, args, want string }{
+		{"other arguments", approvalState + pending.ID, `{"text":"hi"}`, "belongs to another call"},
+		{"not a call id", approvalState + "c_x", `{"text":"rm it"}`, "not one toolpool gave"},
+		{"not toolpool's", "opaque", `{"text":"rm it"}`, "not one toolpool gave"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			body := `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"guarded","arguments":` + c.args +
+				`,"requestState":"` + c.state + `","inputResponses":{"approval":{"action":"accept"}},` +
+				`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{}}}}}`
+			req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			req.Header.Set("Mcp-Protocol-Version", "2026-07-28")
+			req.Header.Set("Mcp-Method", "tools/call")
+			req.Header.Set("Mcp-Name", "guarded")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			got, _ := io.ReadAll(resp.Body)
+			if !strings.Contains(string(got), c.want) || !strings.Contains(string(got), `"error"`) {
+				t.Errorf("HTTP %d %s; want a protocol error saying %q", resp.StatusCode, got, c.want)
+			}
+		})
+	}
+	if _, _, decided, _ := f.snapshot(); len(decided) != 0 {
+		t.Errorf("forged states decided %v", decided)
 	}
 }
