@@ -14,81 +14,13 @@ import (
 	"github.com/toolpool/toolpool/internal/call"
 	"github.com/toolpool/toolpool/internal/policy"
 	"github.com/toolpool/toolpool/internal/queue"
+	"github.com/toolpool/toolpool/internal/queue/queuetest"
 	"github.com/toolpool/toolpool/internal/tools"
 )
 
 // These tests cover the call path's methods for front ends (calls.go) with the real policy engine and tool
 // registry over in-memory fakes of the store, the queue and the approvals bucket; test/mcp runs them
 // against NATS and containerd.
-
-// memStore is an in-memory Store with revisions.
-type memStore struct {
-	mu      sync.Mutex
-	recs    map[string]queue.Record
-	changed chan struct{}
-}
-
-func newMemStore() *memStore {
-	return &memStore{recs: map[string]queue.Record{}, changed: make(chan struct{})}
-}
-
-func (m *memStore) Create(_ context.Context, r *call.Result) (uint64, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if _, ok := m.recs[r.ID]; ok {
-		return 0, queue.ErrExists
-	}
-	c := *r
-	m.recs[r.ID] = queue.Record{Result: &c, Revision: 1}
-	m.notify()
-	return 1, nil
-}
-
-func (m *memStore) Get(_ context.Context, id string) (queue.Record, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	rec, ok := m.recs[id]
-	if !ok {
-		return queue.Record{}, queue.ErrNotFound
-	}
-	c := *rec.Result
-	return queue.Record{Result: &c, Revision: rec.Revision}, nil
-}
-
-func (m *memStore) Update(_ context.Context, r *call.Result, rev uint64) (uint64, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.recs[r.ID].Revision != rev {
-		return 0, queue.ErrConflict
-	}
-	c := *r
-	m.recs[r.ID] = queue.Record{Result: &c, Revision: rev + 1}
-	m.notify()
-	return rev + 1, nil
-}
-
-func (m *memStore) Wait(ctx context.Context, id string, done func(*call.Result) bool) (*call.Result, error) {
-	for {
-		m.mu.Lock()
-		rec, ok := m.recs[id]
-		ch := m.changed
-		m.mu.Unlock()
-		if !ok {
-			return nil, queue.ErrNotFound
-		}
-		c := *rec.Result
-		if done(&c) {
-			return &c, nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return &c, ctx.Err()
-		}
-	}
-}
-
-func (m *memStore) notify() { close(m.changed); m.changed = make(chan struct{}) }
 
 type memQueue struct {
 	mu        sync.Mutex
@@ -150,7 +82,7 @@ commands:
 
 type callsFixture struct {
 	srv      *Server
-	store    *memStore
+	store    *queuetest.Store
 	queue    *memQueue
 	recorder *memRecorder
 	// as returns a context that carries the caller of token, as Authenticate does.
@@ -172,7 +104,7 @@ func newCallsFixture(t *testing.T) callsFixture {
 		{Name: "acme", Tokens: []Token{{Token: "acme-approver", Role: RoleApprover, Name: "alice"}, {Token: "acme-caller", Workspace: "botspace"}}},
 		{Name: "globex", Tokens: []Token{{Token: "globex-approver", Role: RoleApprover}}},
 	}
-	f := callsFixture{store: newMemStore(), queue: &memQueue{}, recorder: &memRecorder{}}
+	f := callsFixture{store: queuetest.NewStore(), queue: &memQueue{}, recorder: &memRecorder{}}
 	f.srv, err = New(cfg, Deps{Store: f.store, Publisher: f.queue, Tools: reg, Policy: policy.NewStore(pol),
 		Approvals: &memApprovals{pending: map[string]*call.Pending{}}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))},
 		WithAudit(nil, f.recorder))

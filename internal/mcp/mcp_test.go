@@ -337,11 +337,17 @@ func (rec *recorder) options(answer string) *sdk.ClientOptions {
 	}
 }
 
-func connect(t *testing.T, url string, opts *sdk.ClientOptions) *sdk.ClientSession {
+// connect connects the Go SDK's client; header, when given, is a name and a value it sends with every
+// request.
+func connect(t *testing.T, url string, opts *sdk.ClientOptions, header ...string) *sdk.ClientSession {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, opts).Connect(ctx, &sdk.StreamableClientTransport{Endpoint: url, MaxRetries: -1}, nil)
+	transport := &sdk.StreamableClientTransport{Endpoint: url, MaxRetries: -1}
+	if len(header) == 2 {
+		transport.HTTPClient = &http.Client{Transport: headerTransport{header[0], header[1]}}
+	}
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, opts).Connect(ctx, transport, nil)
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}
@@ -349,10 +355,31 @@ func connect(t *testing.T, url string, opts *sdk.ClientOptions) *sdk.ClientSessi
 	return cs
 }
 
-var versions = []struct {
+type headerTransport struct{ name, value string }
+
+func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set(h.name, h.value)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// version is a protocol version; legacy clients are made to fall back to it (server refuses discovery).
+type version struct {
 	name   string
 	legacy bool
-}{{"2026-07-28", false}, {"2025-11-25", true}}
+}
+
+var versions = []version{{"2026-07-28", false}, {"2025-11-25", true}}
+
+// eachVersion runs test at both protocol versions, each with a fresh fake call path and server.
+func eachVersion(t *testing.T, test func(t *testing.T, v version, f *fakeCalls, srv *httptest.Server)) {
+	for _, v := range versions {
+		t.Run(v.name, func(t *testing.T) {
+			f := newFake(t)
+			test(t, v, f, server(t, f, testConfig(), v.legacy))
+		})
+	}
+}
 
 func callTool(t *testing.T, cs *sdk.ClientSession, name string, meta sdk.Meta) *sdk.CallToolResult {
 	t.Helper()
@@ -389,52 +416,48 @@ func structured(t *testing.T, res *sdk.CallToolResult) summary {
 }
 
 func TestListTools(t *testing.T) {
-	for _, v := range versions {
-		t.Run(v.name, func(t *testing.T) {
-			f := newFake(t)
-			srv := server(t, f, testConfig(), v.legacy)
-			cs := connect(t, srv.URL, nil)
-			if got := cs.InitializeResult().ProtocolVersion; got != v.name {
-				t.Fatalf("negotiated %s, want %s", got, v.name)
+	eachVersion(t, func(t *testing.T, v version, f *fakeCalls, srv *httptest.Server) {
+		cs := connect(t, srv.URL, nil)
+		if got := cs.InitializeResult().ProtocolVersion; got != v.name {
+			t.Fatalf("negotiated %s, want %s", got, v.name)
+		}
+		res, err := cs.ListTools(context.Background(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, tl := range res.Tools {
+			names = append(names, tl.Name)
+		}
+		if want := []string{"bad", "broken", "echo", "fail", "forbidden", "gated", "guarded", "sleep", getResultName}; !slices.Equal(sortedCopy(names), want) {
+			t.Errorf("tools %v, want %v", names, want)
+		}
+		if res.CacheScope != "private" {
+			t.Errorf("cacheScope %q: a tenant's tool list is private", res.CacheScope)
+		}
+		for _, tl := range res.Tools {
+			a := tl.Annotations
+			if a == nil || a.DestructiveHint == nil || a.OpenWorldHint == nil || tl.OutputSchema == nil {
+				t.Fatalf("%s: annotations %+v, output schema %v", tl.Name, a, tl.OutputSchema)
 			}
-			res, err := cs.ListTools(context.Background(), nil)
-			if err != nil {
-				t.Fatal(err)
+			if tl.Name == "echo" && (!a.ReadOnlyHint || *a.DestructiveHint) || tl.Name == "sleep" && !*a.OpenWorldHint ||
+				tl.Name == getResultName && (!a.ReadOnlyHint || *a.OpenWorldHint) {
+				t.Errorf("%s: hints %+v", tl.Name, a)
 			}
-			var names []string
-			for _, tl := range res.Tools {
-				names = append(names, tl.Name)
-			}
-			if want := []string{"bad", "broken", "echo", "fail", "forbidden", "gated", "guarded", "sleep", getResultName}; !slices.Equal(sortedCopy(names), want) {
-				t.Errorf("tools %v, want %v", names, want)
-			}
-			if res.CacheScope != "private" {
-				t.Errorf("cacheScope %q: a tenant's tool list is private", res.CacheScope)
-			}
-			for _, tl := range res.Tools {
-				a := tl.Annotations
-				if a == nil || a.DestructiveHint == nil || a.OpenWorldHint == nil || tl.OutputSchema == nil {
-					t.Fatalf("%s: annotations %+v, output schema %v", tl.Name, a, tl.OutputSchema)
-				}
-				if tl.Name == "echo" && (!a.ReadOnlyHint || *a.DestructiveHint) || tl.Name == "sleep" && !*a.OpenWorldHint ||
-					tl.Name == getResultName && (!a.ReadOnlyHint || *a.OpenWorldHint) {
-					t.Errorf("%s: hints %+v", tl.Name, a)
-				}
-			}
-			// The handler shares SDK servers between requests with the same list: a changed list is
-			// served at once.
-			f.mu.Lock()
-			f.hidden = "sleep"
-			f.mu.Unlock()
-			res, err = cs.ListTools(context.Background(), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if slices.ContainsFunc(res.Tools, func(tl *sdk.Tool) bool { return tl.Name == "sleep" }) || len(res.Tools) != len(names)-1 {
-				t.Errorf("after the list changed: %d tools, sleep still listed or another tool gone", len(res.Tools))
-			}
-		})
-	}
+		}
+		// The handler shares SDK servers between requests with the same list: a changed list is
+		// served at once.
+		f.mu.Lock()
+		f.hidden = "sleep"
+		f.mu.Unlock()
+		res, err = cs.ListTools(context.Background(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.ContainsFunc(res.Tools, func(tl *sdk.Tool) bool { return tl.Name == "sleep" }) || len(res.Tools) != len(names)-1 {
+			t.Errorf("after the list changed: %d tools, sleep still listed or another tool gone", len(res.Tools))
+		}
+	})
 }
 
 func sortedCopy(s []string) []string {
@@ -444,101 +467,71 @@ func sortedCopy(s []string) []string {
 }
 
 func TestCallOutcomes(t *testing.T) {
-	for _, v := range versions {
-		t.Run(v.name, func(t *testing.T) {
-			f := newFake(t)
-			srv := server(t, f, testConfig(), v.legacy)
-			rec := &recorder{}
-			cs := connect(t, srv.URL, rec.options("accept"))
-			cases := []struct {
-				tool    string
-				isError bool
-				text    string
-				status  call.Status
-			}{
-				{"echo", false, "hello from default", call.StatusOK},
-				{"fail", true, "boom: exit code 2", call.StatusError},
-				{"forbidden", true, "denied by rule forbidden-commands: sudo is never allowed", call.StatusDenied},
-				{"bad", true, `"text" must be a string`, ""},
+	eachVersion(t, func(t *testing.T, v version, f *fakeCalls, srv *httptest.Server) {
+		rec := &recorder{}
+		cs := connect(t, srv.URL, rec.options("accept"))
+		cases := []struct {
+			tool    string
+			isError bool
+			text    string
+			status  call.Status
+		}{
+			{"echo", false, "hello from default", call.StatusOK},
+			{"fail", true, "boom: exit code 2", call.StatusError},
+			{"forbidden", true, "denied by rule forbidden-commands: sudo is never allowed", call.StatusDenied},
+			{"bad", true, `"text" must be a string`, ""},
+		}
+		for _, c := range cases {
+			res := callTool(t, cs, c.tool, nil)
+			if res.IsError != c.isError || !strings.Contains(text(res), c.text) {
+				t.Errorf("%s: isError %v, text %q; want %v, %q", c.tool, res.IsError, text(res), c.isError, c.text)
 			}
-			for _, c := range cases {
-				res := callTool(t, cs, c.tool, nil)
-				if res.IsError != c.isError || !strings.Contains(text(res), c.text) {
-					t.Errorf("%s: isError %v, text %q; want %v, %q", c.tool, res.IsError, text(res), c.isError, c.text)
-				}
-				if c.status != "" && structured(t, res).Status != c.status {
-					t.Errorf("%s: structured %+v, want status %s", c.tool, structured(t, res), c.status)
-				}
+			if c.status != "" && structured(t, res).Status != c.status {
+				t.Errorf("%s: structured %+v, want status %s", c.tool, structured(t, res), c.status)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			_, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "broken", Arguments: map[string]any{}})
-			if err == nil || !strings.Contains(err.Error(), "toolpool failed") {
-				t.Errorf("broken: error %v, want a protocol error saying toolpool failed", err)
-			}
-			if _, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "nope", Arguments: map[string]any{}}); err == nil {
-				t.Error("an unknown tool was not a protocol error")
-			}
-		})
-	}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "broken", Arguments: map[string]any{}})
+		if err == nil || !strings.Contains(err.Error(), "toolpool failed") {
+			t.Errorf("broken: error %v, want a protocol error saying toolpool failed", err)
+		}
+		if _, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "nope", Arguments: map[string]any{}}); err == nil {
+			t.Error("an unknown tool was not a protocol error")
+		}
+	})
 }
 
 func TestProgressAndWorkspace(t *testing.T) {
-	for _, v := range versions {
-		t.Run(v.name, func(t *testing.T) {
-			f := newFake(t)
-			srv := server(t, f, testConfig(), v.legacy)
-			rec := &recorder{}
-			cs := connect(t, srv.URL, rec.options("accept"))
-			traceparent := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-			done := make(chan *sdk.CallToolResult, 1)
-			go func() {
-				done <- callTool(t, cs, "gated", sdk.Meta{"progressToken": "p1", WorkspaceMeta: "ws9", "traceparent": traceparent})
-			}()
-			rec.waitProgress(t, "running on w1")
-			close(f.release)
-			res := <-done
-			id := structured(t, res).ID
-			if text(res) != "released" || structured(t, res).Workspace != "ws9" {
-				t.Errorf("text %q, %+v: want the gated call's output in the _meta workspace", text(res), structured(t, res))
-			}
-			progress := rec.waitProgress(t, id+" ok")
-			want := []string{"call " + id + " queued: waiting for a worker", "call " + id + " running on w1", "call " + id + " ok"}
-			if !slices.Equal(progress, want) {
-				t.Errorf("progress %q, want %q", progress, want)
-			}
-			if _, _, _, traces := f.snapshot(); traces[0] != "4bf92f3577b34da6a3ce929d0e0e4736" {
-				t.Errorf("the call's trace is %q, not the _meta traceparent's", traces[0])
-			}
-			// The header names the workspace when _meta does not.
-			hdr := connectWithHeader(t, srv.URL, WorkspaceHeader, "ws7")
-			if res := callTool(t, hdr, "echo", nil); text(res) != "hello from ws7" {
-				t.Errorf("with the header: %q", text(res))
-			}
-		})
-	}
-}
-
-// connectWithHeader connects a client that sends header: value with every request.
-func connectWithHeader(t *testing.T, url, header, value string) *sdk.ClientSession {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	hc := &http.Client{Transport: headerTransport{header, value}}
-	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, &sdk.StreamableClientTransport{Endpoint: url, HTTPClient: hc, MaxRetries: -1}, nil)
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	t.Cleanup(func() { cs.Close() })
-	return cs
-}
-
-type headerTransport struct{ name, value string }
-
-func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set(h.name, h.value)
-	return http.DefaultTransport.RoundTrip(r)
+	eachVersion(t, func(t *testing.T, v version, f *fakeCalls, srv *httptest.Server) {
+		rec := &recorder{}
+		cs := connect(t, srv.URL, rec.options("accept"))
+		traceparent := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+		done := make(chan *sdk.CallToolResult, 1)
+		go func() {
+			done <- callTool(t, cs, "gated", sdk.Meta{"progressToken": "p1", WorkspaceMeta: "ws9", "traceparent": traceparent})
+		}()
+		rec.waitProgress(t, "running on w1")
+		close(f.release)
+		res := <-done
+		id := structured(t, res).ID
+		if text(res) != "released" || structured(t, res).Workspace != "ws9" {
+			t.Errorf("text %q, %+v: want the gated call's output in the _meta workspace", text(res), structured(t, res))
+		}
+		progress := rec.waitProgress(t, id+" ok")
+		want := []string{"call " + id + " queued: waiting for a worker", "call " + id + " running on w1", "call " + id + " ok"}
+		if !slices.Equal(progress, want) {
+			t.Errorf("progress %q, want %q", progress, want)
+		}
+		if _, _, _, traces := f.snapshot(); traces[0] != "4bf92f3577b34da6a3ce929d0e0e4736" {
+			t.Errorf("the call's trace is %q, not the _meta traceparent's", traces[0])
+		}
+		// The header names the workspace when _meta does not.
+		hdr := connect(t, srv.URL, nil, WorkspaceHeader, "ws7")
+		if res := callTool(t, hdr, "echo", nil); text(res) != "hello from ws7" {
+			t.Errorf("with the header: %q", text(res))
+		}
+	})
 }
 
 func TestApprovalByElicitation(t *testing.T) {
@@ -609,37 +602,33 @@ func TestApprovalWithoutElicitation(t *testing.T) {
 }
 
 func TestCancel(t *testing.T) {
-	for _, v := range versions {
-		t.Run(v.name, func(t *testing.T) {
-			f := newFake(t)
-			srv := server(t, f, testConfig(), v.legacy)
-			cs := connect(t, srv.URL, (&recorder{}).options("accept"))
-			ctx, cancel := context.WithCancel(context.Background())
-			errc := make(chan error, 1)
-			go func() {
-				_, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "sleep", Arguments: map[string]any{}})
-				errc <- err
-			}()
-			id := waitRunning(t, f)
-			cancel()
-			if err := <-errc; !errors.Is(err, context.Canceled) {
-				t.Errorf("the cancelled call returned %v", err)
-			}
-			wctx, stop := context.WithTimeout(context.WithValue(context.Background(), principalKey{}, principal), 30*time.Second)
-			defer stop()
-			r, err := f.Wait(wctx, id, func(*call.Result) bool { return false })
-			if err != nil || r.Status != call.StatusCancelled {
-				t.Fatalf("call after cancel: %+v, %v", r, err)
-			}
-			submitted, cancelled, _, _ := f.snapshot()
-			if !slices.Contains(cancelled, id) {
-				t.Errorf("cancelled %v, want %s", cancelled, id)
-			}
-			if v.legacy && submitted[0].ID != id {
-				t.Errorf("a 2025-11-25 call's id %q is not derived from its session and request", submitted[0].ID)
-			}
-		})
-	}
+	eachVersion(t, func(t *testing.T, v version, f *fakeCalls, srv *httptest.Server) {
+		cs := connect(t, srv.URL, (&recorder{}).options("accept"))
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() {
+			_, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "sleep", Arguments: map[string]any{}})
+			errc <- err
+		}()
+		id := waitRunning(t, f)
+		cancel()
+		if err := <-errc; !errors.Is(err, context.Canceled) {
+			t.Errorf("the cancelled call returned %v", err)
+		}
+		wctx, stop := context.WithTimeout(context.WithValue(context.Background(), principalKey{}, principal), 30*time.Second)
+		defer stop()
+		r, err := f.Wait(wctx, id, func(*call.Result) bool { return false })
+		if err != nil || r.Status != call.StatusCancelled {
+			t.Fatalf("call after cancel: %+v, %v", r, err)
+		}
+		submitted, cancelled, _, _ := f.snapshot()
+		if !slices.Contains(cancelled, id) {
+			t.Errorf("cancelled %v, want %s", cancelled, id)
+		}
+		if v.legacy && submitted[0].ID != id {
+			t.Errorf("a 2025-11-25 call's id %q is not derived from its session and request", submitted[0].ID)
+		}
+	})
 }
 
 // waitRunning returns the id of the first call once it runs.

@@ -11,73 +11,10 @@ import (
 	"time"
 
 	"github.com/toolpool/toolpool/internal/call"
-	"github.com/toolpool/toolpool/internal/queue"
+	"github.com/toolpool/toolpool/internal/queue/queuetest"
 	"github.com/toolpool/toolpool/internal/sandbox"
 	"github.com/toolpool/toolpool/internal/tools"
 )
-
-// memStore is an in-memory Store with compare-and-set revisions and change notification.
-type memStore struct {
-	mu      sync.Mutex
-	recs    map[string]queue.Record
-	changed chan struct{}
-}
-
-func newMemStore() *memStore {
-	return &memStore{recs: map[string]queue.Record{}, changed: make(chan struct{})}
-}
-
-func (m *memStore) put(r *call.Result) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	cp := *r
-	m.recs[r.ID] = queue.Record{Result: &cp, Revision: m.recs[r.ID].Revision + 1}
-	close(m.changed)
-	m.changed = make(chan struct{})
-}
-
-func (m *memStore) Get(_ context.Context, id string) (queue.Record, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	rec, ok := m.recs[id]
-	if !ok {
-		return queue.Record{}, queue.ErrNotFound
-	}
-	cp := *rec.Result
-	return queue.Record{Result: &cp, Revision: rec.Revision}, nil
-}
-
-func (m *memStore) Update(_ context.Context, r *call.Result, rev uint64) (uint64, error) {
-	m.mu.Lock()
-	cur := m.recs[r.ID]
-	if cur.Revision != rev {
-		m.mu.Unlock()
-		return 0, fmt.Errorf("update %s: %w", r.ID, queue.ErrConflict)
-	}
-	m.mu.Unlock()
-	m.put(r)
-	return rev + 1, nil
-}
-
-func (m *memStore) Wait(ctx context.Context, id string, done func(*call.Result) bool) (*call.Result, error) {
-	for {
-		m.mu.Lock()
-		ch := m.changed
-		m.mu.Unlock()
-		rec, err := m.Get(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		if done(rec.Result) {
-			return rec.Result, nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return rec.Result, ctx.Err()
-		}
-	}
-}
 
 // fakeRuntime runs nothing: it counts runs and blocks until released or cancelled.
 type fakeRuntime struct {
@@ -191,7 +128,7 @@ func TestHandle(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			st := newMemStore()
+			st := queuetest.NewStore()
 			rt := &fakeRuntime{err: tt.rtErr}
 			w := newTestWorker(t, rt, st)
 			c := newCall(tt.tool, tt.args)
@@ -199,7 +136,7 @@ func TestHandle(t *testing.T) {
 			if tt.before != nil {
 				tt.before(r)
 			}
-			st.put(r)
+			st.Put(r)
 			d := &fakeDelivery{c: c}
 			w.Handle(context.Background(), d)
 			got, _ := st.Get(context.Background(), c.ID)
@@ -212,12 +149,12 @@ func TestHandle(t *testing.T) {
 }
 
 func TestExpiredDeadline(t *testing.T) {
-	st := newMemStore()
+	st := queuetest.NewStore()
 	rt := &fakeRuntime{}
 	w := newTestWorker(t, rt, st)
 	c := newCall("run_shell", shellArgs)
 	c.Deadline = time.Now().Add(-time.Second)
-	st.put(call.NewResult(c, call.StatusQueued))
+	st.Put(call.NewResult(c, call.StatusQueued))
 	w.Handle(context.Background(), &fakeDelivery{c: c})
 	got, _ := st.Get(context.Background(), c.ID)
 	if rt.count() != 0 || got.Result.Status != call.StatusExpired {
@@ -227,11 +164,11 @@ func TestExpiredDeadline(t *testing.T) {
 
 // TestCancelRunningCall: a cancel request reaches the running call through the record and kills it fast.
 func TestCancelRunningCall(t *testing.T) {
-	st := newMemStore()
+	st := queuetest.NewStore()
 	rt := &fakeRuntime{block: make(chan struct{}), started: make(chan struct{})}
 	w := newTestWorker(t, rt, st)
 	c := newCall("run_shell", shellArgs)
-	st.put(call.NewResult(c, call.StatusQueued))
+	st.Put(call.NewResult(c, call.StatusQueued))
 	d := &fakeDelivery{c: c}
 	done := make(chan struct{})
 	go func() { w.Handle(context.Background(), d); close(done) }()
@@ -259,11 +196,11 @@ func TestCancelRunningCall(t *testing.T) {
 // TestFencedRunnerRecordsNothing: when another writer takes the record (a second worker decided the call
 // was lost), the first runner kills its call and does not overwrite the final state.
 func TestFencedRunnerRecordsNothing(t *testing.T) {
-	st := newMemStore()
+	st := queuetest.NewStore()
 	rt := &fakeRuntime{block: make(chan struct{}), started: make(chan struct{})}
 	w := newTestWorker(t, rt, st)
 	c := newCall("run_shell", shellArgs)
-	st.put(call.NewResult(c, call.StatusQueued))
+	st.Put(call.NewResult(c, call.StatusQueued))
 	d := &fakeDelivery{c: c}
 	done := make(chan struct{})
 	go func() { w.Handle(context.Background(), d); close(done) }()
@@ -286,11 +223,11 @@ func TestFencedRunnerRecordsNothing(t *testing.T) {
 
 // TestLeaseRenewed: a call that runs for many heartbeats keeps a lease in the future.
 func TestLeaseRenewed(t *testing.T) {
-	st := newMemStore()
+	st := queuetest.NewStore()
 	rt := &fakeRuntime{block: make(chan struct{}), started: make(chan struct{})}
 	w := newTestWorker(t, rt, st)
 	c := newCall("run_shell", shellArgs)
-	st.put(call.NewResult(c, call.StatusQueued))
+	st.Put(call.NewResult(c, call.StatusQueued))
 	done := make(chan struct{})
 	go func() { w.Handle(context.Background(), &fakeDelivery{c: c}); close(done) }()
 	<-rt.started

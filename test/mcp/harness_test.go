@@ -4,7 +4,6 @@
 package mcp
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -19,48 +18,22 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/toolpool/toolpool/internal/sandbox/containerd/ctrtest"
+	"github.com/toolpool/toolpool/internal/testproc"
 )
 
 var (
-	buildOnce sync.Once
-	binDir    string
-	buildErr  error
-
 	npmOnce sync.Once
 	npmErr  error
 )
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
+	testproc.Cleanup()
 	os.Exit(code)
-}
-
-// binaries builds the dispatcher and the worker once per test process.
-func binaries(t testing.TB) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		if binDir, buildErr = os.MkdirTemp("", "tpmcpbin"); buildErr != nil {
-			return
-		}
-		cmd := exec.Command("go", "build", "-trimpath", "-o", binDir+"/",
-			"github.com/toolpool/toolpool/cmd/dispatcher", "github.com/toolpool/toolpool/cmd/worker")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binDir
 }
 
 // requireNode fails (CI=true) or skips the test unless Node.js 18 or later is installed, installs the
@@ -104,88 +77,11 @@ func npmInstall() error {
 	return os.WriteFile(stamp, []byte(hex.EncodeToString(sum[:])), 0o644)
 }
 
-// proc is a started binary whose JSON log lines are collected.
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	logs []map[string]any
-	raw  bytes.Buffer
-	done chan struct{}
-}
-
-func start(t testing.TB, name string, args ...string) *proc {
+// start starts the dispatcher or the worker binary.
+func start(t testing.TB, name string, args ...string) *testproc.Proc {
 	t.Helper()
-	p := &proc{name: name, cmd: exec.Command(filepath.Join(binaries(t), name), args...), done: make(chan struct{})}
-	stderr, err := p.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	go func() {
-		defer close(p.done)
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			var m map[string]any
-			p.mu.Lock()
-			p.raw.WriteString(sc.Text() + "\n")
-			if json.Unmarshal(sc.Bytes(), &m) == nil {
-				p.logs = append(p.logs, m)
-			}
-			p.mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() { p.stop(t) })
-	return p
-}
-
-// waitLog returns the first log line whose msg is msg, waiting up to timeout.
-func (p *proc) waitLog(t testing.TB, msg string, timeout time.Duration) map[string]any {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		p.mu.Lock()
-		for _, l := range p.logs {
-			if l["msg"] == msg {
-				p.mu.Unlock()
-				return l
-			}
-		}
-		p.mu.Unlock()
-		select {
-		case <-p.done:
-			t.Fatalf("%s exited before logging %q:\n%s", p.name, msg, p.output())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	t.Fatalf("%s did not log %q within %s:\n%s", p.name, msg, timeout, p.output())
-	return nil
-}
-
-func (p *proc) output() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.raw.String()
-}
-
-// stop sends SIGTERM and waits for a clean exit.
-func (p *proc) stop(t testing.TB) {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	waited := make(chan error, 1)
-	go func() { waited <- p.cmd.Wait() }()
-	select {
-	case err := <-waited:
-		if err != nil {
-			t.Errorf("%s exited with %v:\n%s", p.name, err, p.output())
-		}
-	case <-time.After(60 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-waited
-		t.Errorf("%s did not stop within 60s of SIGTERM", p.name)
-	}
+	bin := testproc.Binaries(t, "github.com/toolpool/toolpool/cmd/dispatcher", "github.com/toolpool/toolpool/cmd/worker")
+	return testproc.Start(t, filepath.Join(bin, name), nil, args...)
 }
 
 // The tenant of these tests: an approver (alice) and a caller whose calls go to workspace botspace.
@@ -223,8 +119,8 @@ commands:
 // stack is a running dispatcher (embedded NATS) and worker (private containerd).
 type stack struct {
 	url        string
-	dispatcher *proc
-	worker     *proc
+	dispatcher *testproc.Proc
+	worker     *testproc.Proc
 }
 
 func startStack(t testing.TB) *stack {
@@ -239,11 +135,11 @@ func startStack(t testing.TB) *stack {
 	s := &stack{}
 	s.dispatcher = start(t, "dispatcher", "--config", filepath.Join(dir, "dispatcher.yaml"), "--policy", filepath.Join(dir, "policy.yaml"),
 		"--listen", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "d"))
-	natsURL := s.dispatcher.waitLog(t, "started embedded nats", 30*time.Second)["url"].(string)
-	s.url = "http://" + s.dispatcher.waitLog(t, "dispatcher ready", 30*time.Second)["listen"].(string)
+	natsURL := s.dispatcher.WaitLog(t, "started embedded nats", 30*time.Second)["url"].(string)
+	s.url = "http://" + s.dispatcher.WaitLog(t, "dispatcher ready", 30*time.Second)["listen"].(string)
 	s.worker = start(t, "worker", "--data-dir", filepath.Join(dir, "w"), "--nats-url", natsURL,
 		"--listen", "127.0.0.1:0", "--id", "mcp-worker", "--slots", "4")
-	s.worker.waitLog(t, "worker ready", 60*time.Second)
+	s.worker.WaitLog(t, "worker ready", 60*time.Second)
 	return s
 }
 
