@@ -265,7 +265,7 @@ func run(args []string) error {
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
 		mcpCfg.Version = bi.Main.Version
 	}
-	mcpHandler, err := mcp.New(mcpCfg, api, api, log.With("component", "mcp"))
+	mcpHandler, err := mcp.New(mcpCfg, api, api, log)
 	if err != nil {
 		return err
 	}
