@@ -49,7 +49,7 @@ func TestOfficialClients(t *testing.T) {
 				return r
 			}
 			workspace := "mcp-" + c.kind + "-" + c.version
-			checkList(t, get("list"))
+			checkList(t, c.kind, get("list"))
 
 			call := get("call")
 			expect(t, "call", call, false, "hi\nsandbox\n", "ok")
@@ -116,8 +116,8 @@ func expect(t *testing.T, name string, r map[string]any, isError bool, text, sta
 }
 
 // checkList checks the tenant's tools as the client listed them, and that both the MCP list and
-// GET /v1/tools?format=mcp pass the SDKs' schemas.
-func checkList(t *testing.T, list map[string]any) {
+// GET /v1/tools?format=mcp pass the SDKs' schemas (2.x's only where 2.x runs: kind client2).
+func checkList(t *testing.T, kind string, list map[string]any) {
 	t.Helper()
 	hints := map[string]map[string]any{}
 	for _, tl := range list["tools"].([]any) {
@@ -140,7 +140,7 @@ func checkList(t *testing.T, list map[string]any) {
 		}
 	}
 	for _, k := range []string{"mcpValid1", "mcpValid2", "restValid1", "restValid2"} {
-		if list[k] != "ok" {
+		if list[k] != "ok" && !(kind == "sdk1" && list[k] == "unchecked" && strings.HasSuffix(k, "2")) {
 			t.Errorf("list %s: %v", k, list[k])
 		}
 	}
