@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Installs what make run and make test need from Debian's packages, when it is missing: containerd, runc,
-# curl, promtool, and Node.js with npm for test/mcp.
+# promtool, Node.js with npm for test/mcp, and the clients the egress tests run inside containers from the
+# host's /usr (git, curl, python3-pip; Node and Go come with the image).
 set -euo pipefail
 missing=()
 command -v containerd >/dev/null || missing+=(containerd)
 command -v containerd-shim-runc-v2 >/dev/null || missing+=(containerd)
+command -v ctr >/dev/null || missing+=(containerd)   # the fault tests list containers with it
 command -v runc >/dev/null || missing+=(runc)
 command -v curl >/dev/null || missing+=(curl)
+[ -x /usr/bin/git ] && [ -x /usr/lib/git-core/git-http-backend ] || missing+=(git)
+/usr/bin/python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 command -v promtool >/dev/null || missing+=(prometheus)   # promtool checks the metrics and alert rules
 # test/mcp drives the dispatcher with the official MCP TypeScript SDK clients. Debian 12's Node.js is 18:
 # enough for @modelcontextprotocol/sdk 1.x; the 2.x client (protocol 2026-07-28) needs Node.js 20, which

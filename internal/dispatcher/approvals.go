@@ -152,9 +152,11 @@ func (s *Server) decide(ctx context.Context, p principal, id string, req approva
 		if err := s.pub.Publish(ctx, c); err != nil {
 			s.log.Error("publish approved call", "call_id", id, "error", err)
 			res.Fail(call.StatusError, call.ErrInternal, "toolpool could not queue the approved call")
+			res.FinishedAt = s.now().UTC()
 			if cur, gerr := s.store.Get(context.WithoutCancel(ctx), id); gerr == nil {
 				_, _ = s.store.Update(context.WithoutCancel(ctx), res, cur.Revision)
 			}
+			_ = s.approvals.DeletePending(context.WithoutCancel(ctx), p.tenant, id)
 			return nil, &requestError{code: http.StatusServiceUnavailable, typ: call.ErrInternal, msg: "toolpool could not queue the approved call"}
 		}
 	}

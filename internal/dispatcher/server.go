@@ -383,7 +383,7 @@ func (s *Server) limits(req *callRequest, tool *tools.Tool, pl policy.Limits) ca
 		output = min(output, pl.OutputBytes)
 	}
 	return call.Limits{TimeoutMS: timeout.Milliseconds(), OutputBytes: output, MemoryBytes: req.MemoryBytes,
-		Network: pl.Network, AllowedDomains: pl.AllowedDomains}
+		Network: pl.Network, AllowedDomains: pl.AllowedDomains, AllowedPorts: pl.AllowedPorts}
 }
 
 // argsDigest is what an approval binds to: the SHA-256 of the arguments as received.
@@ -423,12 +423,13 @@ func (s *Server) accept(ctx context.Context, c *call.Call, dec policy.Decision) 
 			}
 		}
 		s.log.ErrorContext(ctx, "record call", "call_id", c.ID, "error", err)
-		return nil, &requestError{code: http.StatusServiceUnavailable, typ: call.ErrInternal, msg: "toolpool could not record the call; retry with the same idempotency_key"}
+		return nil, &requestError{code: http.StatusServiceUnavailable, typ: call.ErrInternal, retryAfter: 1, msg: "toolpool could not record the call; retry with the same idempotency_key"}
 	}
 	if res.Status == call.StatusPendingApproval {
 		if err := s.approvals.PutPending(ctx, &call.Pending{Call: c, ExpiresAt: c.Deadline}); err != nil {
 			s.log.Error("park call for approval", "call_id", c.ID, "error", err)
 			res.Fail(call.StatusError, call.ErrInternal, "toolpool could not park the call for approval")
+			res.FinishedAt = s.now().UTC()
 			if rec, gerr := s.store.Get(context.WithoutCancel(ctx), c.ID); gerr == nil {
 				_, _ = s.store.Update(context.WithoutCancel(ctx), res, rec.Revision)
 			}
@@ -582,6 +583,7 @@ func (s *Server) cancel(ctx context.Context, p principal, id string) (*call.Resu
 		if res.Status.Terminal() {
 			return res, nil
 		}
+		parked := res.Status == call.StatusPendingApproval
 		if res.Status == call.StatusRunning {
 			// The worker that runs it watches for this request and kills the container.
 			res.CancelRequested = true
@@ -593,6 +595,9 @@ func (s *Server) cancel(ctx context.Context, p principal, id string) (*call.Resu
 			continue // it moved on: look again
 		} else if err != nil {
 			return nil, &requestError{code: http.StatusServiceUnavailable, typ: call.ErrInternal, msg: "toolpool could not cancel the call; retry"}
+		}
+		if parked {
+			_ = s.approvals.DeletePending(ctx, p.tenant, id)
 		}
 		return res, nil
 	}
