@@ -236,8 +236,8 @@ func (b *fakeRuleBook) AddAllowRule(tenant, tool string, argvPrefix []string) er
 // setup varies a harness.
 type setup struct {
 	config  func(*Config)
-	noAudit bool // serve no audit log (WithAudit not given)
-	noRules bool // no rule book (WithRuleBook not given)
+	noAudit bool   // serve no audit log (WithAudit not given)
+	noRules bool   // no rule book (WithRuleBook not given)
 	engine  Policy // the policy, instead of a fakePolicy (h.pol is then unused)
 	ready   []ReadyChecker
 }
