@@ -275,7 +275,7 @@ func run(args []string) error {
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
 		mcpCfg.Version = bi.Main.Version
 	}
-	mcpHandler, err := mcp.New(mcpCfg, api, api, log)
+	mcpHandler, err := mcp.New(mcpCfg, api, api, log, mcp.WithOutput(conn))
 	if err != nil {
 		return err
 	}

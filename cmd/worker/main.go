@@ -322,7 +322,8 @@ func run(args []string) (retErr error) {
 	w, err := worker.New(worker.Config{
 		ID: cfg.ID, WorkspacesDir: cfg.WorkspacesDir, RunnerBinary: runner, UID: int(cfg.UID), GID: int(cfg.GID),
 		Heartbeat: cfg.Heartbeat, WorkspaceQuota: cfg.WorkspaceQuota, Image: cfg.Image, EgressDir: filepath.Join(cfg.DataDir, "egress"), Egress: gateway,
-	}, tracing.TraceRuntime(metrics.ObserveRuntime(rt, wm)), store, reg, log)
+	}, tracing.TraceRuntime(metrics.ObserveRuntime(rt, wm)), store, reg, log,
+		worker.WithOutputSink(conn)) // commands' output as printed, for MCP progress notifications
 	if err != nil {
 		return err
 	}

@@ -155,6 +155,10 @@ func (h *Handler) await(ctx context.Context, req *sdk.CallToolRequest, res *call
 		next, err := h.calls.Wait(wctx, res.ID, func(r *call.Result) bool { return r.Status != last })
 		if next != nil {
 			res = next
+			if res.Status != call.StatusRunning {
+				stopOutput() // no chunk after the notification that the call ended
+				stopOutput = func() {}
+			}
 			prog.status(ctx, res)
 		}
 		switch {

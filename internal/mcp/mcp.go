@@ -84,12 +84,12 @@ type Approvals interface {
 	Decide(ctx context.Context, id, argsDigest string, approve bool) (*call.Result, error)
 }
 
-// Output follows the output of a running call as the worker prints it, for progress notifications.
-// toolpool's workers publish output only with the result today; an Output that follows live output plugs
-// in with WithOutput, and its chunks become progress messages.
+// Output follows the output of a running call as its worker reads it from the container, for progress
+// notifications. It is best effort: chunks printed before Follow started, or that a slow follower could
+// not keep, are missing from the notifications (never from the result).
 type Output interface {
-	// Follow calls emit with each chunk of the call's output, in order, until the call ends or ctx is
-	// done. emit is safe to call from one goroutine at a time.
+	// Follow calls emit with each chunk of the call's output, in order and from one goroutine, until
+	// ctx is done.
 	Follow(ctx context.Context, id string, emit func(chunk string)) error
 }
 

@@ -225,6 +225,14 @@ func (f *fakeCalls) Cancel(ctx context.Context, id string) (*call.Result, error)
 	return &res, nil
 }
 
+// Follow is the fake Output: a running call prints one line as soon as someone follows it.
+func (f *fakeCalls) Follow(ctx context.Context, id string, emit func(chunk string)) error {
+	f.checkCaller(ctx)
+	emit("line one of " + id + "\n")
+	<-ctx.Done()
+	return nil
+}
+
 func (f *fakeCalls) MayApprove(ctx context.Context) bool {
 	f.checkCaller(ctx)
 	return f.approver
@@ -266,7 +274,7 @@ func (f *fakeCalls) snapshot() (submitted []call.Request, cancelled, decided, tr
 // clients to 2025-11-25 by refusing server/discover.
 func server(t *testing.T, f *fakeCalls, cfg Config, legacy bool) *httptest.Server {
 	t.Helper()
-	h, err := New(cfg, f, f, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	h, err := New(cfg, f, f, slog.New(slog.NewTextHandler(io.Discard, nil)), WithOutput(f))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -511,7 +519,7 @@ func TestProgressAndWorkspace(t *testing.T) {
 		go func() {
 			done <- callTool(t, cs, "gated", sdk.Meta{"progressToken": "p1", WorkspaceMeta: "ws9", "traceparent": traceparent})
 		}()
-		rec.waitProgress(t, "running on w1")
+		rec.waitProgress(t, "line one of") // printed while the call runs: it ends only once released
 		close(f.release)
 		res := <-done
 		id := structured(t, res).ID
@@ -519,7 +527,7 @@ func TestProgressAndWorkspace(t *testing.T) {
 			t.Errorf("text %q, %+v: want the gated call's output in the _meta workspace", text(res), structured(t, res))
 		}
 		progress := rec.waitProgress(t, id+" ok")
-		want := []string{"call " + id + " queued: waiting for a worker", "call " + id + " running on w1", "call " + id + " ok"}
+		want := []string{"call " + id + " queued: waiting for a worker", "call " + id + " running on w1", "line one of " + id + "\n", "call " + id + " ok"}
 		if !slices.Equal(progress, want) {
 			t.Errorf("progress %q, want %q", progress, want)
 		}

@@ -85,10 +85,11 @@ type Worker struct {
 	log        *slog.Logger
 	now        func() time.Time
 	workspaces *Workspaces
+	output     OutputSink // nil: no live output
 }
 
 // New returns a Worker.
-func New(cfg Config, rt sandbox.Runtime, store Store, reg *tools.Registry, log *slog.Logger) (*Worker, error) {
+func New(cfg Config, rt sandbox.Runtime, store Store, reg *tools.Registry, log *slog.Logger, opts ...Option) (*Worker, error) {
 	if cfg.RetryDelay == 0 {
 		cfg.RetryDelay = time.Second
 	}
@@ -106,6 +107,9 @@ func New(cfg Config, rt sandbox.Runtime, store Store, reg *tools.Registry, log *
 		return nil, err
 	}
 	w := &Worker{cfg: cfg, runtime: rt, store: store, tools: reg, log: log, now: time.Now, workspaces: workspaces}
+	for _, o := range opts {
+		o(w)
+	}
 	return w, nil
 }
 
@@ -450,7 +454,12 @@ func (w *Worker) run(ctx context.Context, c *call.Call) (runOutcome, error) {
 	if err != nil {
 		return runOutcome{}, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
 	}
+	finishLive := func() {}
+	if w.output != nil && !inv.Runner {
+		spec.Live, finishLive = startLive(ctx, w.output, c.ID, cmp.Or(c.Limits.OutputBytes, liveMax))
+	}
 	out, err := w.runtime.Run(ctx, spec)
+	finishLive()
 	egressConns := finishEgress()
 	if errors.Is(err, sandbox.ErrNoProgram) {
 		// Nothing ran, and nothing would elsewhere: the call's own mistake, like arguments that do not plan.
