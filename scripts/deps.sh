@@ -12,12 +12,19 @@ command -v curl >/dev/null || missing+=(curl)
 [ -x /usr/bin/git ] && [ -x /usr/lib/git-core/git-http-backend ] || missing+=(git)
 /usr/bin/python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 command -v promtool >/dev/null || missing+=(prometheus)   # promtool checks the metrics and alert rules
-# test/mcp drives the dispatcher with the official MCP TypeScript SDK clients. Debian 12's Node.js is 18:
-# enough for @modelcontextprotocol/sdk 1.x; the 2.x client (protocol 2026-07-28) needs Node.js 20, which
-# a machine may have from elsewhere. Only a missing node is installed.
+# test/mcp drives the dispatcher with the official MCP TypeScript SDK clients, which need Node.js 20 (the 2.x
+# client). Debian 13's nodejs is 20; Debian 12's is 18, which test/mcp refuses, saying so.
 command -v node >/dev/null || missing+=(nodejs)
 command -v npm >/dev/null || missing+=(npm)
+check_node() {
+  local major
+  major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+  if [ "$major" -lt 20 ]; then
+    echo "warning: Node.js $major is too old for test/mcp, which needs 20 or later (Debian 13's nodejs, or nodejs.org)" >&2
+  fi
+}
 if [ ${#missing[@]} -eq 0 ]; then
+  check_node
   exit 0
 fi
 if [ "$(id -u)" != 0 ]; then
@@ -35,3 +42,4 @@ fi
 # The containerd package's own service is not used: toolpool's worker runs a private containerd.
 containerd --version >&2
 runc --version | head -1 >&2
+check_node

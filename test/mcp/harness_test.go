@@ -26,8 +26,8 @@ import (
 )
 
 var (
-	npmOnce sync.Once
-	npmErr  error
+	npmOnce    sync.Once
+	npmInstErr error
 )
 
 func TestMain(m *testing.M) {
@@ -36,27 +36,29 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// requireNode fails (CI=true) or skips the test unless Node.js 18 or later is installed, installs the
-// clients of client/package-lock.json into client/node_modules (again only when the lock file changed
-// since the last install), and returns Node's major version: the 2.x clients need 20.
-func requireNode(t testing.TB) int {
+// requireNode fails (CI=true) or skips the test unless Node.js 20 or later and npm are installed (the 2.x
+// client needs 20), and installs the clients of client/package-lock.json into client/node_modules with
+// npm ci (again only when the lock file changed since the last install).
+func requireNode(t testing.TB) {
 	t.Helper()
 	out, err := exec.Command("node", "--version").Output()
 	major := 0
 	if v, ok := strings.CutPrefix(strings.TrimSpace(string(out)), "v"); ok {
 		major, _ = strconv.Atoi(strings.SplitN(v, ".", 2)[0])
 	}
-	if err != nil || major < 18 {
+	_, npmErr := exec.LookPath("npm")
+	if err != nil || major < 20 || npmErr != nil {
+		msg := fmt.Sprintf("this test needs Node.js 20 or later and npm (make deps installs Debian's when they are missing; "+
+			"Debian 12's Node.js is 18: take Node.js 20 from Debian 13 or nodejs.org): node --version: %q %v; npm: %v", out, err, npmErr)
 		if os.Getenv("CI") == "true" {
-			t.Fatalf("this test needs Node.js 18 or later and npm (make deps installs them): node --version: %q, %v", out, err)
+			t.Fatal(msg)
 		}
-		t.Skipf("this test needs Node.js 18 or later and npm (make deps installs them): node --version: %q, %v", out, err)
+		t.Skip(msg)
 	}
-	npmOnce.Do(func() { npmErr = npmInstall() })
-	if npmErr != nil {
-		t.Fatal(npmErr)
+	npmOnce.Do(func() { npmInstErr = npmInstall() })
+	if npmInstErr != nil {
+		t.Fatal(npmInstErr)
 	}
-	return major
 }
 
 func npmInstall() error {

@@ -26,14 +26,10 @@ var clients = []struct{ kind, version string }{
 // TestOfficialClients runs every case of client/run.mjs with each client and checks what the client saw
 // and what the dispatcher recorded. With -v it logs each client's transcript.
 func TestOfficialClients(t *testing.T) {
-	nodeMajor := requireNode(t)
+	requireNode(t)
 	s := startStack(t)
 	for _, c := range clients {
 		t.Run(c.kind+"/"+c.version, func(t *testing.T) {
-			if c.kind == "client2" && nodeMajor < 20 {
-				// Debian 12's Node.js is 18; internal/mcp's tests cover 2026-07-28 with the Go SDK's client.
-				t.Skipf("@modelcontextprotocol/client 2.x needs Node.js 20; this is Node.js %d", nodeMajor)
-			}
 			out := node(t, c.kind, c.version, s.url, approverToken, callerToken)
 			pretty, _ := json.MarshalIndent(out, "", "  ")
 			t.Logf("transcript:\n%s", pretty)
@@ -116,7 +112,7 @@ func expect(t *testing.T, name string, r map[string]any, isError bool, text, sta
 }
 
 // checkList checks the tenant's tools as the client listed them, and that both the MCP list and
-// GET /v1/tools?format=mcp pass the SDKs' schemas (2.x's only where 2.x runs: kind client2).
+// GET /v1/tools?format=mcp pass both SDKs' schemas.
 func checkList(t *testing.T, kind string, list map[string]any) {
 	t.Helper()
 	hints := map[string]map[string]any{}
@@ -140,7 +136,7 @@ func checkList(t *testing.T, kind string, list map[string]any) {
 		}
 	}
 	for _, k := range []string{"mcpValid1", "mcpValid2", "restValid1", "restValid2"} {
-		if list[k] != "ok" && !(kind == "sdk1" && list[k] == "unchecked" && strings.HasSuffix(k, "2")) {
+		if list[k] != "ok" {
 			t.Errorf("list %s: %v", k, list[k])
 		}
 	}
@@ -178,8 +174,8 @@ func checkAudited(t *testing.T, s *stack, id, event, actor string) {
 	t.Errorf("the audit log has no %s event for %s: %v", event, id, body["events"])
 }
 
-// checkProgress checks the progress stream of a call that ran until released: queued, running and ok,
-// with growing progress values.
+// checkProgress checks the progress stream of a call that printed lines until released: queued, running,
+// lines of its output while it ran, and ok last, with growing progress values.
 func checkProgress(t *testing.T, r map[string]any) {
 	t.Helper()
 	expect(t, "progress", r, false, "released", "ok")
@@ -195,9 +191,11 @@ func checkProgress(t *testing.T, r map[string]any) {
 		}
 		texts = append(texts, mm["message"].(string))
 	}
-	if len(texts) < 3 || !strings.Contains(texts[0], "queued") || !slices.ContainsFunc(texts, func(s string) bool { return strings.Contains(s, " running on mcp-worker") }) ||
+	running := slices.IndexFunc(texts, func(s string) bool { return strings.Contains(s, " running on mcp-worker") })
+	output := slices.IndexFunc(texts, func(s string) bool { return strings.HasPrefix(s, "tick ") })
+	if len(texts) < 4 || !strings.Contains(texts[0], "queued") || running < 0 || output < running ||
 		!strings.HasSuffix(texts[len(texts)-1], " ok") {
-		t.Errorf("progress messages %q, want queued, running on mcp-worker, ok", texts)
+		t.Errorf("progress messages %q, want queued, running on mcp-worker, output (tick ...), ok", texts)
 	}
 }
 
@@ -221,14 +219,12 @@ func checkCancelled(t *testing.T, s *stack, r map[string]any) {
 }
 
 // TestOfficialSchema validates what toolpool sends against the specification's own schema.json of each
-// version, when TOOLPOOL_MCP_SCHEMA_DIR names a directory holding <version>/schema.json (the schema/
-// directory of github.com/modelcontextprotocol/modelcontextprotocol). The schema is published only there,
-// not in a package registry, so by default this test skips; the SDK clients of TestOfficialClients
-// validate the same messages with their own schemas.
+// version: testdata/schema/<version>/schema.json, copied from the specification's repository (it is
+// published nowhere else), or the copies in the directory TOOLPOOL_MCP_SCHEMA_DIR names.
 func TestOfficialSchema(t *testing.T) {
 	dir := os.Getenv("TOOLPOOL_MCP_SCHEMA_DIR")
 	if dir == "" {
-		t.Skip("TOOLPOOL_MCP_SCHEMA_DIR is not set: it names the specification's schema/ directory")
+		dir = filepath.Join("testdata", "schema")
 	}
 	s := startStack(t)
 	for _, version := range []string{"2025-11-25", "2026-07-28"} {
@@ -258,8 +254,28 @@ func TestOfficialSchema(t *testing.T) {
 			_, rest := s.do(t, http.MethodGet, "/v1/tools?format=mcp", approverToken, nil)
 			validate("GET /v1/tools?format=mcp", "ListToolsResult", rest)
 			validate("tools/list", "ListToolsResult", rpc(t, s, version, "tools/list", map[string]any{}))
-			validate("tools/call", "CallToolResult", rpc(t, s, version, "tools/call", map[string]any{"name": "run_shell", "arguments": map[string]any{"command": "echo hi"}}))
 			validate("a denied tools/call", "CallToolResult", rpc(t, s, version, "tools/call", map[string]any{"name": "run_shell", "arguments": map[string]any{"command": "sudo ls"}}))
+			// A call with a progress token: its progress notifications, output included, and its result.
+			msgs := rpcStream(t, s, version, "tools/call", map[string]any{"name": "run_shell", "arguments": map[string]any{"command": "echo hi; sleep 0.5; echo there"},
+				"_meta": map[string]any{"progressToken": "p1"}}, nil, func(map[string]any) bool { return false })
+			progress := 0
+			for _, m := range msgs[:len(msgs)-1] {
+				validate("a progress notification", "ProgressNotification", m)
+				progress++
+			}
+			validate("tools/call", "CallToolResult", msgs[len(msgs)-1]["result"])
+			if progress < 3 {
+				t.Errorf("%d progress notifications, want queued, running, ok at least: %v", progress, msgs)
+			}
+			// A call that needs approval, from a client that can elicit: the prompt.
+			asked := map[string]any{"name": "run_shell", "arguments": map[string]any{"command": "mkdir schema-" + version}}
+			caps := map[string]any{"elicitation": map[string]any{"form": map[string]any{}}}
+			if version >= "2026-07-28" {
+				validate("an approval prompt", "InputRequiredResult", rpcStream(t, s, version, "tools/call", asked, caps, nil)[0]["result"])
+			} else {
+				prompt := rpcStream(t, s, version, "tools/call", asked, caps, func(m map[string]any) bool { return m["method"] == "elicitation/create" })
+				validate("an approval prompt", "ElicitRequest", prompt[len(prompt)-1])
+			}
 		})
 	}
 }
@@ -267,18 +283,72 @@ func TestOfficialSchema(t *testing.T) {
 // rpc sends one stateless JSON-RPC request to /mcp at version and returns its result.
 func rpc(t *testing.T, s *stack, version, method string, params map[string]any) any {
 	t.Helper()
-	if version >= "2026-07-28" {
-		params["_meta"] = map[string]any{"io.modelcontextprotocol/protocolVersion": version,
-			"io.modelcontextprotocol/clientCapabilities": map[string]any{}, "io.modelcontextprotocol/clientInfo": map[string]any{"name": "raw", "version": "1"}}
+	msgs := rpcStream(t, s, version, method, params, nil, nil)
+	return msgs[len(msgs)-1]["result"]
+}
+
+// rpcStream sends one JSON-RPC request to /mcp at version, as a client with capabilities caps, and
+// returns the messages of its response stream up to the response, or up to the first message for which
+// stop is true. A 2025-11-25 request carries the session id of an initialize with caps.
+func rpcStream(t *testing.T, s *stack, version, method string, params, caps map[string]any, stop func(map[string]any) bool) []map[string]any {
+	t.Helper()
+	if caps == nil {
+		caps = map[string]any{}
 	}
+	session := ""
+	if version < "2026-07-28" {
+		session = post(t, s, version, "", "initialize", map[string]any{"protocolVersion": version, "capabilities": caps,
+			"clientInfo": map[string]any{"name": "raw", "version": "1"}}).Header.Get("Mcp-Session-Id")
+	} else {
+		meta, _ := params["_meta"].(map[string]any)
+		if meta == nil {
+			meta = map[string]any{}
+		}
+		meta["io.modelcontextprotocol/protocolVersion"] = version
+		meta["io.modelcontextprotocol/clientCapabilities"] = caps
+		meta["io.modelcontextprotocol/clientInfo"] = map[string]any{"name": "raw", "version": "1"}
+		params["_meta"] = meta
+	}
+	resp := post(t, s, version, session, method, params)
+	defer resp.Body.Close()
+	var msgs []map[string]any
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		var msg map[string]any
+		if err := json.Unmarshal([]byte(data), &msg); err != nil {
+			t.Fatalf("%s at %s: an event that is not JSON: %s", method, version, data)
+		}
+		msgs = append(msgs, msg)
+		if msg["error"] != nil {
+			t.Fatalf("%s at %s: %v", method, version, msg["error"])
+		}
+		if (msg["id"] != nil && msg["method"] == nil) || (stop != nil && stop(msg)) {
+			return msgs
+		}
+	}
+	t.Fatalf("%s at %s: HTTP %d and no response in the stream (%v)", method, version, resp.StatusCode, msgs)
+	return nil
+}
+
+// post sends one JSON-RPC request with id 1 to /mcp; the caller closes the response's body.
+func post(t *testing.T, s *stack, version, session, method string, params map[string]any) *http.Response {
+	t.Helper()
 	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.url+"/mcp", bytes.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+approverToken)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	req.Header.Set("Mcp-Protocol-Version", version)
+	if session != "" {
+		req.Header.Set("Mcp-Session-Id", session)
+	}
 	if version >= "2026-07-28" {
 		req.Header.Set("Mcp-Method", method)
 		if name, ok := params["name"].(string); ok {
@@ -289,29 +359,8 @@ func rpc(t *testing.T, s *stack, version, method string, params map[string]any) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		data, ok := strings.CutPrefix(sc.Text(), "data: ")
-		if !ok {
-			continue
-		}
-		var msg struct {
-			ID     any             `json:"id"`
-			Result json.RawMessage `json:"result"`
-			Error  json.RawMessage `json:"error"`
-		}
-		if json.Unmarshal([]byte(data), &msg) != nil || msg.ID == nil {
-			continue // a notification
-		}
-		if len(msg.Error) > 0 {
-			t.Fatalf("%s at %s: %s", method, version, msg.Error)
-		}
-		var v any
-		_ = json.Unmarshal(msg.Result, &v)
-		return v
+	if method == "initialize" {
+		resp.Body.Close()
 	}
-	t.Fatalf("%s at %s: HTTP %d and no response in the stream", method, version, resp.StatusCode)
-	return nil
+	return resp
 }

@@ -10,8 +10,7 @@
 // sdk1 is @modelcontextprotocol/sdk 1.x (2025-11-25 only); client2 is @modelcontextprotocol/client 2.x,
 // pinned to 2026-07-28 or negotiating the 2025 handshake.
 //
-// The 2.x packages need Node.js 20; the 1.x SDK runs on Node.js 18 too (Debian 12's), so each is imported
-// only when used.
+// Each SDK is imported only when used. The 2.x packages need Node.js 20.
 import { readFileSync } from 'node:fs';
 
 // installed is the version of an installed @modelcontextprotocol package.
@@ -108,7 +107,6 @@ await attempt('list', async () => {
   const { ListToolsResultSchema: ListToolsResult1 } = await import('@modelcontextprotocol/sdk/types.js');
   const check = async (schema, v) => {
     if (schema === 'core') {
-      if (kind === 'sdk1') return 'unchecked'; // Node.js 18 may run 1.x only; the 2.x runs check 2.x's schemas
       schema = (await import('@modelcontextprotocol/core')).ListToolsResultSchema;
     }
     const r = schema.safeParse(v);
@@ -138,11 +136,12 @@ await attempt('approval', async () => {
 });
 
 await attempt('progress', async () => {
-  // The call runs until a second call creates the file it waits for, so "running" is always seen.
+  // The call prints a line every 0.1 s until a second call creates the file it waits for: it is seen
+  // running, and its output arrives while it runs.
   const rec = progressRecorder();
   const gate = `gate-${kind}-${version}`;
-  const p = approver.call(shell(`while [ ! -e ${gate} ]; do sleep 0.05; done; echo released`), { onprogress: rec.onprogress });
-  await rec.waitFor(' running');
+  const p = approver.call(shell(`i=0; while [ ! -e ${gate} ]; do echo tick $i; i=$((i+1)); sleep 0.1; done; echo released`), { onprogress: rec.onprogress });
+  await rec.waitFor('tick ');
   const touch = summary(await approver.call(shell(`touch ${gate}`)));
   const res = summary(await p);
   return { ...res, touch, progress: rec.messages };
