@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -227,6 +228,7 @@ func TestOfficialSchema(t *testing.T) {
 		dir = filepath.Join("testdata", "schema")
 	}
 	s := startStack(t)
+	t.Run("tokens and origin", func(t *testing.T) { checkTokensAndOrigin(t, s) })
 	for _, version := range []string{"2025-11-25", "2026-07-28"} {
 		t.Run(version, func(t *testing.T) {
 			f, err := os.Open(filepath.Join(dir, version, "schema.json"))
@@ -363,4 +365,39 @@ func post(t *testing.T, s *stack, version, session, method string, params map[st
 		resp.Body.Close()
 	}
 	return resp
+}
+
+// checkTokensAndOrigin checks the real dispatcher's /mcp: the REST API's tokens, and the Origin check.
+func checkTokensAndOrigin(t *testing.T, s *stack) {
+	initialize := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`
+	for _, c := range []struct {
+		name, token, origin string
+		code                int
+		want                string
+	}{
+		{"no token", "", "", http.StatusUnauthorized, ""},
+		{"unknown token", "nope", "", http.StatusUnauthorized, ""},
+		{"a token, no origin", callerToken, "", http.StatusOK, `"serverInfo"`},
+		{"an allowed origin", callerToken, "https://app.example.com", http.StatusOK, `"serverInfo"`},
+		{"a foreign origin", callerToken, "https://evil.example", http.StatusForbidden, "mcp.allowed_origins"},
+	} {
+		req, _ := http.NewRequest(http.MethodPost, s.url+"/mcp", strings.NewReader(initialize))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if c.token != "" {
+			req.Header.Set("Authorization", "Bearer "+c.token)
+		}
+		if c.origin != "" {
+			req.Header.Set("Origin", c.origin)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.code || !strings.Contains(string(body), c.want) {
+			t.Errorf("%s: HTTP %d %s; want %d with %q", c.name, resp.StatusCode, body, c.code, c.want)
+		}
+	}
 }
