@@ -305,7 +305,14 @@ func run(args []string) error {
 	log.Info("dispatcher stopping: finishing in-flight requests")
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
+	if err := srv.Shutdown(shutdownCtx); errors.Is(err, context.DeadlineExceeded) {
+		// Requests that wait long (an MCP tools/call waiting for its result or a person's answer, a
+		// long poll) are cut: their calls live on in JetStream, for another replica to answer about.
+		log.Warn("dispatcher stopping: closing requests still open after 30s")
+		if err := srv.Close(); err != nil {
+			return fmt.Errorf("close http: %w", err)
+		}
+	} else if err != nil {
 		return fmt.Errorf("shut down http: %w", err)
 	}
 	return nil

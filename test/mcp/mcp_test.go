@@ -193,10 +193,10 @@ func checkProgress(t *testing.T, r map[string]any) {
 		texts = append(texts, mm["message"].(string))
 	}
 	running := slices.IndexFunc(texts, func(s string) bool { return strings.Contains(s, " running on mcp-worker") })
-	output := slices.IndexFunc(texts, func(s string) bool { return strings.HasPrefix(s, "tick ") })
+	output := slices.IndexFunc(texts, func(s string) bool { return strings.HasPrefix(s, "tick\n") })
 	if len(texts) < 4 || !strings.Contains(texts[0], "queued") || running < 0 || output < running ||
 		!strings.HasSuffix(texts[len(texts)-1], " ok") {
-		t.Errorf("progress messages %q, want queued, running on mcp-worker, output (tick ...), ok", texts)
+		t.Errorf("progress messages %q, want queued, running on mcp-worker, output (tick), ok", texts)
 	}
 }
 
@@ -259,7 +259,7 @@ func TestOfficialSchema(t *testing.T) {
 			validate("a denied tools/call", "CallToolResult", rpc(t, s, version, "tools/call", map[string]any{"name": "run_shell", "arguments": map[string]any{"command": "sudo ls"}}))
 			// A call with a progress token: its progress notifications, output included, and its result.
 			msgs := rpcStream(t, s, version, "tools/call", map[string]any{"name": "run_shell", "arguments": map[string]any{"command": "echo hi; sleep 0.5; echo there"},
-				"_meta": map[string]any{"progressToken": "p1"}}, nil, func(map[string]any) bool { return false })
+				"_meta": map[string]any{"progressToken": "p1"}}, nil, nil)
 			progress := 0
 			for _, m := range msgs[:len(msgs)-1] {
 				validate("a progress notification", "ProgressNotification", m)
@@ -275,8 +275,23 @@ func TestOfficialSchema(t *testing.T) {
 			if version >= "2026-07-28" {
 				validate("an approval prompt", "InputRequiredResult", rpcStream(t, s, version, "tools/call", asked, caps, nil)[0]["result"])
 			} else {
-				prompt := rpcStream(t, s, version, "tools/call", asked, caps, func(m map[string]any) bool { return m["method"] == "elicitation/create" })
-				validate("an approval prompt", "ElicitRequest", prompt[len(prompt)-1])
+				// The prompt comes on the call's stream; the answer, POSTed on its own, denies the call.
+				prompts := 0
+				msgs := rpcStream(t, s, version, "tools/call", asked, caps, func(session string, req map[string]any) {
+					validate("an approval prompt", "ElicitRequest", req)
+					prompts++
+					answer, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": req["id"], "result": map[string]any{"action": "decline"}})
+					resp := post(t, s, version, session, answer)
+					resp.Body.Close()
+					if resp.StatusCode != http.StatusAccepted {
+						t.Errorf("the answer to the prompt: HTTP %d, want 202", resp.StatusCode)
+					}
+				})
+				res, _ := msgs[len(msgs)-1]["result"].(map[string]any)
+				validate("a tools/call denied by the person", "CallToolResult", res)
+				if st, _ := res["structuredContent"].(map[string]any); prompts != 1 || st["status"] != "denied" {
+					t.Errorf("%d prompts, then %v; want one prompt and the call denied", prompts, res)
+				}
 			}
 		})
 	}
@@ -290,17 +305,20 @@ func rpc(t *testing.T, s *stack, version, method string, params map[string]any) 
 }
 
 // rpcStream sends one JSON-RPC request to /mcp at version, as a client with capabilities caps, and
-// returns the messages of its response stream up to the response, or up to the first message for which
-// stop is true. A 2025-11-25 request carries the session id of an initialize with caps.
-func rpcStream(t *testing.T, s *stack, version, method string, params, caps map[string]any, stop func(map[string]any) bool) []map[string]any {
+// returns the messages of its response stream up to the response. A request of the server's on the stream
+// goes to answer (with the session id), which must not be nil then. A 2025-11-25 request carries the
+// session id of an initialize with caps.
+func rpcStream(t *testing.T, s *stack, version, method string, params, caps map[string]any, answer func(session string, req map[string]any)) []map[string]any {
 	t.Helper()
 	if caps == nil {
 		caps = map[string]any{}
 	}
 	session := ""
 	if version < "2026-07-28" {
-		session = post(t, s, version, "", "initialize", map[string]any{"protocolVersion": version, "capabilities": caps,
-			"clientInfo": map[string]any{"name": "raw", "version": "1"}}).Header.Get("Mcp-Session-Id")
+		resp := post(t, s, version, "", request("initialize", map[string]any{"protocolVersion": version, "capabilities": caps,
+			"clientInfo": map[string]any{"name": "raw", "version": "1"}}))
+		resp.Body.Close()
+		session = resp.Header.Get("Mcp-Session-Id")
 	} else {
 		meta, _ := params["_meta"].(map[string]any)
 		if meta == nil {
@@ -311,7 +329,7 @@ func rpcStream(t *testing.T, s *stack, version, method string, params, caps map[
 		meta["io.modelcontextprotocol/clientInfo"] = map[string]any{"name": "raw", "version": "1"}
 		params["_meta"] = meta
 	}
-	resp := post(t, s, version, session, method, params)
+	resp := post(t, s, version, session, request(method, params))
 	defer resp.Body.Close()
 	var msgs []map[string]any
 	sc := bufio.NewScanner(resp.Body)
@@ -326,10 +344,15 @@ func rpcStream(t *testing.T, s *stack, version, method string, params, caps map[
 			t.Fatalf("%s at %s: an event that is not JSON: %s", method, version, data)
 		}
 		msgs = append(msgs, msg)
-		if msg["error"] != nil {
+		switch {
+		case msg["error"] != nil:
 			t.Fatalf("%s at %s: %v", method, version, msg["error"])
-		}
-		if (msg["id"] != nil && msg["method"] == nil) || (stop != nil && stop(msg)) {
+		case msg["id"] != nil && msg["method"] != nil:
+			if answer == nil {
+				t.Fatalf("%s at %s: an unexpected request on the stream: %v", method, version, msg)
+			}
+			answer(session, msg)
+		case msg["id"] != nil:
 			return msgs
 		}
 	}
@@ -337,10 +360,21 @@ func rpcStream(t *testing.T, s *stack, version, method string, params, caps map[
 	return nil
 }
 
-// post sends one JSON-RPC request with id 1 to /mcp; the caller closes the response's body.
-func post(t *testing.T, s *stack, version, session, method string, params map[string]any) *http.Response {
+// request is a JSON-RPC request with id 1.
+func request(method string, params map[string]any) []byte {
+	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+	return b
+}
+
+// post sends one JSON-RPC message to /mcp with the approver's token; the caller closes the response's
+// body.
+func post(t *testing.T, s *stack, version, session string, body []byte) *http.Response {
 	t.Helper()
-	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+	var msg struct {
+		Method string         `json:"method"`
+		Params map[string]any `json:"params"`
+	}
+	_ = json.Unmarshal(body, &msg)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.url+"/mcp", bytes.NewReader(body))
@@ -351,18 +385,15 @@ func post(t *testing.T, s *stack, version, session, method string, params map[st
 	if session != "" {
 		req.Header.Set("Mcp-Session-Id", session)
 	}
-	if version >= "2026-07-28" {
-		req.Header.Set("Mcp-Method", method)
-		if name, ok := params["name"].(string); ok {
+	if version >= "2026-07-28" && msg.Method != "" {
+		req.Header.Set("Mcp-Method", msg.Method)
+		if name, ok := msg.Params["name"].(string); ok {
 			req.Header.Set("Mcp-Name", name)
 		}
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
-	}
-	if method == "initialize" {
-		resp.Body.Close()
 	}
 	return resp
 }
