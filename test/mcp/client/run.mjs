@@ -84,8 +84,15 @@ function progressRecorder() {
       messages.push({ progress: p.progress, message: p.message });
       for (const w of waiters.splice(0)) w();
     },
-    waitFor: async (s) => {
-      while (!messages.some((m) => (m.message || '').includes(s))) await new Promise((r) => waiters.push(r));
+    // waitFor resolves when a message contains s, and fails when call (the request's promise) ends first.
+    waitFor: async (s, call) => {
+      const ended = call.then(
+        (r) => { throw new Error(`the call ended without a progress message with "${s}": ${JSON.stringify(r)}`); },
+        (e) => { throw new Error(`the call failed without a progress message with "${s}": ${e}`); });
+      ended.catch(() => {});
+      while (!messages.some((m) => (m.message || '').includes(s))) {
+        await Promise.race([new Promise((r) => waiters.push(r)), ended]);
+      }
     },
   };
 }
@@ -141,7 +148,7 @@ await attempt('progress', async () => {
   const rec = progressRecorder();
   const gate = `gate-${kind}-${version}`;
   const p = approver.call(shell(`while [ ! -e ${gate} ]; do echo tick; sleep 0.1; done; echo released`), { onprogress: rec.onprogress });
-  await rec.waitFor('tick');
+  await rec.waitFor('tick', p);
   const touch = summary(await approver.call(shell(`touch ${gate}`)));
   const res = summary(await p);
   return { ...res, touch, progress: rec.messages };
@@ -151,7 +158,7 @@ await attempt('cancel', async () => {
   const rec = progressRecorder();
   const ac = new AbortController();
   const p = approver.call(shell('sleep 600'), { onprogress: rec.onprogress, signal: ac.signal });
-  await rec.waitFor(' running');
+  await rec.waitFor(' running', p);
   ac.abort('the user cancelled');
   let error = '';
   try {
