@@ -41,6 +41,9 @@ func TestMain(m *testing.M) {
 // npm ci (again only when the lock file changed since the last install).
 func requireNode(t testing.TB) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("this test needs root, containerd and Node.js: skipped under -short")
+	}
 	out, err := exec.Command("node", "--version").Output()
 	major := 0
 	if v, ok := strings.CutPrefix(strings.TrimSpace(string(out)), "v"); ok {
