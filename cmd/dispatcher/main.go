@@ -309,6 +309,7 @@ func run(args []string) error {
 		// Requests that wait long (an MCP tools/call waiting for its result or a person's answer, a
 		// long poll) are cut: their calls live on in JetStream, for another replica to answer about.
 		log.Warn("dispatcher stopping: closing requests still open after 30s")
+		mcpHandler.Drain() // the calls of the MCP requests cut now run on
 		if err := srv.Close(); err != nil {
 			return fmt.Errorf("close http: %w", err)
 		}

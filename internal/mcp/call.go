@@ -163,7 +163,7 @@ func (h *Handler) await(ctx context.Context, req *sdk.CallToolRequest, res *call
 		}
 		switch {
 		case ctx.Err() != nil:
-			if req.ProtocolVersion() >= modern {
+			if req.ProtocolVersion() >= modern && !h.draining.Load() {
 				if _, cerr := h.calls.Cancel(context.WithoutCancel(ctx), res.ID); cerr != nil {
 					h.log.WarnContext(ctx, "cancel call of a cancelled mcp request", "call_id", res.ID, "error", cerr)
 				}

@@ -38,6 +38,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -146,7 +147,15 @@ type Handler struct {
 
 	mu      sync.Mutex
 	servers map[[sha256.Size]byte]*sdk.Server // by tool list (toolsKey); at most maxServers
+
+	draining atomic.Bool // see Drain
 }
+
+// Drain tells the handler that the dispatcher is shutting down: a request cut from now on (its stream
+// closed by the server, not by the client) leaves its call running, for toolpool_get_result at another
+// replica, instead of cancelling it as a 2026-07-28 client's closed stream does. Call it before closing
+// the server's connections. Safe to call more than once and concurrently.
+func (h *Handler) Drain() { h.draining.Store(true) }
 
 // maxServers bounds the cache of SDK servers: one per distinct tool list (tenants and policy versions).
 const maxServers = 256

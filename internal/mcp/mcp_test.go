@@ -802,3 +802,41 @@ func TestForgedRequestState(t *testing.T) {
 		t.Errorf("forged states decided %v", decided)
 	}
 }
+
+// TestDrain: a 2026-07-28 request that the server cuts (its connection closed) cancels its call, unless
+// the handler drains (the dispatcher shutting down): then the call runs on.
+func TestDrain(t *testing.T) {
+	for _, drain := range []bool{false, true} {
+		t.Run(map[bool]string{false: "serving", true: "draining"}[drain], func(t *testing.T) {
+			f := newFake(t)
+			h, err := New(testConfig(), f, f, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			callServed := make(chan struct{}, 1)
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, principal)))
+				if r.Header.Get("Mcp-Method") == "tools/call" {
+					callServed <- struct{}{}
+				}
+			}))
+			defer srv.Close()
+			cs := connect(t, srv.URL, nil)
+			go func() { _, _ = cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "sleep", Arguments: map[string]any{}}) }()
+			id := waitRunning(t, f)
+			if drain {
+				h.Drain()
+			}
+			srv.CloseClientConnections()
+			select {
+			case <-callServed:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the cut tools/call was still served after 30s")
+			}
+			_, cancelled, _, _ := f.snapshot()
+			if slices.Contains(cancelled, id) == drain {
+				t.Errorf("cancelled %v after the cut, draining %v", cancelled, drain)
+			}
+		})
+	}
+}
