@@ -822,7 +822,9 @@ func TestDrain(t *testing.T) {
 			}))
 			defer srv.Close()
 			cs := connect(t, srv.URL, nil)
-			go func() { _, _ = cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "sleep", Arguments: map[string]any{}}) }()
+			go func() {
+				_, _ = cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "sleep", Arguments: map[string]any{}})
+			}()
 			id := waitRunning(t, f)
 			if drain {
 				h.Drain()
