@@ -7,10 +7,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/toolpool/toolpool/internal/call"
 	"github.com/toolpool/toolpool/internal/policy"
+	"github.com/toolpool/toolpool/internal/queue/queuetest"
 	"github.com/toolpool/toolpool/internal/tools"
 )
 
@@ -235,5 +238,106 @@ func TestToolsHintsFollowPolicy(t *testing.T) {
 	}
 	if _, err := h.srv.Tools(context.Background()); rejectionType(err) != call.ErrPermissionDenied {
 		t.Errorf("Tools without a caller: %v", err)
+	}
+}
+
+// TestFrontEndFailures: every method refuses a context without a caller, and says when toolpool itself
+// failed (internal, to retry) rather than the request.
+func TestFrontEndFailures(t *testing.T) {
+	h := newFrontendHarness(t)
+	bg := context.Background()
+	if _, err := h.srv.Wait(bg, "c_x", func(*call.Result) bool { return true }); rejectionType(err) != call.ErrPermissionDenied {
+		t.Errorf("Wait without a caller: %v", err)
+	}
+	if _, err := h.srv.Cancel(bg, "c_x"); rejectionType(err) != call.ErrPermissionDenied {
+		t.Errorf("Cancel without a caller: %v", err)
+	}
+	if _, err := h.srv.Decide(bg, "c_x", "", true); rejectionType(err) != call.ErrPermissionDenied {
+		t.Errorf("Decide without a caller: %v", err)
+	}
+	acme := h.as(acmeCaller)
+	h.pub.err = errBoom
+	if _, err := h.srv.Submit(acme, call.Request{Tool: "run_shell", Args: shell("echo hi")}); rejectionType(err) != call.ErrInternal {
+		t.Errorf("Submit with the queue down: %v, want internal", err)
+	}
+	h.pub.err = nil
+	res, err := h.srv.Submit(acme, call.Request{Tool: "run_shell", Args: shell("echo hi")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.store.FailWith(failOn(queuetest.OpGet, res.ID, errBoom))
+	if _, err := h.srv.Wait(acme, res.ID, func(*call.Result) bool { return true }); rejectionType(err) != call.ErrInternal {
+		t.Errorf("Wait with the store down: %v, want internal", err)
+	}
+	h.store.FailWith(failOn(queuetest.OpWait, res.ID, errBoom))
+	if _, err := h.srv.Wait(acme, res.ID, func(*call.Result) bool { return false }); rejectionType(err) != call.ErrInternal {
+		t.Errorf("Wait with the store's watch down: %v, want internal", err)
+	}
+	h.store.FailWith(nil)
+}
+
+// TestWaitExpiresAndFollows: Wait ends a call that waited in the queue past its deadline (expired), and
+// follows a call until its record satisfies until.
+func TestWaitExpiresAndFollows(t *testing.T) {
+	h := newFrontendHarness(t)
+	acme := h.as(acmeCaller)
+	res, err := h.srv.Submit(acme, call.Request{Tool: "run_shell", Args: shell("echo hi")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan *call.Result, 1)
+	go func() {
+		got, _ := h.srv.Wait(acme, res.ID, func(r *call.Result) bool { return r.Status == call.StatusRunning })
+		done <- got
+	}()
+	rec, _ := h.store.Get(acme, res.ID)
+	rec.Result.Status, rec.Result.Worker = call.StatusRunning, "w1"
+	if _, err := h.store.Update(acme, rec.Result, rec.Revision); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-done:
+		if got == nil || got.Status != call.StatusRunning {
+			t.Errorf("Wait for running: %+v", got)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Wait did not see the call start")
+	}
+	// A Wait whose context ends first returns the latest record and the context's error.
+	short, cancel := context.WithTimeout(acme, 50*time.Millisecond)
+	defer cancel()
+	if got, err := h.srv.Wait(short, res.ID, func(*call.Result) bool { return false }); !errors.Is(err, context.DeadlineExceeded) || got == nil || got.Status != call.StatusRunning {
+		t.Errorf("Wait past its context: %+v, %v; want the running record and the deadline", got, err)
+	}
+	late, _ := h.srv.Submit(acme, call.Request{Tool: "run_shell", Args: shell("echo late")})
+	h.clock.Add(h.cfg.QueueTimeout + time.Second)
+	if got, err := h.srv.Wait(acme, late.ID, func(*call.Result) bool { return false }); err != nil || got.Status != call.StatusExpired {
+		t.Errorf("Wait past the queue deadline: %+v, %v; want expired", got, err)
+	}
+}
+
+// TestTokenWorkspaceValidated: a token's default workspace must be a workspace name.
+func TestTokenWorkspaceValidated(t *testing.T) {
+	cfg := testConfig()
+	cfg.Tenants[0].Tokens[0].Workspace = "../etc"
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), `tenant "acme" tokens[0]`) {
+		t.Errorf("Validate: %v, want the token named", err)
+	}
+}
+
+// TestToolsFormatMCP: GET /v1/tools?format=mcp is a whole MCP ListToolsResult, private to the tenant.
+func TestToolsFormatMCP(t *testing.T) {
+	h := newFrontendHarness(t)
+	r := h.do(http.MethodGet, "/v1/tools?format=mcp", acmeCaller, nil)
+	var body map[string]any
+	if err := json.Unmarshal(r.body, &body); err != nil || r.code != http.StatusOK {
+		t.Fatalf("HTTP %d %s", r.code, r.body)
+	}
+	if body["resultType"] != "complete" || body["cacheScope"] != "private" || body["ttlMs"] != float64(0) || len(body["tools"].([]any)) == 0 {
+		t.Errorf("body %v, want tools with resultType complete, cacheScope private, ttlMs 0", body)
+	}
+	plain := h.do(http.MethodGet, "/v1/tools", acmeCaller, nil)
+	if strings.Contains(string(plain.body), "resultType") {
+		t.Errorf("the plain list carries MCP's fields: %s", plain.body)
 	}
 }
