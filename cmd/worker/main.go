@@ -347,7 +347,8 @@ func run(args []string) (retErr error) {
 		Heartbeat: cfg.Heartbeat, Lease: lease, AckWait: conn.AckWait(), MaxDeliver: conn.MaxDeliver(), Now: conn.Now,
 		WorkspaceQuota: cfg.WorkspaceQuota, Image: cfg.Image, EgressDir: filepath.Join(cfg.DataDir, "egress"), Egress: gateway,
 	}, tracing.TraceRuntime(metrics.ObserveRuntime(rt, wm)), store, reg, log,
-		worker.WithLeases(conn), worker.WithOutputs(conn), worker.WithCreator(audited))
+		worker.WithLeases(conn), worker.WithOutputs(conn), worker.WithCreator(audited),
+		worker.WithOutputSink(conn)) // commands' output as printed, for MCP progress notifications
 	if err != nil {
 		return err
 	}

@@ -26,6 +26,8 @@ type Token struct {
 	Role   string `yaml:"role,omitempty"` // caller (default) or approver
 	// Name identifies the token's holder in the audit log ("ci-bot", "alice").
 	Name string `yaml:"name,omitempty"`
+	// Workspace is the workspace of the token's calls that name none (REST and MCP); empty means "default".
+	Workspace string `yaml:"workspace,omitempty"`
 }
 
 // Tenant is one isolated customer: its calls, workspaces and policy are its own. How many calls a tenant
@@ -119,6 +121,11 @@ func (c *Config) Validate() error {
 			case "", RoleCaller, RoleApprover:
 			default:
 				return fmt.Errorf("tenant %q tokens[%d]: role %q is not caller or approver", t.Name, j, tok.Role)
+			}
+			if tok.Workspace != "" {
+				if err := call.ValidateName("workspace", tok.Workspace); err != nil {
+					return fmt.Errorf("tenant %q tokens[%d]: %w", t.Name, j, err)
+				}
 			}
 		}
 	}

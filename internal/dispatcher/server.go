@@ -6,6 +6,7 @@ package dispatcher
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/base32"
@@ -102,9 +103,10 @@ type Server struct {
 }
 
 type principal struct {
-	tenant string
-	role   string
-	name   string
+	tenant    string
+	role      string
+	name      string
+	workspace string // the token's default workspace; "" means "default"
 }
 
 // Option configures optional behaviour of a Server.
@@ -169,7 +171,7 @@ func New(cfg Config, deps Deps, opts ...Option) (*Server, error) {
 			if role == "" {
 				role = RoleCaller
 			}
-			s.tokens[key] = principal{tenant: t.Name, role: role, name: tok.Name}
+			s.tokens[key] = principal{tenant: t.Name, role: role, name: tok.Name, workspace: tok.Workspace}
 		}
 	}
 	for _, o := range opts {
@@ -336,7 +338,7 @@ func (s *Server) admit(ctx context.Context, p principal, req *callRequest) (*cal
 		return nil, none, badRequest(`"tool" is missing: name one of %s`, strings.Join(s.tools.Names(), ", "))
 	}
 	if req.Workspace == "" {
-		req.Workspace = "default"
+		req.Workspace = cmp.Or(p.workspace, "default")
 	}
 	if err := call.ValidateName("workspace", req.Workspace); err != nil {
 		return nil, none, badRequest("%v", err)
@@ -567,15 +569,7 @@ func (s *Server) enabledTools(tenant string, requestTools map[string]bool) []str
 func (s *Server) waitAndWrite(w http.ResponseWriter, r *http.Request, id string, wait time.Duration) {
 	ctx, cancel := context.WithTimeout(r.Context(), wait)
 	defer cancel()
-	res, err := s.store.Wait(ctx, id, func(r *call.Result) bool {
-		return r.Status.Terminal() || r.Status == call.StatusPendingApproval ||
-			(r.Status == call.StatusQueued && !r.Deadline.IsZero() && s.now().After(r.Deadline))
-	})
-	if res != nil && res.Status == call.StatusQueued {
-		if rec, gerr := s.store.Get(context.WithoutCancel(r.Context()), id); gerr == nil {
-			res = s.expireIfDue(context.WithoutCancel(r.Context()), rec)
-		}
-	}
+	res, err := s.awaitResult(ctx, id, nil)
 	if res == nil {
 		if errors.Is(err, queue.ErrNotFound) {
 			writeError(w, http.StatusNotFound, call.ErrNotFound, fmt.Sprintf("no call %s", id))
@@ -586,6 +580,25 @@ func (s *Server) waitAndWrite(w http.ResponseWriter, r *http.Request, id string,
 		return
 	}
 	s.writeCall(r.Context(), w, res)
+}
+
+// awaitResult waits for the call's record to be final, past its deadline in the queue (it then ends
+// expired), or to satisfy until; a nil until stops at pending approval. When ctx ends first it returns
+// the latest record with ctx's error.
+func (s *Server) awaitResult(ctx context.Context, id string, until func(*call.Result) bool) (*call.Result, error) {
+	if until == nil {
+		until = func(r *call.Result) bool { return r.Status == call.StatusPendingApproval }
+	}
+	res, err := s.store.Wait(ctx, id, func(r *call.Result) bool {
+		return r.Status.Terminal() || until(r) ||
+			(r.Status == call.StatusQueued && !r.Deadline.IsZero() && s.now().After(r.Deadline))
+	})
+	if res != nil && res.Status == call.StatusQueued {
+		if rec, gerr := s.store.Get(context.WithoutCancel(ctx), id); gerr == nil {
+			res = s.expireIfDue(context.WithoutCancel(ctx), rec)
+		}
+	}
+	return res, err
 }
 
 func (s *Server) getCall(w http.ResponseWriter, r *http.Request) {
@@ -616,22 +629,33 @@ func (s *Server) getCall(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) deleteCall(w http.ResponseWriter, r *http.Request) {
-	p := principalFrom(r.Context())
 	id := r.PathValue("id")
+	res, rerr := s.cancel(r.Context(), principalFrom(r.Context()), id)
+	switch {
+	case rerr != nil:
+		writeRequestError(w, rerr)
+	case res.Status == call.StatusRunning:
+		s.waitAndWrite(w, r, id, 10*time.Second)
+	default:
+		s.writeCall(r.Context(), w, res)
+	}
+}
+
+// cancel ends a queued or pending call at once, or asks the worker running it to kill its container (the
+// record stays running, with CancelRequested, until the worker records the end). It returns the record
+// as it stands after the request; a final call is returned unchanged.
+func (s *Server) cancel(ctx context.Context, p principal, id string) (*call.Result, *requestError) {
 	for range 5 {
-		rec, err := s.store.Get(r.Context(), id)
+		rec, err := s.store.Get(ctx, id)
 		if errors.Is(err, queue.ErrNotFound) || (err == nil && rec.Result.Tenant != p.tenant) {
-			writeError(w, http.StatusNotFound, call.ErrNotFound, fmt.Sprintf("no call %s for tenant %s", id, p.tenant))
-			return
+			return nil, &requestError{code: http.StatusNotFound, typ: call.ErrNotFound, msg: fmt.Sprintf("no call %s for tenant %s", id, p.tenant)}
 		}
 		if err != nil {
-			writeError(w, http.StatusServiceUnavailable, call.ErrInternal, "toolpool could not read the call; retry")
-			return
+			return nil, &requestError{code: http.StatusServiceUnavailable, typ: call.ErrInternal, msg: "toolpool could not read the call; retry"}
 		}
 		res := rec.Result
 		if res.Status.Terminal() {
-			s.writeCall(r.Context(), w, res)
-			return
+			return res, nil
 		}
 		parked := res.Status == call.StatusPendingApproval
 		if res.Status == call.StatusRunning {
@@ -641,39 +665,33 @@ func (s *Server) deleteCall(w http.ResponseWriter, r *http.Request) {
 			res.Fail(call.StatusCancelled, call.ErrCancelled, "the call was cancelled before it ran")
 			res.FinishedAt = s.now().UTC()
 		}
-		if _, err := s.store.Update(r.Context(), res, rec.Revision); errors.Is(err, queue.ErrConflict) {
+		if _, err := s.store.Update(ctx, res, rec.Revision); errors.Is(err, queue.ErrConflict) {
 			continue // it moved on: look again
 		} else if err != nil {
-			writeError(w, http.StatusServiceUnavailable, call.ErrInternal, "toolpool could not cancel the call; retry")
-			return
-		}
-		if res.Status == call.StatusRunning {
-			s.waitAndWrite(w, r, id, 10*time.Second)
-			return
+			return nil, &requestError{code: http.StatusServiceUnavailable, typ: call.ErrInternal, msg: "toolpool could not cancel the call; retry"}
 		}
 		if parked {
-			_ = s.approvals.DeletePending(r.Context(), p.tenant, id)
+			_ = s.approvals.DeletePending(ctx, p.tenant, id)
 		}
-		s.writeCall(r.Context(), w, res)
-		return
+		return res, nil
 	}
-	writeError(w, http.StatusConflict, "conflict", "the call kept changing while it was being cancelled; retry")
+	return nil, &requestError{code: http.StatusConflict, typ: "conflict", msg: "the call kept changing while it was being cancelled; retry"}
 }
 
 func (s *Server) listTools(w http.ResponseWriter, r *http.Request) {
 	p := principalFrom(r.Context())
-	var enabled []*tools.Tool
-	for _, t := range s.tools.List() {
-		if s.policy.ToolEnabled(p.tenant, t.Name, nil) {
-			enabled = append(enabled, t)
-		}
-	}
-	list, err := tools.Render(r.URL.Query().Get("format"), enabled)
+	format := r.URL.Query().Get("format")
+	list, err := tools.Render(format, s.enabledToolList(p.tenant), tools.WithNetwork(s.networkGranted(r.Context(), p.tenant)))
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"tools": list})
+	body := map[string]any{"tools": list}
+	if format == tools.FormatMCP {
+		// MCP's ListToolsResult, whole as 2026-07-28 requires it; a tenant's list is its own (private).
+		body["resultType"], body["ttlMs"], body["cacheScope"] = "complete", 0, "private"
+	}
+	writeJSON(w, http.StatusOK, body)
 }
 
 // checkPolicy answers what policy would decide for a call, without running it.

@@ -122,9 +122,6 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// Option configures optional behaviour of a Worker.
-type Option func(*Worker)
-
 // WithLeases gives the worker its lease store (required).
 func WithLeases(l Leases) Option { return func(w *Worker) { w.leases = l } }
 
@@ -148,6 +145,7 @@ type Worker struct {
 	log        *slog.Logger
 	now        func() time.Time
 	workspaces *Workspaces
+	output     OutputSink // nil: no live output
 }
 
 // New returns a Worker.
@@ -752,7 +750,12 @@ func (w *Worker) run(ctx context.Context, c *call.Call) (runOutcome, error) {
 	if err != nil {
 		return runOutcome{}, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
 	}
+	finishLive := func() {}
+	if w.output != nil && !inv.Runner {
+		spec.Live, finishLive = startLive(ctx, w.output, c.ID, cmp.Or(c.Limits.OutputBytes, liveMax))
+	}
 	out, err := w.runtime.Run(ctx, spec)
+	finishLive()
 	egressConns := finishEgress()
 	if errors.Is(err, sandbox.ErrNoProgram) {
 		// Nothing ran, and nothing would elsewhere: the call's own mistake, like arguments that do not plan.

@@ -60,6 +60,9 @@ func (f *fakeRuntime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Outco
 		}
 	}
 	w := sandbox.NewCapWriter(1 << 10)
+	if spec.Live != nil {
+		io.WriteString(spec.Live, "done\n")
+	}
 	io.WriteString(w, "done\n")
 	out.Stdout = w.Captured()
 	return out, nil

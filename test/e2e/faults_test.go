@@ -14,7 +14,7 @@ import (
 
 	"github.com/toolpool/toolpool/internal/call"
 	"github.com/toolpool/toolpool/internal/sandbox/containerd/ctrtest"
-	"github.com/toolpool/toolpool/test/testbin"
+	"github.com/toolpool/toolpool/internal/testproc"
 )
 
 // The fault tests run mutating calls that append one line to their own file in the workspace, then stay
@@ -127,7 +127,7 @@ func (s *stack) assertNothingLeft(t *testing.T, ids []string) {
 }
 
 // processesWith lists the pids whose command line contains s.
-func processesWith(s string) []string { return testbin.ProcessesWith(s) }
+func processesWith(s string) []string { return testproc.ProcessesWith(s) }
 
 // TestWorkerKilledMidCall: kill -9 of a worker running mutating calls. They end lost, never run twice, and
 // the restarted worker clears what the dead one left.

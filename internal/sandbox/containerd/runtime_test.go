@@ -381,3 +381,70 @@ func TestWarnings(t *testing.T) {
 	}
 	t.Logf("runc %s: warnings %q", v, w)
 }
+
+// liveBuffer is a Spec.Live that signals each write.
+type liveBuffer struct {
+	mu    sync.Mutex
+	buf   strings.Builder
+	wrote chan struct{}
+}
+
+func (l *liveBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	l.buf.Write(p)
+	l.mu.Unlock()
+	select {
+	case l.wrote <- struct{}{}:
+	default:
+	}
+	return len(p), nil
+}
+
+func (l *liveBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// TestLiveOutput: Spec.Live sees what the process prints while it still runs (the process waits for a
+// file that the test creates only after it saw the first line), and in the end all of both streams, even
+// past the output cap.
+func TestLiveOutput(t *testing.T) {
+	rt, _ := ctrtest.NewRuntime(t, containerd.Config{})
+	ws := workspace(t)
+	live := &liveBuffer{wrote: make(chan struct{}, 1)}
+	spec := shell(ws, `echo first; while [ ! -e /workspace/go-on ]; do sleep 0.05; done; head -c 3000 /dev/zero | tr '\0' y; echo; echo err >&2`, 2*time.Minute)
+	spec.Limits.OutputBytes = 1000
+	spec.Live = live
+	type result struct {
+		out sandbox.Outcome
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := rt.Run(context.Background(), spec)
+		done <- result{out, err}
+	}()
+	deadline := time.After(2 * time.Minute)
+	for !strings.Contains(live.String(), "first\n") {
+		select {
+		case <-live.wrote:
+		case r := <-done:
+			t.Fatalf("the call ended (%v, stdout %q) before Live saw its first line: %q", r.err, r.out.Stdout.String(), live.String())
+		case <-deadline:
+			t.Fatalf("Live saw %q in 2 minutes, want the first line while the call runs", live.String())
+		}
+	}
+	if err := os.WriteFile(filepath.Join(ws, "go-on"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || r.out.ExitCode != 0 {
+		t.Fatalf("run: exit %d, %v", r.out.ExitCode, r.err)
+	}
+	got := live.String()
+	if strings.Count(got, "y") != 3000 || !strings.Contains(got, "err\n") || !r.out.Stdout.Truncated() {
+		t.Errorf("Live got %d bytes (%d y, stderr %v); stdout truncated %v; want every byte in Live and stdout capped",
+			len(got), strings.Count(got, "y"), strings.Contains(got, "err\n"), r.out.Stdout.Truncated())
+	}
+}
