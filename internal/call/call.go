@@ -153,6 +153,28 @@ type Result struct {
 	// The dispatcher fills those fields from the store and answers without Stored, so clients never see
 	// it.
 	Stored map[string]string `json:"stored,omitempty"`
+	// Streams describes the full stdout and stderr of a call that ran a command (run_shell, custom tools),
+	// by stream name: how much it printed and how much of it can be read by range
+	// (GET /v1/calls/{id}/stdout?offset=&limit=, or the read_output tool) for as long as the result is
+	// kept. Absent for tools whose output is only the envelope's, and for a stream that printed nothing.
+	Streams map[string]*Stream `json:"streams,omitempty"`
+}
+
+// The output streams of a call.
+const (
+	StreamStdout = "stdout"
+	StreamStderr = "stderr"
+)
+
+// Stream is one full output stream of a call.
+type Stream struct {
+	// Bytes is how much the process printed on the stream.
+	Bytes int64 `json:"bytes"`
+	// Kept is how much of it, from its first byte, can be read by range: Bytes, or less when the stream
+	// went past the per-call cap (or could not be stored: then 0).
+	Kept int64 `json:"kept"`
+	// Object names the stored copy in the output store; the dispatcher never shows it.
+	Object string `json:"object,omitempty"`
 }
 
 // NewResult returns the envelope of a call that has just been accepted with status s.

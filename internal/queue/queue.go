@@ -87,3 +87,16 @@ type Stuck struct {
 	// Deliveries counts the deliveries when Exhausted.
 	Deliveries uint64
 }
+
+// Chunk is a piece of one output stream ("stdout" or "stderr") of a running call, published as the
+// container prints it. Chunks are live and best effort: a reader that is offline or behind misses some,
+// and knows it by Offset; the full stream is kept in the output store once the call ends.
+type Chunk struct {
+	Stream string
+	// Offset is the position of Data's first byte in its stream.
+	Offset int64
+	Data   []byte
+}
+
+// End is the position just past the chunk in its stream.
+func (c Chunk) End() int64 { return c.Offset + int64(len(c.Data)) }

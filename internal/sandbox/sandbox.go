@@ -6,6 +6,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"io"
 	"time"
 )
 
@@ -46,6 +47,10 @@ type Spec struct {
 	// Image, when set, names an OCI image in the runtime's store to use as the root filesystem instead of
 	// the read-only view of the host's system directories.
 	Image string
+	// Stdout and Stderr, when set, receive every byte the process prints on that stream, in order, as it is
+	// printed, besides the capped capture in the Outcome. They are called from the runtime's output copy:
+	// one that blocks holds up the process's output, so they must return at once and never fail.
+	Stdout, Stderr io.Writer
 }
 
 // Limits bound the container. Zero values mean the runtime's configured default.

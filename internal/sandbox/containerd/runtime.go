@@ -299,7 +299,7 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (out sandbox.Outco
 	var callIO cio.IO
 	creator := func(id string) (cio.IO, error) {
 		var err error
-		callIO, err = cio.NewCreator(cio.WithStreams(stdin, stdout, stderr), cio.WithFIFODir(r.fifoDir(id)))(id)
+		callIO, err = cio.NewCreator(cio.WithStreams(stdin, tee(stdout, spec.Stdout), tee(stderr, spec.Stderr)), cio.WithFIFODir(r.fifoDir(id)))(id)
 		return callIO, err
 	}
 	task, err = container.NewTask(ctx, creator)
@@ -602,4 +602,12 @@ func (r *Runtime) Containers(ctx context.Context) ([]string, error) {
 		ids = append(ids, c.ID())
 	}
 	return ids, nil
+}
+
+// tee adds a Spec's watcher of a stream to its capture.
+func tee(capture *sandbox.CapWriter, watch io.Writer) io.Writer {
+	if watch == nil {
+		return capture
+	}
+	return io.MultiWriter(capture, watch)
 }

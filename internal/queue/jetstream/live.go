@@ -1,0 +1,102 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolpool/toolpool/internal/queue"
+)
+
+// Live output travels on core NATS subjects PREFIX_output.<call id>, outside every stream: nothing is
+// stored, so a flood costs the servers no disk and a reader that is not there misses nothing it cannot
+// read from the output store later. A chunk's stream and offset ride in headers, its bytes unchanged in
+// the body (binary output is never re-encoded on the wire).
+
+const (
+	hdrStream = "Toolpool-Stream"
+	hdrOffset = "Toolpool-Offset"
+)
+
+func (c *Conn) liveSubject(callID string) string { return c.cfg.SubjectPrefix + "_output." + callID }
+
+// PublishChunk sends one chunk of call callID's output to whoever follows it. It does not wait for the
+// server; it may block briefly while the connection's buffer drains, which is why a worker calls it off
+// the path of the container's output.
+func (c *Conn) PublishChunk(ctx context.Context, callID string, ch queue.Chunk) error {
+	msg := nats.NewMsg(c.liveSubject(callID))
+	msg.Header.Set(hdrStream, ch.Stream)
+	msg.Header.Set(hdrOffset, strconv.FormatInt(ch.Offset, 10))
+	msg.Data = ch.Data
+	if err := c.nc.PublishMsg(msg); err != nil {
+		return fmt.Errorf("publish output of %s: %w", callID, err)
+	}
+	return nil
+}
+
+// FollowOutput delivers call callID's live chunks, from the moment it returns, on the returned channel
+// until ctx ends, when the channel is closed. The channel holds at most buffer chunks: a receiver that
+// falls further behind loses chunks (the publisher never waits for it) and sees the jump in Offset.
+func (c *Conn) FollowOutput(ctx context.Context, callID string, buffer int) (<-chan queue.Chunk, error) {
+	out := make(chan queue.Chunk, buffer)
+	var mu sync.Mutex
+	closed := false
+	sub, err := c.nc.Subscribe(c.liveSubject(callID), func(m *nats.Msg) {
+		off, err := strconv.ParseInt(m.Header.Get(hdrOffset), 10, 64)
+		if err != nil || off < 0 {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if closed {
+			return
+		}
+		select {
+		case out <- queue.Chunk{Stream: m.Header.Get(hdrStream), Offset: off, Data: m.Data}:
+		default: // behind: drop; the receiver sees the gap
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("follow output of %s: %w", callID, err)
+	}
+	// The subscription must reach the server before the caller reads the call's state, or chunks
+	// printed in between would be missed without a gap to show it.
+	if err := c.nc.FlushWithContext(ctx); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("follow output of %s: %w", callID, err)
+	}
+	go func() {
+		<-ctx.Done()
+		_ = sub.Unsubscribe()
+		mu.Lock()
+		closed = true
+		close(out)
+		mu.Unlock()
+	}()
+	return out, nil
+}
+
+// OpenOutput returns a reader of the object name from offset on; the caller closes it. It streams: the
+// object is never held whole. queue.ErrNotFound if there is no such object.
+func (c *Conn) OpenOutput(ctx context.Context, name string, offset int64) (io.ReadCloser, error) {
+	obj, err := c.outs.Get(ctx, name)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return nil, fmt.Errorf("read output %s: %w", name, queue.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read output %s: %w", name, err)
+	}
+	if offset > 0 {
+		if _, err := io.CopyN(io.Discard, obj, offset); err != nil && !errors.Is(err, io.EOF) {
+			obj.Close()
+			return nil, fmt.Errorf("read output %s: %w", name, err)
+		}
+	}
+	return obj, nil
+}
