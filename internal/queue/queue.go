@@ -62,7 +62,8 @@ type Lease interface {
 	Release(ctx context.Context) error
 }
 
-// OutputName names the stored copy of one output stream ("output", "stdout", "stderr") of one execution
+// OutputName names the stored copy of one output field ("output", "stdout", "stderr") or whole stream
+// ("full-stdout", "full-stderr") of one execution
 // of a call: the call's id, the record revision at which the execution claimed the call, and the stream.
 // Two executions of a call (a read-only call run again after its worker vanished) never share a name, so
 // a late writer cannot overwrite what the recorded one stored.

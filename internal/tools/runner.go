@@ -327,14 +327,28 @@ func (st stream) clip(callID string, budget, page int) (string, bool) {
 		}
 		return s + " ...]\n"
 	}
-	b := max(budget-len(note(st.total, st.total)), 0)
+	// Bytes that are not UTF-8 grow into U+FFFD: shrink until the text as shown fits.
+	for b := max(budget-len(note(st.total, st.total)), 0); ; {
+		head, tail := st.cut(b)
+		off := int64(len(head))
+		text := strings.ToValidUTF8(string(head), "\uFFFD") + note(off, st.total-int64(len(tail))-off) + strings.ToValidUTF8(string(tail), "\uFFFD")
+		if over := len(text) - budget; over > 0 && b > 0 {
+			b = max(b-over, 0)
+			continue
+		}
+		return text, true
+	}
+}
+
+// cut returns about two thirds of b bytes from the stream's head and the rest from its tail.
+func (st stream) cut(b int) (head, tail []byte) {
 	hN := min(b*2/3, len(st.head))
 	end := st.tail
 	if len(end) == 0 {
 		end = st.head[hN:]
 	}
 	tN := min(b-hN, len(end))
-	head := st.head[:hN]
+	head = st.head[:hN]
 	if i := bytes.LastIndexByte(head, '\n'); i >= hN/2 {
 		head = head[:i+1]
 	}
@@ -344,15 +358,14 @@ func (st stream) clip(callID string, budget, page int) (string, bool) {
 		}
 		head = head[:len(head)-1]
 	}
-	tail := end[len(end)-tN:]
+	tail = end[len(end)-tN:]
 	if i := bytes.IndexByte(tail, '\n'); i >= 0 && i <= tN/2 {
 		tail = tail[i+1:]
 	}
 	for i := 0; i < utf8.UTFMax && len(tail) > 0 && !utf8.RuneStart(tail[0]); i++ {
 		tail = tail[1:]
 	}
-	off := int64(len(head))
-	return string(head) + note(off, st.total-int64(len(tail))-off) + string(tail), true
+	return head, tail
 }
 
 // cutMiddle fits s into max bytes by keeping its head and tail and putting in their place a note of what
