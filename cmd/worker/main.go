@@ -50,11 +50,14 @@ type config struct {
 	GID               uint32        `yaml:"gid"`
 	Heartbeat         time.Duration `yaml:"heartbeat"`
 	// Lease is the TTL of a running call's lease on the NATS server (default three heartbeats).
-	Lease          time.Duration   `yaml:"lease"`
-	DrainTimeout   time.Duration   `yaml:"drain_timeout"`
-	WorkspaceQuota int64           `yaml:"workspace_quota"`
-	Image          string          `yaml:"image"`
-	Metrics        metrics.Options `yaml:"metrics"`
+	Lease          time.Duration `yaml:"lease"`
+	DrainTimeout   time.Duration `yaml:"drain_timeout"`
+	WorkspaceQuota int64         `yaml:"workspace_quota"`
+	// FullOutputBytes is how much of each stream of a command is kept for reading by range (negative:
+	// none); default 64 MiB.
+	FullOutputBytes int64           `yaml:"full_output_bytes"`
+	Image           string          `yaml:"image"`
+	Metrics         metrics.Options `yaml:"metrics"`
 	// Egress are the base rules of every web_fetch (denied domains, allowed ports).
 	Egress   egress.Rules `yaml:"egress"`
 	LogLevel string       `yaml:"log_level"`
@@ -333,8 +336,9 @@ func run(args []string) (retErr error) {
 		ID: cfg.ID, WorkspacesDir: cfg.WorkspacesDir, RunnerBinary: runner, UID: int(cfg.UID), GID: int(cfg.GID),
 		Heartbeat: cfg.Heartbeat, Lease: lease, AckWait: conn.AckWait(), MaxDeliver: conn.MaxDeliver(), Now: conn.Now,
 		WorkspaceQuota: cfg.WorkspaceQuota, Image: cfg.Image, EgressDir: filepath.Join(cfg.DataDir, "egress"), EgressRules: cfg.Egress,
+		FullOutputBytes: cfg.FullOutputBytes, SpoolDir: filepath.Join(cfg.DataDir, "spool"),
 	}, tracing.TraceRuntime(metrics.ObserveRuntime(rt, wm)), store, reg, log,
-		worker.WithLeases(conn), worker.WithOutputs(conn), worker.WithCreator(audited))
+		worker.WithLeases(conn), worker.WithOutputs(conn), worker.WithCreator(audited), worker.WithLive(conn))
 	if err != nil {
 		return err
 	}

@@ -186,6 +186,9 @@ func New(cfg Config, rt sandbox.Runtime, store Store, reg *tools.Registry, log *
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("validate worker config: %w", err)
 	}
+	if err := os.MkdirAll(cfg.SpoolDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create spool dir: %w", err)
+	}
 	workspaces, err := NewWorkspaces(WorkspacesConfig{Dir: cfg.WorkspacesDir, UID: cfg.UID, GID: cfg.GID, Quota: cfg.WorkspaceQuota})
 	if err != nil {
 		return nil, err
