@@ -99,7 +99,9 @@ func startSSE(w http.ResponseWriter) *sse {
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	e := &sse{w: w, rc: http.NewResponseController(w)}
-	e.flush()
+	// The server's read timeout is for reading requests; an event stream outlives it.
+	_ = e.rc.SetReadDeadline(time.Time{})
+	_ = e.flush()
 	return e
 }
 
@@ -129,6 +131,7 @@ func (e *sse) ping() error {
 
 // statusEvent is the data of a "status" event.
 type statusEvent struct {
+	ID     string      `json:"id"`
 	Status call.Status `json:"status"`
 	Worker string      `json:"worker,omitempty"`
 }
@@ -190,7 +193,7 @@ func (s *Server) follow(w http.ResponseWriter, r *http.Request, tenant, id strin
 	}
 	res := s.expireIfDue(ctx, rec)
 	ev := startSSE(w)
-	if ev.send(pos.String(), "status", statusEvent{Status: res.Status, Worker: res.Worker}) != nil {
+	if ev.send(pos.String(), "status", statusEvent{ID: id, Status: res.Status, Worker: res.Worker}) != nil {
 		return
 	}
 	updates := s.watch(ctx, id, res.Status)
@@ -209,7 +212,7 @@ func (s *Server) follow(w http.ResponseWriter, r *http.Request, tenant, id strin
 				return
 			}
 			res = next
-			err = ev.send(pos.String(), "status", statusEvent{Status: res.Status, Worker: res.Worker})
+			err = ev.send(pos.String(), "status", statusEvent{ID: id, Status: res.Status, Worker: res.Worker})
 		case ch, ok := <-chunks:
 			if !ok {
 				chunks = nil
