@@ -250,7 +250,9 @@ func finishShell(run Run, limit int) Outcome {
 	errs.total = max(errs.total, int64(len(errs.head)+len(errs.tail)))
 	o.OutputBytes = out.total + errs.total
 
-	// Share the cap: stderr gets up to a quarter, or more when stdout needs less.
+	// Share the cap, less room for the labels ("[stderr]", "[exit code N]"): stderr gets up to a quarter,
+	// or more when stdout needs less.
+	limit = max(limit-labelRoom, 0)
 	errBudget := int(min(errs.need(), int64(limit/4)))
 	outBudget := limit - errBudget
 	if out.need() < int64(outBudget) {
@@ -283,6 +285,9 @@ func finishShell(run Run, limit int) Outcome {
 	o.Output = strings.ToValidUTF8(b.String(), "\uFFFD")
 	return o
 }
+
+// labelRoom is what the labels between and after the streams take at most.
+const labelRoom = len("\n[stderr]\n") + len("\n[exit code -2147483648]")
 
 // stream is one output stream of a command as the sandbox kept it: its first bytes (head), its last
 // (tail; empty when head is the whole stream), how much was printed, and how much of it, from its first

@@ -340,3 +340,19 @@ func TestCutMiddle(t *testing.T) {
 }
 
 func utf8Valid(s string) bool { return strings.ToValidUTF8(s, "") == s }
+
+// TestFinishShellFitsTheCap: however the streams, labels and exit code add up, the output stays within
+// the cap.
+func TestFinishShellFitsTheCap(t *testing.T) {
+	sh, _ := mustRegistry(t).Lookup("run_shell")
+	for _, errLen := range []int{0, 5, 3000, 100000} {
+		for _, code := range []int{0, 1, -2147483648} {
+			out := bytes.Repeat([]byte("o\xff"), 50000)
+			errs := bytes.Repeat([]byte("e"), errLen)
+			got := sh.Finish(Run{Stdout: out, Stderr: errs, ExitCode: code, OutputBytes: 30000, CallID: "c_x", StdoutKept: int64(len(out)), StderrKept: int64(len(errs))})
+			if len(got.Output) > 30000 || len(got.Stdout) > 30000 || len(got.Stderr) > 30000 || !got.Truncated {
+				t.Errorf("stderr %d, exit %d: output %d bytes (stdout %d, stderr %d), truncated %v", errLen, code, len(got.Output), len(got.Stdout), len(got.Stderr), got.Truncated)
+			}
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -67,7 +68,9 @@ func (c *Conn) FollowOutput(ctx context.Context, callID string, buffer int) (<-c
 	}
 	// The subscription must reach the server before the caller reads the call's state, or chunks
 	// printed in between would be missed without a gap to show it.
-	if err := c.nc.FlushWithContext(ctx); err != nil {
+	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := c.nc.FlushWithContext(fctx); err != nil {
 		_ = sub.Unsubscribe()
 		return nil, fmt.Errorf("follow output of %s: %w", callID, err)
 	}
