@@ -8,6 +8,7 @@ import (
 	"encoding/base32"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -173,9 +174,15 @@ type Stream struct {
 	// Kept is how much of it, from its first byte, can be read by range: Bytes, or less when the stream
 	// went past the per-call cap (or could not be stored: then 0).
 	Kept int64 `json:"kept"`
-	// Object names the stored copy in the output store; the dispatcher never shows it.
+	// Object names the stored copy in the output store, and Page the size of its pieces: byte n is in
+	// object Object + "/" + n/Page, so that a read at any offset starts at its piece. The dispatcher
+	// never shows them.
 	Object string `json:"object,omitempty"`
+	Page   int64  `json:"page,omitempty"`
 }
+
+// PageName names piece i of a stream stored in pieces.
+func (s *Stream) PageName(i int64) string { return s.Object + "/" + strconv.FormatInt(i, 10) }
 
 // NewResult returns the envelope of a call that has just been accepted with status s.
 func NewResult(c *Call, s Status) *Result {

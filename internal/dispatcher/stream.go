@@ -274,16 +274,11 @@ func (s *Server) catchUp(ctx context.Context, ev *sse, pos *position, res *call.
 	if st == nil || st.Object == "" || *at >= st.Kept || s.outputs == nil {
 		return nil
 	}
-	rd, err := s.outputs.OpenOutput(ctx, st.Object, *at)
-	if err != nil {
-		s.log.ErrorContext(ctx, "read stored output", "call_id", res.ID, "error", err)
-		return ev.send(pos.String(), "error", call.ErrorInfo{Type: call.ErrInternal,
-			Message: fmt.Sprintf("toolpool could not read the stored %s from byte %d; read it with GET /v1/calls/%s/%s?offset=%d", name, *at, res.ID, name, *at)})
-	}
+	rd := s.openStream(ctx, st, *at)
 	defer rd.Close()
 	buf := make([]byte, eventPiece)
 	for *at < st.Kept {
-		n, err := io.ReadFull(io.LimitReader(rd, st.Kept-*at), buf)
+		n, err := io.ReadFull(rd, buf)
 		if n > 0 {
 			off := *at
 			*at += int64(n)
@@ -291,8 +286,13 @@ func (s *Server) catchUp(ctx context.Context, ev *sse, pos *position, res *call.
 				return serr
 			}
 		}
-		if err != nil {
-			break
+		switch {
+		case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+			return nil
+		case err != nil:
+			s.log.ErrorContext(ctx, "read stored output", "call_id", res.ID, "error", err)
+			return ev.send(pos.String(), "error", call.ErrorInfo{Type: call.ErrInternal,
+				Message: fmt.Sprintf("toolpool could not read the stored %s from byte %d; read it with GET /v1/calls/%s/%s?offset=%d", name, *at, res.ID, name, *at)})
 		}
 	}
 	return nil
@@ -411,7 +411,9 @@ func (s *Server) readStream(ctx context.Context, tc tenantCall, name string, off
 	case s.outputs == nil:
 		return nil, none, &requestError{code: http.StatusServiceUnavailable, typ: call.ErrInternal, msg: "this dispatcher has no output store"}
 	}
-	b, err := s.outputs.ReadOutput(ctx, st.Object, offset, min(limit, st.Kept-offset))
+	rd := s.openStream(ctx, st, offset)
+	defer rd.Close()
+	b, err := io.ReadAll(io.LimitReader(rd, limit))
 	if err != nil {
 		s.log.ErrorContext(ctx, "read stored output", "call_id", tc.id, "error", err)
 		return nil, none, &requestError{code: http.StatusServiceUnavailable, typ: call.ErrInternal, retryAfter: 1, msg: "toolpool could not read the stored output; retry"}
@@ -456,4 +458,64 @@ func (s *Server) readOutput(ctx context.Context, c *call.Call) (*call.Result, *r
 	res.OutputBytes = int64(len(b))
 	res.Truncated = next < st.Kept
 	return res, nil
+}
+
+// pageWait bounds reading one stored piece of a stream.
+const pageWait = time.Minute
+
+// streamReader reads a stored stream from an offset on, opening its pieces one after the other: a read
+// at any offset starts at its piece, and nothing is held whole. It never reads past what was kept.
+type streamReader struct {
+	ctx    context.Context
+	outs   Outputs
+	st     *call.Stream
+	off    int64
+	cur    io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (s *Server) openStream(ctx context.Context, st *call.Stream, offset int64) *streamReader {
+	return &streamReader{ctx: ctx, outs: s.outputs, st: st, off: offset}
+}
+
+func (r *streamReader) Read(p []byte) (int, error) {
+	for {
+		if r.off >= r.st.Kept {
+			return 0, io.EOF
+		}
+		if r.cur == nil {
+			page := max(r.st.Page, 1)
+			ctx, cancel := context.WithTimeout(r.ctx, pageWait)
+			cur, err := r.outs.OpenOutput(ctx, r.st.PageName(r.off/page), r.off%page)
+			if err != nil {
+				cancel()
+				return 0, err
+			}
+			r.cur, r.cancel = cur, cancel
+		}
+		n, err := r.cur.Read(p[:min(int64(len(p)), r.st.Kept-r.off)])
+		r.off += int64(n)
+		if errors.Is(err, io.EOF) {
+			r.closePage()
+			err = nil
+			if n == 0 {
+				continue
+			}
+		}
+		return n, err
+	}
+}
+
+func (r *streamReader) closePage() {
+	if r.cur != nil {
+		_ = r.cur.Close()
+		r.cancel()
+		r.cur = nil
+	}
+}
+
+// Close releases the piece being read.
+func (r *streamReader) Close() error {
+	r.closePage()
+	return nil
 }

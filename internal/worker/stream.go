@@ -177,6 +177,9 @@ func (c *capture) publish() {
 	}
 }
 
+// outputPage is the size of the pieces a stream is stored in: a range read starts at its piece.
+const outputPage = 1 << 20
+
 // liveFlushWait bounds how long finish waits for the last chunks to be published; a variable for tests.
 var liveFlushWait = 5 * time.Second
 
@@ -201,11 +204,20 @@ func (c *capture) finish(ctx context.Context, name func(stream string) string, p
 		}
 		st := &call.Stream{Bytes: total}
 		if kept > 0 && put != nil {
-			obj := name(s.name)
-			err := put(ctx, obj, func() io.Reader { return io.NewSectionReader(f, 0, kept) })
-			if err == nil {
-				st.Kept, st.Object = kept, obj
-				stored = append(stored, obj)
+			st.Object, st.Page = name(s.name), outputPage
+			var names []string
+			var err error
+			for i := int64(0); i*outputPage < kept && err == nil; i++ {
+				from := i * outputPage
+				err = put(ctx, st.PageName(i), func() io.Reader { return io.NewSectionReader(f, from, min(outputPage, kept-from)) })
+				if err == nil {
+					names = append(names, st.PageName(i))
+				}
+			}
+			stored = append(stored, names...)
+			st.Kept = min(int64(len(names))*outputPage, kept) // what was stored, from the first byte
+			if st.Kept == 0 {
+				st.Object, st.Page = "", 0
 			}
 		}
 		if streams == nil {

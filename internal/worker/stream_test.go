@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/toolpool/toolpool/internal/call"
 	"github.com/toolpool/toolpool/internal/queue"
@@ -74,8 +75,12 @@ func TestFullOutputKeptAndStreamed(t *testing.T) {
 	if r.Status != call.StatusOK || s == nil || s.Bytes != int64(data.Len()) || s.Kept != int64(data.Len()) {
 		t.Fatalf("status %s, stdout stream %+v, want %d bytes kept", r.Status, s, data.Len())
 	}
-	if !bytes.Equal(outs.objs[s.Object], data.Bytes()) {
-		t.Fatalf("stored %d bytes, not the %d printed", len(outs.objs[s.Object]), data.Len())
+	var stored []byte
+	for i := int64(0); i*s.Page < s.Kept; i++ {
+		stored = append(stored, outs.objs[s.PageName(i)]...)
+	}
+	if !bytes.Equal(stored, data.Bytes()) || s.Page != 1<<20 {
+		t.Fatalf("stored %d bytes in pages of %d, not the %d printed", len(stored), s.Page, data.Len())
 	}
 	if len(r.Output) > 30000 || !strings.Contains(r.Output, `read_output {"call_id":"`+c.ID+`","stream":"stdout","offset":`) || !r.Truncated {
 		t.Errorf("output (%d bytes, truncated %v) does not name read_output for this call:\n%.600s", len(r.Output), r.Truncated, r.Output)
@@ -92,8 +97,37 @@ func TestFullOutputKeptAndStreamed(t *testing.T) {
 		}
 		seen = ch.End()
 	}
-	if seen != int64(data.Len()) {
-		t.Errorf("the last live chunk ends at %d, not at the end of the stream %d", seen, data.Len())
+	if seen == 0 {
+		t.Error("nothing was published live")
+	}
+}
+
+// TestLiveOutputComplete: output that never fills the pending buffer is published whole, in order, up
+// to its last byte (published after the process ended), with no UTF-8 sequence split between chunks.
+func TestLiveOutputComplete(t *testing.T) {
+	data := []byte(strings.Repeat("héllo wörld ", 20000)) // 260 000 bytes, printed in 1 000-byte pieces
+	data = data[:200000]
+	st := newMemStore()
+	live := &chunkLog{}
+	w := newTestWorkerWith(t, slowConfig(t), printRuntime{data: data, piece: 1000}, st,
+		WithLeases(newFakeLeases()), WithOutputs(&memOutputs{objs: map[string][]byte{}}), WithLive(live))
+	c := newCall("run_shell", shellArgs)
+	st.put(call.NewResult(c, call.StatusQueued))
+	w.Handle(context.Background(), &fakeDelivery{c: c})
+	live.mu.Lock()
+	defer live.mu.Unlock()
+	var got []byte
+	for _, ch := range live.chunks {
+		if ch.Offset != int64(len(got)) {
+			t.Fatalf("chunk at %d after %d bytes", ch.Offset, len(got))
+		}
+		if !utf8.Valid(ch.Data) {
+			t.Errorf("chunk at %d splits a UTF-8 sequence", ch.Offset)
+		}
+		got = append(got, ch.Data...)
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatalf("published %d bytes, want all %d", len(got), len(data))
 	}
 }
 

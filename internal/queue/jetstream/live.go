@@ -66,6 +66,11 @@ func (c *Conn) FollowOutput(ctx context.Context, callID string, buffer int) (<-c
 	if err != nil {
 		return nil, fmt.Errorf("follow output of %s: %w", callID, err)
 	}
+	// Messages waiting for the callback are bounded too (nats.go drops beyond, as a slow consumer).
+	if err := sub.SetPendingLimits(buffer, buffer*(1<<20)); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("follow output of %s: %w", callID, err)
+	}
 	// The subscription must reach the server before the caller reads the call's state, or chunks
 	// printed in between would be missed without a gap to show it.
 	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
