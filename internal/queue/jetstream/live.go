@@ -43,51 +43,94 @@ func (c *Conn) PublishChunk(ctx context.Context, callID string, ch queue.Chunk) 
 
 // FollowOutput delivers call callID's live chunks, from the moment it returns, on the returned channel
 // until ctx ends, when the channel is closed. The channel holds at most buffer chunks: a receiver that
-// falls further behind loses chunks (the publisher never waits for it) and sees the jump in Offset.
+// falls further behind loses chunks (the publisher never waits for it) and sees the jump in Offset. All
+// followers of one call on this Conn share one subscription, so that ten followers cost the NATS server
+// and this process one copy of the stream, not ten.
 func (c *Conn) FollowOutput(ctx context.Context, callID string, buffer int) (<-chan queue.Chunk, error) {
-	out := make(chan queue.Chunk, buffer)
-	var mu sync.Mutex
-	closed := false
-	sub, err := c.nc.Subscribe(c.liveSubject(callID), func(m *nats.Msg) {
-		off, err := strconv.ParseInt(m.Header.Get(hdrOffset), 10, 64)
-		if err != nil || off < 0 {
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if closed {
-			return
-		}
-		select {
-		case out <- queue.Chunk{Stream: m.Header.Get(hdrStream), Offset: off, Data: m.Data}:
-		default: // behind: drop; the receiver sees the gap
-		}
-	})
-	if err != nil {
-		return nil, fmt.Errorf("follow output of %s: %w", callID, err)
+	f := &follower{ch: make(chan queue.Chunk, buffer)}
+	c.live.mu.Lock()
+	if c.live.topics == nil {
+		c.live.topics = map[string]*topic{}
 	}
-	// Messages waiting for the callback are bounded too (nats.go drops beyond, as a slow consumer).
-	if err := sub.SetPendingLimits(buffer, buffer*(1<<20)); err != nil {
-		_ = sub.Unsubscribe()
-		return nil, fmt.Errorf("follow output of %s: %w", callID, err)
+	t := c.live.topics[callID]
+	if t == nil {
+		t = &topic{followers: map[*follower]bool{}}
+		sub, err := c.nc.Subscribe(c.liveSubject(callID), t.deliver)
+		if err == nil {
+			// Messages waiting for the callback are bounded too (nats.go drops beyond, as a slow consumer).
+			err = sub.SetPendingLimits(64, 64<<20)
+		}
+		if err != nil {
+			c.live.mu.Unlock()
+			if sub != nil {
+				_ = sub.Unsubscribe()
+			}
+			return nil, fmt.Errorf("follow output of %s: %w", callID, err)
+		}
+		t.sub = sub
+		c.live.topics[callID] = t
+	}
+	t.mu.Lock()
+	t.followers[f] = true
+	t.mu.Unlock()
+	c.live.mu.Unlock()
+	leave := func() {
+		c.live.mu.Lock()
+		defer c.live.mu.Unlock()
+		t.mu.Lock()
+		delete(t.followers, f)
+		close(f.ch)
+		last := len(t.followers) == 0
+		t.mu.Unlock()
+		if last {
+			_ = t.sub.Unsubscribe()
+			delete(c.live.topics, callID)
+		}
 	}
 	// The subscription must reach the server before the caller reads the call's state, or chunks
 	// printed in between would be missed without a gap to show it.
 	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := c.nc.FlushWithContext(fctx); err != nil {
-		_ = sub.Unsubscribe()
+		leave()
 		return nil, fmt.Errorf("follow output of %s: %w", callID, err)
 	}
 	go func() {
 		<-ctx.Done()
-		_ = sub.Unsubscribe()
-		mu.Lock()
-		closed = true
-		close(out)
-		mu.Unlock()
+		leave()
 	}()
-	return out, nil
+	return f.ch, nil
+}
+
+// liveTopics are the calls this Conn follows, each with one subscription shared by its followers.
+type liveTopics struct {
+	mu     sync.Mutex
+	topics map[string]*topic
+}
+
+type topic struct {
+	sub       *nats.Subscription
+	mu        sync.Mutex
+	followers map[*follower]bool
+}
+
+type follower struct{ ch chan queue.Chunk }
+
+// deliver hands a chunk to every follower with room for it, never waiting.
+func (t *topic) deliver(m *nats.Msg) {
+	off, err := strconv.ParseInt(m.Header.Get(hdrOffset), 10, 64)
+	if err != nil || off < 0 {
+		return
+	}
+	ch := queue.Chunk{Stream: m.Header.Get(hdrStream), Offset: off, Data: m.Data}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for f := range t.followers {
+		select {
+		case f.ch <- ch:
+		default: // behind: dropped; the follower sees the gap
+		}
+	}
 }
 
 // OpenOutput returns a reader of the object name from offset on; the caller closes it. It streams: the
