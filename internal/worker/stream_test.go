@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolpool/toolpool/internal/call"
 	"github.com/toolpool/toolpool/internal/queue"
+	"github.com/toolpool/toolpool/internal/queue/queuetest"
 	"github.com/toolpool/toolpool/internal/sandbox"
 )
 
@@ -60,14 +61,14 @@ func TestFullOutputKeptAndStreamed(t *testing.T) {
 	for i := 0; data.Len() < 3<<20; i++ {
 		fmt.Fprintf(&data, "line %d é\xff\n", i)
 	}
-	st := newMemStore()
+	st := queuetest.NewStore()
 	outs := &memOutputs{objs: map[string][]byte{}}
 	live := &chunkLog{}
 	w := newTestWorkerWith(t, slowConfig(t), printRuntime{data: data.Bytes(), piece: 32 << 10}, st,
 		WithLeases(newFakeLeases()), WithOutputs(outs), WithLive(live))
 	c := newCall("run_shell", shellArgs)
 	c.Limits.OutputBytes = 30000
-	st.put(call.NewResult(c, call.StatusQueued))
+	st.Put(call.NewResult(c, call.StatusQueued))
 	w.Handle(context.Background(), &fakeDelivery{c: c})
 	got, _ := st.Get(context.Background(), c.ID)
 	r := got.Result
@@ -107,12 +108,12 @@ func TestFullOutputKeptAndStreamed(t *testing.T) {
 func TestLiveOutputComplete(t *testing.T) {
 	data := []byte(strings.Repeat("héllo wörld ", 20000)) // 260 000 bytes, printed in 1 000-byte pieces
 	data = data[:200000]
-	st := newMemStore()
+	st := queuetest.NewStore()
 	live := &chunkLog{}
 	w := newTestWorkerWith(t, slowConfig(t), printRuntime{data: data, piece: 1000}, st,
 		WithLeases(newFakeLeases()), WithOutputs(&memOutputs{objs: map[string][]byte{}}), WithLive(live))
 	c := newCall("run_shell", shellArgs)
-	st.put(call.NewResult(c, call.StatusQueued))
+	st.Put(call.NewResult(c, call.StatusQueued))
 	w.Handle(context.Background(), &fakeDelivery{c: c})
 	live.mu.Lock()
 	defer live.mu.Unlock()
@@ -138,14 +139,14 @@ func TestStuckLiveNeverSlowsTheCall(t *testing.T) {
 	liveFlushWait = 200 * time.Millisecond
 	defer func() { liveFlushWait = old }()
 	data := bytes.Repeat([]byte("x"), 8<<20)
-	st := newMemStore()
+	st := queuetest.NewStore()
 	outs := &memOutputs{objs: map[string][]byte{}}
 	live := &chunkLog{block: make(chan struct{})}
 	defer close(live.block)
 	w := newTestWorkerWith(t, slowConfig(t), printRuntime{data: data, piece: 4 << 10}, st,
 		WithLeases(newFakeLeases()), WithOutputs(outs), WithLive(live))
 	c := newCall("run_shell", shellArgs)
-	st.put(call.NewResult(c, call.StatusQueued))
+	st.Put(call.NewResult(c, call.StatusQueued))
 	done := make(chan struct{})
 	go func() { w.Handle(context.Background(), &fakeDelivery{c: c}); close(done) }()
 	select {
