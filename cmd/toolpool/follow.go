@@ -122,11 +122,7 @@ func (c *client) stream(req *http.Request, f *follower) error {
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		var ae apiError
-		if json.Unmarshal(data, &ae) == nil && ae.Error.Message != "" {
-			return &httpError{code: resp.StatusCode, msg: fmt.Sprintf("%s (HTTP %d %s)", ae.Error.Message, resp.StatusCode, ae.Error.Type)}
-		}
-		return &httpError{code: resp.StatusCode, msg: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(data)))}
+		return apiErrorOf(resp.StatusCode, data)
 	}
 	return readEvents(resp.Body, f.handle)
 }
@@ -255,11 +251,7 @@ func cmdOutput(c *client, args []string, stdout, stderr io.Writer) (int, error) 
 			return 1, fmt.Errorf("read response: %w", err)
 		}
 		if resp.StatusCode != http.StatusOK {
-			var ae apiError
-			if json.Unmarshal(data, &ae) == nil && ae.Error.Message != "" {
-				return 1, fmt.Errorf("%s (HTTP %d %s)", ae.Error.Message, resp.StatusCode, ae.Error.Type)
-			}
-			return 1, fmt.Errorf("HTTP %d: %s", resp.StatusCode, data)
+			return 1, apiErrorOf(resp.StatusCode, data)
 		}
 		_, _ = stdout.Write(data)
 		off += int64(len(data))

@@ -131,6 +131,15 @@ type apiError struct {
 	Error call.ErrorInfo `json:"error"`
 }
 
+// apiErrorOf is the error an API answer with status code and body data stands for: the API's message.
+func apiErrorOf(code int, data []byte) error {
+	var ae apiError
+	if json.Unmarshal(data, &ae) == nil && ae.Error.Message != "" {
+		return &httpError{code: code, msg: fmt.Sprintf("%s (HTTP %d %s)", ae.Error.Message, code, ae.Error.Type)}
+	}
+	return &httpError{code: code, msg: fmt.Sprintf("HTTP %d: %s", code, strings.TrimSpace(string(data)))}
+}
+
 // do sends a request and decodes a 2xx body, or a 403 that carries a result envelope (a call denied by
 // policy), into out; other statuses become errors with the API's message.
 func (c *client) do(ctx context.Context, method, path string, body any, out any) (int, error) {
@@ -158,11 +167,7 @@ func (c *client) do(ctx context.Context, method, path string, body any, out any)
 		return resp.StatusCode, fmt.Errorf("read response: %w", err)
 	}
 	if resp.StatusCode >= 300 && (resp.StatusCode != http.StatusForbidden || !isResult(data)) {
-		var ae apiError
-		if json.Unmarshal(data, &ae) == nil && ae.Error.Message != "" {
-			return resp.StatusCode, fmt.Errorf("%s (HTTP %d %s)", ae.Error.Message, resp.StatusCode, ae.Error.Type)
-		}
-		return resp.StatusCode, fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(data)))
+		return resp.StatusCode, apiErrorOf(resp.StatusCode, data)
 	}
 	if out != nil {
 		if raw, ok := out.(*json.RawMessage); ok {
