@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -34,14 +35,24 @@ func rssBytes(pid int) int64 {
 
 // TestOutputMeasure measures what the output issue asks to show; opt-in (TOOLPOOL_MEASURE_OUTPUT=1),
 // since it floods 200 MB and its numbers depend on the host: the latency from a print in the container to
-// an event read by a client, the memory of the dispatcher (with its embedded NATS) and the worker while
+// an event read by a client, the memory of the dispatcher, the worker and the NATS server while
 // ten followers read a 200 MB flood, range reads of the kept output, and a go-test-like command followed
 // with the CLI.
 func TestOutputMeasure(t *testing.T) {
 	if os.Getenv("TOOLPOOL_MEASURE_OUTPUT") == "" {
 		t.Skip("set TOOLPOOL_MEASURE_OUTPUT=1 to measure output latency and memory under a flood")
 	}
-	s := startStack(t)
+	// An external NATS server, so that the dispatcher's memory is its own.
+	port := freePort(t)
+	nats := start(t, "nats-server", "-js", "-sd", t.TempDir(), "-a", "127.0.0.1", "-p", fmt.Sprint(port))
+	waitFor(t, 30*time.Second, "nats-server listening", func() bool {
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	s := startStackWith(t, stackOptions{policy: permissivePolicy, natsURL: fmt.Sprintf("nats://127.0.0.1:%d", port)})
 
 	// Latency: each line is the container's clock in nanoseconds when it was printed (same host clock).
 	var lat []float64 // milliseconds
@@ -65,11 +76,11 @@ func TestOutputMeasure(t *testing.T) {
 		percentile(lat, 50), percentile(lat, 95), percentile(lat, 100), loadavg())
 
 	// Flood: 200 MB on stdout, ten followers from the start, memory sampled throughout.
-	dpid, wpid := s.dispatcher.cmd.Process.Pid, s.worker.cmd.Process.Pid
-	baseD, baseW := rssBytes(dpid), rssBytes(wpid)
+	dpid, wpid, npid := s.dispatcher.cmd.Process.Pid, s.worker.cmd.Process.Pid, nats.cmd.Process.Pid
+	baseD, baseW, baseN := rssBytes(dpid), rssBytes(wpid), rssBytes(npid)
 	r := s.shell(t, "alpha-token", "m", "head -c 200000000 /dev/zero | tr '\\0' x", map[string]any{"wait": false, "timeout_ms": 600000})
 	id := r.result(t).ID
-	var peakD, peakW atomic.Int64
+	var peakD, peakW, peakN atomic.Int64
 	stop := make(chan struct{})
 	var sampler sync.WaitGroup
 	sampler.Add(1)
@@ -81,6 +92,9 @@ func TestOutputMeasure(t *testing.T) {
 			}
 			if v := rssBytes(wpid); v > peakW.Load() {
 				peakW.Store(v)
+			}
+			if v := rssBytes(npid); v > peakN.Load() {
+				peakN.Store(v)
 			}
 			select {
 			case <-stop:
@@ -115,8 +129,8 @@ func TestOutputMeasure(t *testing.T) {
 	final := s.do(t, http.MethodGet, "/v1/calls/"+id, "alpha-token", nil).result(t)
 	t.Logf("flood: %s in %s, streams %+v; ten followers done %s after the start, each read %v bytes (lag events %v)",
 		final.Status, time.Duration(final.Timing.RunMS)*time.Millisecond, *final.Streams["stdout"], time.Since(began).Round(time.Millisecond), got, lags)
-	t.Logf("memory (RSS): dispatcher+embedded NATS %d MiB before, %d MiB peak; worker %d MiB before, %d MiB peak",
-		baseD>>20, peakD.Load()>>20, baseW>>20, peakW.Load()>>20)
+	t.Logf("memory (RSS): dispatcher %d MiB before, %d MiB peak; worker %d MiB before, %d MiB peak; nats-server %d MiB before, %d MiB peak",
+		baseD>>20, peakD.Load()>>20, baseW>>20, peakW.Load()>>20, baseN>>20, peakN.Load()>>20)
 	if final.Status != call.StatusOK {
 		t.Errorf("flood ended %s", final.Status)
 	}
