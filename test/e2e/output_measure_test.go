@@ -3,7 +3,6 @@ package e2e
 import (
 	"bufio"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -44,14 +43,7 @@ func TestOutputMeasure(t *testing.T) {
 	}
 	// An external NATS server, so that the dispatcher's memory is its own.
 	port := freePort(t)
-	nats := start(t, "nats-server", "-js", "-sd", t.TempDir(), "-a", "127.0.0.1", "-p", fmt.Sprint(port))
-	waitFor(t, 30*time.Second, "nats-server listening", func() bool {
-		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
+	nats := startNATSServer(t, t.TempDir(), port)
 	s := startStackWith(t, stackOptions{policy: permissivePolicy, natsURL: fmt.Sprintf("nats://127.0.0.1:%d", port)})
 
 	// Latency: each line is the container's clock in nanoseconds when it was printed (same host clock).

@@ -221,12 +221,17 @@ func TestOutputStreamsAndRanges(t *testing.T) {
 	req := s.request(t, http.MethodGet, "/v1/calls/"+res.ID+"/events", "alpha-token", nil)
 	req.URL, _ = req.URL.Parse(url2 + "/v1/calls/" + res.ID + "/events")
 	req.Header.Set("Last-Event-ID", "100.5")
+	resumed := int64(100)
 	events(t, req, func(ev sseEvent) bool {
 		if ev.name == "stdout" {
 			off, b := outputBytes(t, ev)
-			if off < 100 || !bytes.Equal(b, want[off:off+int64(len(b))]) {
-				t.Fatalf("resumed stdout event at %d is not the stream's bytes there", off)
+			if off != resumed || !bytes.Equal(b, want[off:off+int64(len(b))]) {
+				t.Fatalf("resumed stdout event at %d (after %d bytes) is not the stream's bytes there", off, resumed)
 			}
+			resumed += int64(len(b))
+		}
+		if ev.name == "result" && resumed != int64(len(want)) {
+			t.Fatalf("the resumed stream ended at byte %d of stdout, want %d", resumed, len(want))
 		}
 		if ev.name == "stderr" {
 			t.Fatalf("resumed after all of stderr, got stderr again: %s", ev.data)
