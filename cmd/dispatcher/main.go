@@ -285,6 +285,7 @@ func run(args []string) error {
 		dispatcher.WithAudit(conn, audited),
 		dispatcher.WithRuleBook(rules, nil),
 		dispatcher.WithOutputs(conn),
+		dispatcher.WithLive(conn),
 		dispatcher.WithClock(conn.Now),
 	)
 	if err != nil {

@@ -51,11 +51,14 @@ type config struct {
 	GID               uint32        `yaml:"gid"`
 	Heartbeat         time.Duration `yaml:"heartbeat"`
 	// Lease is the TTL of a running call's lease on the NATS server (default three heartbeats).
-	Lease          time.Duration   `yaml:"lease"`
-	DrainTimeout   time.Duration   `yaml:"drain_timeout"`
-	WorkspaceQuota int64           `yaml:"workspace_quota"`
-	Image          string          `yaml:"image"`
-	Metrics        metrics.Options `yaml:"metrics"`
+	Lease          time.Duration `yaml:"lease"`
+	DrainTimeout   time.Duration `yaml:"drain_timeout"`
+	WorkspaceQuota int64         `yaml:"workspace_quota"`
+	// FullOutputBytes is how much of each stream of a command is kept for reading by range (negative:
+	// none); default 64 MiB.
+	FullOutputBytes int64           `yaml:"full_output_bytes"`
+	Image           string          `yaml:"image"`
+	Metrics         metrics.Options `yaml:"metrics"`
 	// Egress is the base rules of every call's egress (which policy narrows), the DNS server and the
 	// credential bindings of the egress proxy.
 	Egress   egress.Config `yaml:"egress"`
@@ -346,9 +349,9 @@ func run(args []string) (retErr error) {
 		ID: cfg.ID, WorkspacesDir: cfg.WorkspacesDir, RunnerBinary: runner, UID: int(cfg.UID), GID: int(cfg.GID),
 		Heartbeat: cfg.Heartbeat, Lease: lease, AckWait: conn.AckWait(), MaxDeliver: conn.MaxDeliver(), Now: conn.Now,
 		WorkspaceQuota: cfg.WorkspaceQuota, Image: cfg.Image, EgressDir: filepath.Join(cfg.DataDir, "egress"), Egress: gateway,
+		FullOutputBytes: cfg.FullOutputBytes, SpoolDir: filepath.Join(cfg.DataDir, "spool"),
 	}, tracing.TraceRuntime(metrics.ObserveRuntime(rt, wm)), store, reg, log,
-		worker.WithLeases(conn), worker.WithOutputs(conn), worker.WithCreator(audited),
-		worker.WithOutputSink(conn)) // commands' output as printed, for MCP progress notifications
+		worker.WithLeases(conn), worker.WithOutputs(conn), worker.WithCreator(audited), worker.WithLive(conn))
 	if err != nil {
 		return err
 	}

@@ -75,6 +75,8 @@ type RuleBook interface {
 type Outputs interface {
 	// ReadOutput returns up to limit bytes of object name from offset on (limit < 0: to the end).
 	ReadOutput(ctx context.Context, name string, offset, limit int64) ([]byte, error)
+	// OpenOutput returns a reader of object name from offset on, which streams it; the caller closes it.
+	OpenOutput(ctx context.Context, name string, offset int64) (io.ReadCloser, error)
 }
 
 // ReadyChecker reports whether a dependency can serve.
@@ -91,6 +93,7 @@ type Server struct {
 	ready   []ReadyChecker
 	now     func() time.Time
 	tokens  map[[32]byte]principal
+	tenants map[string]Tenant
 	handler http.Handler
 
 	approvals   Approvals
@@ -100,6 +103,7 @@ type Server struct {
 	onRuleAdded func()
 	postures    map[string]policy.Posture // by tenant
 	outputs     Outputs
+	live        Live
 }
 
 type principal struct {
@@ -160,8 +164,10 @@ func New(cfg Config, deps Deps, opts ...Option) (*Server, error) {
 	s := &Server{cfg: cfg, store: deps.Store, pub: deps.Publisher, tools: deps.Tools, policy: deps.Policy,
 		approvals: deps.Approvals, log: deps.Log, now: time.Now, tokens: map[[32]byte]principal{},
 		postures: map[string]policy.Posture{}}
+	s.tenants = make(map[string]Tenant, len(cfg.Tenants))
 	for _, t := range cfg.Tenants {
 		s.postures[t.Name], _ = policy.ParsePosture(t.Posture) // validated above
+		s.tenants[t.Name] = t
 		for _, tok := range t.Tokens {
 			h, _ := tok.hash() // validated above
 			var key [32]byte
@@ -185,6 +191,8 @@ func New(cfg Config, deps Deps, opts ...Option) (*Server, error) {
 	mux.Handle("POST /v1/calls", s.auth(s.postCall))
 	mux.Handle("GET /v1/calls/{id}", s.auth(s.getCall))
 	mux.Handle("DELETE /v1/calls/{id}", s.auth(s.deleteCall))
+	mux.Handle("GET /v1/calls/{id}/events", s.auth(s.getEvents))
+	mux.Handle("GET /v1/calls/{id}/{stream}", s.auth(s.getStream))
 	mux.Handle("GET /v1/tools", s.auth(s.listTools))
 	mux.Handle("POST /v1/policy/check", s.auth(s.checkPolicy))
 	mux.Handle("GET /v1/approvals", s.auth(s.approver(s.listApprovals)))
@@ -314,6 +322,15 @@ func (s *Server) postCall(w http.ResponseWriter, r *http.Request) {
 		writeError(w, rerr.code, rerr.typ, rerr.msg)
 		return
 	}
+	if tool, _ := s.tools.Lookup(c.Tool); tool.Local && dec.Action == policy.Allow {
+		res, rerr := s.readOutput(r.Context(), c)
+		if rerr != nil {
+			writeRequestError(w, rerr)
+			return
+		}
+		writeResult(w, res)
+		return
+	}
 	res, rerr := s.accept(r.Context(), c, dec, req.IdempotencyKey != "")
 	if rerr == errNotRecorded {
 		writeResult(w, res)
@@ -321,6 +338,10 @@ func (s *Server) postCall(w http.ResponseWriter, r *http.Request) {
 	}
 	if rerr != nil {
 		writeRequestError(w, rerr)
+		return
+	}
+	if wantsEvents(r) {
+		s.follow(w, r, p.tenant, res.ID, position{})
 		return
 	}
 	if res.Status.Terminal() || (req.Wait != nil && !*req.Wait) || res.Status == call.StatusPendingApproval {
@@ -393,13 +414,13 @@ func (s *Server) admit(ctx context.Context, p principal, req *callRequest) (*cal
 		queueTimeout = min(queueTimeout, time.Duration(*req.DeadlineMS)*time.Millisecond)
 	}
 	c.Deadline = c.CreatedAt.Add(queueTimeout)
-	c.Limits, c.Decision.Clamped = s.limits(req, tool, dec.Limits)
+	c.Limits, c.Decision.Clamped = s.limits(p.tenant, req, tool, dec.Limits)
 	return c, dec, nil
 }
 
 // limits clamps what the request asked for to what policy and config allow, and says what it lowered.
 // Resources above a ceiling never get here (Ceilings.check refuses them).
-func (s *Server) limits(req *callRequest, tool *tools.Tool, pl policy.Limits) (call.Limits, []string) {
+func (s *Server) limits(tenant string, req *callRequest, tool *tools.Tool, pl policy.Limits) (call.Limits, []string) {
 	var clamped []string
 	timeout := s.cfg.DefaultTimeout
 	if tool.DefaultTimeout > 0 {
@@ -416,13 +437,20 @@ func (s *Server) limits(req *callRequest, tool *tools.Tool, pl policy.Limits) (c
 		timeout = time.Duration(pl.TimeoutMS) * time.Millisecond
 		clamped = append(clamped, fmt.Sprintf("timeout_ms lowered to %d, the policy's most for %s", pl.TimeoutMS, tool.Name))
 	}
-	output := s.cfg.MaxOutputBytes
-	if req.OutputBytes > 0 {
-		if req.OutputBytes > output {
-			clamped = append(clamped, fmt.Sprintf("output_bytes lowered to %d, this server's most", output))
-		}
-		output = min(output, req.OutputBytes)
+	output := s.cfg.DefaultOutputBytes
+	if t := s.tenants[tenant]; t.OutputBytes > 0 {
+		output = t.OutputBytes
 	}
+	if tool.Custom && tool.DefaultOutputBytes > 0 {
+		output = tool.DefaultOutputBytes
+	}
+	if req.OutputBytes > 0 {
+		if req.OutputBytes > s.cfg.MaxOutputBytes {
+			clamped = append(clamped, fmt.Sprintf("output_bytes lowered to %d, this server's most", s.cfg.MaxOutputBytes))
+		}
+		output = req.OutputBytes
+	}
+	output = min(output, s.cfg.MaxOutputBytes)
 	if pl.OutputBytes > 0 && output > pl.OutputBytes {
 		if req.OutputBytes > pl.OutputBytes {
 			clamped = append(clamped, fmt.Sprintf("output_bytes lowered to %d, the policy's most for %s", pl.OutputBytes, tool.Name))
@@ -736,16 +764,34 @@ func statusCode(s call.Status) int {
 // writeCall answers with a call's envelope, with the output fields a worker stored outside the record
 // read back in.
 func (s *Server) writeCall(ctx context.Context, w http.ResponseWriter, r *call.Result) {
+	full, err := s.present(ctx, r)
+	if err != nil {
+		s.log.ErrorContext(ctx, "read stored output", "call_id", r.ID, "error", err)
+		writeError(w, http.StatusServiceUnavailable, call.ErrInternal, "toolpool could not read the call's stored output; retry GET /v1/calls/"+r.ID)
+		return
+	}
+	writeResult(w, full)
+}
+
+// present returns r as clients see it: the output fields a worker stored outside the record read back
+// in, and no object names.
+func (s *Server) present(ctx context.Context, r *call.Result) (*call.Result, error) {
 	if len(r.Stored) > 0 {
 		full, err := s.fillStored(ctx, r)
 		if err != nil {
-			s.log.ErrorContext(ctx, "read stored output", "call_id", r.ID, "error", err)
-			writeError(w, http.StatusServiceUnavailable, call.ErrInternal, "toolpool could not read the call's stored output; retry GET /v1/calls/"+r.ID)
-			return
+			return nil, err
 		}
 		r = full
 	}
-	writeResult(w, r)
+	if len(r.Streams) > 0 {
+		shown := *r
+		shown.Streams = make(map[string]*call.Stream, len(r.Streams))
+		for name, st := range r.Streams {
+			shown.Streams[name] = &call.Stream{Bytes: st.Bytes, Kept: st.Kept}
+		}
+		r = &shown
+	}
+	return r, nil
 }
 
 // fillStored returns a copy of r with each stored output field read back in, and without Stored.

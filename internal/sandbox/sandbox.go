@@ -53,11 +53,10 @@ type Spec struct {
 	// bundle (SSL_CERT_FILE, CURL_CA_BUNDLE, GIT_SSL_CAINFO, REQUESTS_CA_BUNDLE, PIP_CERT) and at the extra
 	// certificates alone (NODE_EXTRA_CA_CERTS). Only certificates enter the container, never a key.
 	TrustedCAs []byte
-	// Live, when set, receives a copy of what the process prints on stdout and stderr, as it prints it and
-	// before any capping (Outcome keeps the capped streams either way). Its writes come from the runtime's
-	// copying goroutines, one at a time per stream but the two streams concurrently, so it must be safe for
-	// concurrent use and must not block: a slow Live slows the process's output. Its errors are ignored.
-	Live io.Writer
+	// Stdout and Stderr, when set, receive every byte the process prints on that stream, in order, as it is
+	// printed, besides the capped capture in the Outcome. They are called from the runtime's output copy:
+	// one that blocks holds up the process's output, so they must return at once and never fail.
+	Stdout, Stderr io.Writer
 }
 
 // Limits bound the container. Zero values mean the runtime's configured default.

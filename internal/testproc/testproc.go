@@ -137,6 +137,9 @@ func (p *Proc) WaitLog(t testing.TB, msg string, timeout time.Duration) map[stri
 	return nil
 }
 
+// Pid is the process's id.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
 // Output is everything the process wrote to stderr so far.
 func (p *Proc) Output() string {
 	p.mu.Lock()

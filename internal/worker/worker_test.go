@@ -60,8 +60,8 @@ func (f *fakeRuntime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Outco
 		}
 	}
 	w := sandbox.NewCapWriter(1 << 10)
-	if spec.Live != nil {
-		io.WriteString(spec.Live, "done\n")
+	if spec.Stdout != nil {
+		io.WriteString(spec.Stdout, "done\n")
 	}
 	io.WriteString(w, "done\n")
 	out.Stdout = w.Captured()

@@ -167,17 +167,7 @@ func TestDispatcherRestartMidCall(t *testing.T) {
 func TestExternalNATSRestart(t *testing.T) {
 	storeDir := t.TempDir()
 	port := freePort(t)
-	startNATS := func() *proc {
-		p := start(t, "nats-server", "-js", "-sd", storeDir, "-a", "127.0.0.1", "-p", fmt.Sprint(port))
-		waitFor(t, 30*time.Second, "nats-server listening", func() bool {
-			c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-			if err == nil {
-				c.Close()
-			}
-			return err == nil
-		})
-		return p
-	}
+	startNATS := func() *proc { return startNATSServer(t, storeDir, port) }
 	ctrtest.RequirePrograms(t, "ctr")
 	nats := startNATS()
 	s := startStackWith(t, stackOptions{policy: permissivePolicy, workerConfig: faultWorkerConfig, extraConfig: faultQueueConfig,
@@ -232,6 +222,21 @@ func TestContainerdDiesUnderWorker(t *testing.T) {
 	if r := s.shell(t, "dev-token", "faults", "echo back", nil); r.result(t).Stdout != "back\n" {
 		t.Fatalf("after containerd restart: %s", r.body)
 	}
+}
+
+// startNATSServer starts a JetStream nats-server on 127.0.0.1:port storing under storeDir, and waits
+// until it listens.
+func startNATSServer(t *testing.T, storeDir string, port int) *proc {
+	t.Helper()
+	p := start(t, "nats-server", "-js", "-sd", storeDir, "-a", "127.0.0.1", "-p", fmt.Sprint(port))
+	waitFor(t, 30*time.Second, "nats-server listening", func() bool {
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	return p
 }
 
 func freePort(t *testing.T) int {

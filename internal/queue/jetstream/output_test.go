@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/toolpool/toolpool/internal/call"
+	"github.com/toolpool/toolpool/internal/queue"
 	"github.com/toolpool/toolpool/internal/queue/jetstream"
 )
 
@@ -46,7 +47,7 @@ func TestFollowOutput(t *testing.T) {
 	defer probe.Stop()
 wait:
 	for {
-		if err := worker.PublishOutput(ctx, id, []byte("probe\n")); err != nil {
+		if err := worker.PublishChunk(ctx, id, queue.Chunk{Stream: "stdout", Data: []byte("probe\n")}); err != nil {
 			t.Fatal(err)
 		}
 		select {
@@ -58,14 +59,14 @@ wait:
 		}
 	}
 	for i := range 50 {
-		if err := worker.PublishOutput(ctx, other, []byte("other\n")); err != nil {
+		if err := worker.PublishChunk(ctx, other, queue.Chunk{Stream: "stdout", Data: []byte("other\n")}); err != nil {
 			t.Fatal(err)
 		}
-		if err := worker.PublishOutput(ctx, id, []byte(strings.Repeat("x", i)+"\n")); err != nil {
+		if err := worker.PublishChunk(ctx, id, queue.Chunk{Stream: "stdout", Data: []byte(strings.Repeat("x", i) + "\n")}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := worker.PublishOutput(ctx, id, []byte("end\n")); err != nil {
+	if err := worker.PublishChunk(ctx, id, queue.Chunk{Stream: "stdout", Data: []byte("end\n")}); err != nil {
 		t.Fatal(err)
 	}
 	for {

@@ -311,7 +311,7 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (out sandbox.Outco
 	var callIO cio.IO
 	creator := func(id string) (cio.IO, error) {
 		var err error
-		callIO, err = cio.NewCreator(cio.WithStreams(stdin, sandbox.Tee(stdout, spec.Live), sandbox.Tee(stderr, spec.Live)), cio.WithFIFODir(r.fifoDir(id)))(id)
+		callIO, err = cio.NewCreator(cio.WithStreams(stdin, sandbox.Tee(stdout, spec.Stdout), sandbox.Tee(stderr, spec.Stderr)), cio.WithFIFODir(r.fifoDir(id)))(id)
 		return callIO, err
 	}
 	task, err = container.NewTask(ctx, creator)

@@ -382,7 +382,7 @@ func TestWarnings(t *testing.T) {
 	t.Logf("runc %s: warnings %q", v, w)
 }
 
-// liveBuffer is a Spec.Live that signals each write.
+// liveBuffer watches Spec.Stdout and Spec.Stderr, and signals each write.
 type liveBuffer struct {
 	mu    sync.Mutex
 	buf   strings.Builder
@@ -406,7 +406,7 @@ func (l *liveBuffer) String() string {
 	return l.buf.String()
 }
 
-// TestLiveOutput: Spec.Live sees what the process prints while it still runs (the process waits for a
+// TestLiveOutput: Spec.Stdout and Spec.Stderr see what the process prints while it still runs (the process waits for a
 // file that the test creates only after it saw the first line), and in the end all of both streams, even
 // past the output cap.
 func TestLiveOutput(t *testing.T) {
@@ -415,7 +415,7 @@ func TestLiveOutput(t *testing.T) {
 	live := &liveBuffer{wrote: make(chan struct{}, 1)}
 	spec := shell(ws, `echo first; while [ ! -e /workspace/go-on ]; do sleep 0.05; done; head -c 3000 /dev/zero | tr '\0' y; echo; echo err >&2`, 2*time.Minute)
 	spec.Limits.OutputBytes = 1000
-	spec.Live = live
+	spec.Stdout, spec.Stderr = live, live
 	type result struct {
 		out sandbox.Outcome
 		err error
