@@ -20,8 +20,22 @@ const (
 	SandboxGID = 65532
 )
 
+// Runtime is the sandbox runtime the tests run under, from TOOLPOOL_TEST_RUNTIME: containerd.RuncRuntime
+// (the default), containerd.GVisorRuntime, or any other containerd runtime handler (io.containerd.kata.v2),
+// returned as it is.
+func Runtime() string {
+	switch v := os.Getenv("TOOLPOOL_TEST_RUNTIME"); v {
+	case "", containerd.RuncHandler:
+		return containerd.RuncRuntime
+	case "runsc":
+		return containerd.GVisorRuntime
+	default:
+		return v
+	}
+}
+
 // Require fails (CI=true) or skips the test unless this process is root and containerd and runc are
-// installed.
+// installed, and, when the tests run under gVisor, runsc and its shim.
 func Require(t testing.TB) {
 	t.Helper()
 	missing := ""
@@ -34,6 +48,8 @@ func Require(t testing.TB) {
 		missing = "runc (apt-get install runc)"
 	case !onPath("containerd-shim-runc-v2"):
 		missing = "containerd-shim-runc-v2 (apt-get install containerd)"
+	case Runtime() == containerd.GVisorRuntime && !onPath("runsc"):
+		missing = "gVisor's runsc (make gvisor)"
 	}
 	if missing == "" {
 		return
@@ -94,12 +110,15 @@ func NewRuntime(t testing.TB, cfg containerd.Config) (*containerd.Runtime, *cont
 }
 
 // NewRuntimeOn returns a Runtime on the containerd at cfg.Address, closed when the test ends, with the
-// same defaults as NewRuntime. An empty cfg.RuntimeName is taken from TOOLPOOL_TEST_RUNTIME when set, so
-// that the sandbox suite can be run against another runtime handler (io.containerd.runsc.v1).
+// same defaults as NewRuntime. An empty cfg.RuntimeName is Runtime, so that the sandbox suite runs under
+// the runtime TOOLPOOL_TEST_RUNTIME names; gVisor (runsc on PATH) is offered whenever it is the one.
 func NewRuntimeOn(t testing.TB, cfg containerd.Config) *containerd.Runtime {
 	t.Helper()
 	if cfg.RuntimeName == "" {
-		cfg.RuntimeName = os.Getenv("TOOLPOOL_TEST_RUNTIME")
+		cfg.RuntimeName = Runtime()
+	}
+	if cfg.RuntimeName == containerd.GVisorRuntime && cfg.GVisor == nil {
+		cfg.GVisor = &containerd.GVisorConfig{}
 	}
 	if cfg.StateDir == "" {
 		cfg.StateDir = filepath.Join(ShortTempDir(t), "state")

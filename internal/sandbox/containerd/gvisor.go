@@ -1,0 +1,187 @@
+package containerd
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+
+	runcoptions "github.com/containerd/containerd/api/types/runc/options"
+)
+
+// The containerd runtime handlers toolpool knows. containerd resolves a handler io.containerd.X.vN to the
+// shim binary containerd-shim-X-vN on its PATH (or next to the containerd binary).
+const (
+	// RuncHandler is containerd's runc shim. It runs runc, or, given a BinaryName in its options, another
+	// OCI runtime with runc's command line: that is how the "gvisor" runtime runs runsc.
+	RuncHandler = "io.containerd.runc.v2"
+	// RunscHandler is gVisor's own shim, containerd-shim-runsc-v1. toolpool's "gvisor" runtime does not use
+	// it (see GVisorConfig); a worker on a node's containerd can name it in Config.Runtimes.
+	RunscHandler = "io.containerd.runsc.v1"
+)
+
+// Runtime names every Runtime knows (sandbox.Spec.Runtime).
+const (
+	// RuncRuntime is runc: Linux namespaces, seccomp and cgroups on the host's kernel. Always offered.
+	RuncRuntime = "runc"
+	// GVisorRuntime is gVisor: a user-space kernel (the Sentry) between the call and the host's kernel.
+	// Offered when Config.GVisor is set.
+	GVisorRuntime = "gvisor"
+)
+
+// RunscPlatforms are the gVisor platforms GVisorConfig.Platform accepts: systrap (the default: seccomp
+// traps, any x86-64 or arm64 host, no /dev/kvm), ptrace (slower, same needs) and kvm (faster, needs
+// /dev/kvm: bare metal or nested virtualisation).
+var RunscPlatforms = []string{"systrap", "ptrace", "kvm"}
+
+// GVisorConfig offers gVisor as the runtime "gvisor": runsc, run by containerd's runc shim in place of runc
+// (the way Docker runs it with --runtime=runsc), with the flags below.
+//
+// Why not gVisor's own shim (containerd-shim-runsc-v1, RunscHandler): when it starts, it sets the
+// oom_score_adj of the shim process it forks to -999, and fails the task when it cannot. Lowering an
+// oom_score_adj needs CAP_SYS_RESOURCE, which hosts that run containerd inside a restricted container or
+// VM often lack in their bounding set (pkg/shim/v1/manager.go: "failed to set OOM Score on shim: write
+// /proc/N/oom_score_adj: permission denied"). containerd's runc shim sets its own score to containerd's
+// plus one, which needs no privilege, and reads the call's cgroup itself, so usage and OOM kills are
+// reported the same way under both runtimes.
+type GVisorConfig struct {
+	// Runsc is gVisor's runsc binary; empty means "runsc" on PATH. It must be statically linked
+	// (scripts/gvisor.sh builds it so): runsc re-executes itself inside an empty chroot.
+	Runsc string
+	// Platform is one of RunscPlatforms; empty means systrap.
+	Platform string
+}
+
+// runscFlags are the runsc flags of every gVisor call. They are part of the sandbox's hardening, not
+// options:
+//   - network none: the Sentry's own network stack with loopback only, as the private network namespace
+//     gives runc (web_fetch reaches the worker's egress proxy through a unix socket, as under runc);
+//   - oci-seccomp: the spec's seccomp filter (io_uring, rare socket families, the compat ABIs, ...) is
+//     enforced inside the sandbox as well; runsc ignores it otherwise and relies on the Sentry alone.
+//
+// runsc's other defaults already fit: no host unix sockets or FIFOs, no raw sockets, a read-only root stays
+// read-only, and bind mounts (the workspace) are shared with the host, which measures them while calls run.
+var runscFlags = []string{"--network=none", "--oci-seccomp"}
+
+// runscWrapper is the OCI runtime binary the runc shim runs for gVisor calls: runsc with runscFlags. The
+// runc shim has no option for runtime arguments (Docker writes the same kind of script for a runtime's
+// runtimeArgs).
+const runscWrapper = "#!/bin/sh\n# Written by toolpool's worker: gVisor's runsc with toolpool's flags, for containerd's runc shim.\nexec %s \"$@\"\n"
+
+// gvisorSetup resolves runsc and writes the wrapper the runc shim runs under stateDir. It returns the runc
+// shim's options for gVisor calls.
+func gvisorSetup(stateDir string, g GVisorConfig) (*runcoptions.Options, error) {
+	bin := cmp.Or(g.Runsc, "runsc")
+	path, err := exec.LookPath(bin)
+	if err != nil {
+		return nil, fmt.Errorf("find gVisor's runsc %q (install it with scripts/gvisor.sh, or make gvisor): %w", bin, err)
+	}
+	if path, err = filepath.Abs(path); err != nil {
+		return nil, fmt.Errorf("resolve runsc path: %w", err)
+	}
+	dir := filepath.Join(stateDir, "runsc")
+	if err := os.MkdirAll(filepath.Join(dir, "state"), 0o700); err != nil {
+		return nil, fmt.Errorf("create runsc state dir: %w", err)
+	}
+	args := append([]string{path, "--platform=" + cmp.Or(g.Platform, RunscPlatforms[0])}, runscFlags...)
+	for i, a := range args {
+		args[i] = shellQuote(a)
+	}
+	wrapper := filepath.Join(dir, "runsc")
+	if err := os.WriteFile(wrapper, fmt.Appendf(nil, runscWrapper, strings.Join(args, " ")), 0o700); err != nil {
+		return nil, fmt.Errorf("write runsc wrapper: %w", err)
+	}
+	return &runcoptions.Options{BinaryName: wrapper, Root: filepath.Join(dir, "state")}, nil
+}
+
+// shellQuote quotes s for a POSIX shell.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// runtimeNameRE is what a runtime name (sandbox.Spec.Runtime) looks like: "runc", "gvisor", "kata-fc".
+var runtimeNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,31}$`)
+
+// ValidateRuntimeName checks a sandbox runtime name as tenants' configurations and Specs carry it.
+func ValidateRuntimeName(name string) error {
+	if !runtimeNameRE.MatchString(name) {
+		return fmt.Errorf("runtime name %q: use 1 to 32 lowercase letters, digits, '.', '_' or '-' (such as runc or gvisor)", name)
+	}
+	return nil
+}
+
+// validateRuntimes checks Config's runtime fields.
+func (c *Config) validateRuntimes() error {
+	var errs []error
+	for name, handler := range c.Runtimes {
+		if err := ValidateRuntimeName(name); err != nil {
+			errs = append(errs, err)
+		}
+		switch {
+		case handler == "":
+			errs = append(errs, fmt.Errorf("runtime %s: the containerd runtime handler is empty", name))
+		case name == RuncRuntime:
+			errs = append(errs, fmt.Errorf("runtime %s: it is always %s and cannot be redefined", name, RuncHandler))
+		case name == GVisorRuntime && c.GVisor != nil:
+			errs = append(errs, fmt.Errorf("runtime %s is defined twice: by the gVisor settings and as handler %s", name, handler))
+		}
+	}
+	if c.GVisor != nil && c.GVisor.Platform != "" && !slices.Contains(RunscPlatforms, c.GVisor.Platform) {
+		errs = append(errs, fmt.Errorf("gVisor platform %q is not one of %s", c.GVisor.Platform, strings.Join(RunscPlatforms, ", ")))
+	}
+	return errors.Join(errs...)
+}
+
+// backend is how containerd runs one runtime: a runtime handler and its options (nil: the handler's own
+// defaults).
+type backend struct {
+	handler string
+	options any
+}
+
+// backends returns the runtimes cfg offers by name, and the default one (cfg.RuntimeName, which is a name
+// offered or else a containerd runtime handler).
+func backends(cfg Config) (map[string]backend, backend, error) {
+	all := map[string]backend{RuncRuntime: {handler: RuncHandler}}
+	for name, h := range cfg.Runtimes {
+		all[name] = backend{handler: h}
+	}
+	if cfg.GVisor != nil {
+		opts, err := gvisorSetup(cfg.StateDir, *cfg.GVisor)
+		if err != nil {
+			return nil, backend{}, err
+		}
+		all[GVisorRuntime] = backend{handler: RuncHandler, options: opts}
+	}
+	def, ok := all[cfg.RuntimeName]
+	if !ok {
+		def = backend{handler: cfg.RuntimeName}
+	}
+	return all, def, nil
+}
+
+// backendFor returns the backend of runtime name ("" is the default).
+func (r *Runtime) backendFor(name string) (backend, error) {
+	if name == "" {
+		return r.def, nil
+	}
+	b, ok := r.backends[name]
+	if !ok {
+		return backend{}, fmt.Errorf("runtime %q: this worker does not offer it (it offers %s)", name, r.offered())
+	}
+	return b, nil
+}
+
+// offered lists the runtime names this Runtime runs, for messages.
+func (r *Runtime) offered() string {
+	names := make([]string, 0, len(r.backends))
+	for n := range r.backends {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
+}
