@@ -52,6 +52,9 @@ const (
 	ErrExpired          = "expired"
 	ErrLost             = "lost"
 	ErrInternal         = "internal"
+
+	// ErrRuntimeUnavailable: the worker that took the call lacks the sandbox runtime the call requires.
+	ErrRuntimeUnavailable = "runtime_unavailable"
 )
 
 // Limits bound one call. Zero means "the configured default".
@@ -65,6 +68,10 @@ type Limits struct {
 	Network bool `json:"network,omitempty"`
 	// AllowedDomains, when not nil, is the only domains a fetch may reach (policy's allowlist).
 	AllowedDomains []string `json:"allowed_domains,omitempty"`
+	// Runtime names the sandbox runtime the call must run under ("gvisor"); empty means the worker's
+	// default. Only the dispatcher's tenant configuration sets it; requests cannot. A worker that does not
+	// offer it refuses the call (ErrRuntimeUnavailable) and never runs it under another runtime.
+	Runtime string `json:"runtime,omitempty"`
 }
 
 // Decision is the policy verdict on a call and the rule that produced it.

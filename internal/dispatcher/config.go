@@ -32,6 +32,9 @@ type Tenant struct {
 	Tokens []Token `yaml:"tokens"`
 	// MaxPending and MaxRunning bound the tenant's calls in flight; 0 means the server default.
 	MaxPending int `yaml:"max_pending,omitempty"`
+	// Runtime is the sandbox runtime every call of the tenant runs under ("gvisor"); empty means each
+	// worker's default. A worker that lacks it refuses the call rather than run it under another.
+	Runtime string `yaml:"runtime,omitempty"`
 }
 
 // Config configures the HTTP API.
@@ -81,6 +84,11 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("tenants[%d]: tenant %q is listed twice", i, t.Name)
 		}
 		seen[t.Name] = true
+		if t.Runtime != "" {
+			if err := call.ValidateName("runtime", t.Runtime); err != nil {
+				return fmt.Errorf("tenant %q: %w", t.Name, err)
+			}
+		}
 		if len(t.Tokens) == 0 {
 			return fmt.Errorf("tenant %q has no tokens", t.Name)
 		}

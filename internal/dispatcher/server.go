@@ -97,6 +97,8 @@ type principal struct {
 	tenant string
 	role   string
 	name   string
+	// runtime is the tenant's sandbox runtime, carried in every call's limits.
+	runtime string
 }
 
 // Option configures optional behaviour of a Server.
@@ -147,7 +149,7 @@ func New(cfg Config, deps Deps, opts ...Option) (*Server, error) {
 			if role == "" {
 				role = RoleCaller
 			}
-			s.tokens[key] = principal{tenant: t.Name, role: role, name: tok.Name}
+			s.tokens[key] = principal{tenant: t.Name, role: role, name: tok.Name, runtime: t.Runtime}
 		}
 	}
 	for _, o := range opts {
@@ -357,6 +359,7 @@ func (s *Server) admit(ctx context.Context, p principal, req *callRequest) (*cal
 	}
 	c.Deadline = c.CreatedAt.Add(queueTimeout)
 	c.Limits = s.limits(req, tool, dec.Limits)
+	c.Limits.Runtime = p.runtime
 	return c, dec, nil
 }
 

@@ -623,7 +623,11 @@ func TestEscape(t *testing.T) {
 			}},
 	}
 	cases = append(cases, cwdCases()...)
+	safeOn := runtimeSafe(t, cases)
 	for _, c := range cases {
+		if safe, ok := safeOn[c.name]; ok {
+			c.safe = safe
+		}
 		t.Run(c.name, func(t *testing.T) {
 			ws := workspace(t)
 			if c.attack != nil {

@@ -304,7 +304,11 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (out sandbox.Outco
 	if err != nil {
 		return out, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
 	}
-	containerOpts = append(containerOpts, containerd.WithNewSpec(r.hardenedSpec(argv, cwd, spec, lim, rootPath, mounts)...))
+	specOpts := r.hardenedSpec(argv, cwd, spec, lim, rootPath, mounts)
+	if be.gvisor {
+		specOpts = append(specOpts, withGVisorLimits(lim))
+	}
+	containerOpts = append(containerOpts, containerd.WithNewSpec(specOpts...))
 	container, err := r.client.NewContainer(ctx, spec.ID, containerOpts...)
 	if err != nil {
 		return out, fmt.Errorf("%w: create container %s: %w", sandbox.ErrNotStarted, spec.ID, err)
