@@ -137,7 +137,7 @@ func (c *Config) validateRuntimes() error {
 type backend struct {
 	handler string
 	options any
-	// gvisor marks toolpool's gVisor runtime, whose specs get withGVisorLimits.
+	// gvisor marks toolpool's gVisor runtime, whose specs get withGVisor.
 	gvisor bool
 }
 
@@ -145,14 +145,25 @@ type backend struct {
 // and the gofer's own (about 35 when idle, measured with runsc on systrap), with room to spare.
 const gvisorHostThreads = 64
 
-// withGVisorLimits moves the pids limit into the Sentry for a gVisor call. On the host, every thread of the
-// sandbox counts against the pids cgroup: the Sentry's own threads, and one or two per process of the call
-// (systrap's stub threads), so the call's pids limit there would keep a small sandbox from booting and
-// would count gVisor's threads as the call's. Instead the Sentry enforces the limit itself, as
-// RLIMIT_NPROC of the sandbox user (its kernel counts only this call's tasks: every call has its own), and
-// the host's pids cgroup bounds the whole sandbox at twice the limit plus gvisorHostThreads. Under runc
-// RLIMIT_NPROC would count every process of uid 65532 on the host, so only gVisor calls get it.
-func withGVisorLimits(lim sandbox.Limits) oci.SpecOpts {
+// hostUDSAnnotation sets runsc's --host-uds for one container; runsc lets a spec set it without
+// --allow-flag-override (runsc/config/flags.go, overrideAllowlist).
+const hostUDSAnnotation = "dev.gvisor.flag.host-uds"
+
+// withGVisor adapts a gVisor call's spec; it comes after the hardened options.
+//
+// The pids limit moves into the Sentry. On the host, every thread of the sandbox counts against the pids
+// cgroup: the Sentry's own threads, and one or two per process of the call (systrap's stub threads), so
+// the call's limit there would keep a small sandbox from booting and would count gVisor's threads as the
+// call's. Instead the Sentry enforces the limit itself, as RLIMIT_NPROC of the sandbox user (its kernel
+// counts only this call's tasks: every call has its own), and the host's pids cgroup bounds the whole
+// sandbox at twice the limit plus gvisorHostThreads. Under runc RLIMIT_NPROC would count every process of
+// uid 65532 on the host, so only gVisor calls get it.
+//
+// A call given a host unix socket (the egress proxy's, bind-mounted for web_fetch) may connect to it:
+// runsc refuses every host socket otherwise (--host-uds=none). "open" connects to sockets that exist in
+// the call's mounts and never creates one on the host; the mounts are the read-only root, /tmp, the
+// workspace and what the worker adds, as under runc.
+func withGVisor(lim sandbox.Limits) oci.SpecOpts {
 	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
 		if s.Process == nil || s.Linux == nil || s.Linux.Resources == nil || s.Linux.Resources.Pids == nil {
 			return errors.New("gVisor limits: the spec has no process or pids limit to move")
@@ -160,6 +171,17 @@ func withGVisorLimits(lim sandbox.Limits) oci.SpecOpts {
 		n := uint64(lim.PIDs)
 		s.Process.Rlimits = append(s.Process.Rlimits, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Hard: n, Soft: n})
 		s.Linux.Resources.Pids.Limit = 2*lim.PIDs + gvisorHostThreads
+		for _, m := range s.Mounts {
+			if m.Type != "bind" {
+				continue
+			}
+			if fi, err := os.Stat(m.Source); err == nil && fi.Mode()&os.ModeSocket != 0 {
+				if s.Annotations == nil {
+					s.Annotations = map[string]string{}
+				}
+				s.Annotations[hostUDSAnnotation] = "open"
+			}
+		}
 		return nil
 	}
 }

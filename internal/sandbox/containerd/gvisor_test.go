@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -16,19 +14,6 @@ import (
 	"github.com/toolpool/toolpool/internal/sandbox/containerd"
 	"github.com/toolpool/toolpool/internal/sandbox/containerd/ctrtest"
 )
-
-// requireGVisor fails (CI=true with TOOLPOOL_TEST_RUNTIME=gvisor) or skips the test unless runsc is
-// installed.
-func requireGVisor(t *testing.T) {
-	t.Helper()
-	ctrtest.Require(t)
-	if _, err := exec.LookPath("runsc"); err != nil {
-		if os.Getenv("CI") == "true" && ctrtest.Runtime() == containerd.GVisorRuntime {
-			t.Fatal("the gVisor tier needs runsc (make gvisor), and CI must not skip it")
-		}
-		t.Skip("this test needs gVisor's runsc (make gvisor)")
-	}
-}
 
 // errorList collects the errors Config.OnCleanup hears, from any goroutine.
 type errorList struct {
@@ -48,27 +33,10 @@ func (l *errorList) err() error {
 	return errors.Join(l.errs...)
 }
 
-// hostRelease is the host kernel's release, which runc calls see and gVisor calls do not.
-func hostRelease(t *testing.T) string {
-	t.Helper()
-	var u syscall.Utsname
-	if err := syscall.Uname(&u); err != nil {
-		t.Fatal(err)
-	}
-	var b strings.Builder
-	for _, c := range u.Release {
-		if c == 0 {
-			break
-		}
-		b.WriteByte(byte(c))
-	}
-	return b.String()
-}
-
 // TestRuntimeSelection runs calls under the runtime each Spec names on one Runtime that offers runc and
 // gVisor, and refuses a runtime it does not offer before anything is created.
 func TestRuntimeSelection(t *testing.T) {
-	requireGVisor(t)
+	ctrtest.RequireGVisor(t)
 	var cleanupErrs errorList
 	rt, _ := ctrtest.NewRuntime(t, containerd.Config{RuntimeName: containerd.RuncRuntime, GVisor: &containerd.GVisorConfig{},
 		OnCleanup: cleanupErrs.observe})
@@ -79,7 +47,7 @@ func TestRuntimeSelection(t *testing.T) {
 		}
 	}()
 	ws := workspace(t)
-	host := hostRelease(t)
+	host := ctrtest.HostRelease(t)
 	tests := []struct {
 		runtime   string
 		underHost bool // sees the host's kernel

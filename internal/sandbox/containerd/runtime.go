@@ -306,7 +306,7 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (out sandbox.Outco
 	}
 	specOpts := r.hardenedSpec(argv, cwd, spec, lim, rootPath, mounts)
 	if be.gvisor {
-		specOpts = append(specOpts, withGVisorLimits(lim))
+		specOpts = append(specOpts, withGVisor(lim))
 	}
 	containerOpts = append(containerOpts, containerd.WithNewSpec(specOpts...))
 	container, err := r.client.NewContainer(ctx, spec.ID, containerOpts...)

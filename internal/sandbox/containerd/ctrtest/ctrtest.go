@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -58,6 +60,38 @@ func Require(t testing.TB) {
 		t.Fatalf("this test needs %s, and CI must not skip it", missing)
 	}
 	t.Skipf("this test needs %s", missing)
+}
+
+// RequireGVisor is Require, and gVisor's runsc on PATH: a missing runsc fails the test under CI=true
+// (make test installs it with make gvisor) and skips it elsewhere.
+func RequireGVisor(t testing.TB) {
+	t.Helper()
+	Require(t)
+	if onPath("runsc") {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("this test needs gVisor's runsc (make gvisor), and CI must not skip it")
+	}
+	t.Skip("this test needs gVisor's runsc (make gvisor)")
+}
+
+// HostRelease is the host kernel's release (uname -r), which a call under runc sees and one under gVisor
+// does not: the tests tell the runtime a call ran under by it.
+func HostRelease(t testing.TB) string {
+	t.Helper()
+	var u syscall.Utsname
+	if err := syscall.Uname(&u); err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, c := range u.Release {
+		if c == 0 {
+			break
+		}
+		b.WriteByte(byte(c))
+	}
+	return b.String()
 }
 
 func onPath(name string) bool {
