@@ -16,6 +16,7 @@ import (
 	"github.com/containerd/containerd/containers"
 	"github.com/containerd/containerd/oci"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/toolpool/toolpool/internal/sandbox"
 )
@@ -103,6 +104,23 @@ func gvisorSetup(stateDir string, g GVisorConfig) (*runcoptions.Options, error) 
 		return nil, fmt.Errorf("write runsc wrapper: %w", err)
 	}
 	return &runcoptions.Options{BinaryName: wrapper, Root: filepath.Join(dir, "state")}, nil
+}
+
+// releaseGVisor unmounts what runsc keeps mounted under stateDir between calls: the empty network namespace
+// its gofers share, which runsc bind-mounts at <root>/null-netns when the first sandbox starts (and again
+// whenever it is missing), so that a call need not create and tear down a network namespace of its own.
+// Close calls it; the directory can then be removed.
+func releaseGVisor(stateDir string) error {
+	pins, err := filepath.Glob(filepath.Join(stateDir, "runsc", "state", "*", "null-netns"))
+	if err != nil {
+		return fmt.Errorf("find runsc's network namespace pins: %w", err)
+	}
+	for _, p := range pins {
+		// Concurrent sandbox starts can stack the bind mount: unmount until none is left.
+		for unix.Unmount(p, unix.MNT_DETACH) == nil {
+		}
+	}
+	return nil
 }
 
 // shellQuote quotes s for a POSIX shell.

@@ -183,7 +183,7 @@ func New(ctx context.Context, cfg Config) (_ *Runtime, retErr error) {
 func (r *Runtime) Warnings() []string { return slices.Clone(r.warnings) }
 
 // Close waits for the removal of the containers of finished calls, then releases the connection to
-// containerd. It is idempotent.
+// containerd and unmounts what gVisor keeps mounted between calls. It is idempotent.
 func (r *Runtime) Close() error {
 	if r.client == nil {
 		return nil
@@ -191,6 +191,9 @@ func (r *Runtime) Close() error {
 	r.WaitCleanups()
 	err := r.client.Close()
 	r.client = nil
+	if b, ok := r.backends[GVisorRuntime]; ok && b.gvisor {
+		err = errors.Join(err, releaseGVisor(r.cfg.StateDir))
+	}
 	return err
 }
 
