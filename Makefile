@@ -5,8 +5,15 @@ BIN := bin
 GOFLAGS_BUILD := -trimpath -ldflags "-s -w"
 PKGS := ./...
 TEST_TIMEOUT ?= 40m
+# TOOLPOOL_GVISOR=1 makes `make run` run every call under gVisor; TOOLPOOL_GVISOR=0 makes `make test` skip
+# gVisor (its tier and the runtime-selection tests). gVisor is built, once, only when it is used.
+TOOLPOOL_GVISOR ?=
+export TOOLPOOL_GVISOR
+# The gVisor tier: the escape suite, the sandbox's runtime and leak tests and the tools end to end, under
+# gVisor (docs/security.md says what it leaves to the runc tier, and why).
+GVISOR_TESTS := ^(TestEscape|TestRun|TestTimeoutKillsEverything|TestNoLeaks|TestToolsInContainers|TestEndToEnd)$$
 
-.PHONY: all deps build run test test-unit bench lint helm fmt clean
+.PHONY: all deps gvisor build run test test-gvisor test-unit bench lint helm fmt clean
 
 all: build
 
@@ -18,17 +25,28 @@ deps:
 build:
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $(BIN)/ ./cmd/dispatcher ./cmd/worker ./cmd/toolpool
 
+## gvisor: build gVisor's runsc and its shim from the Go module proxy into /usr/local, unless installed (a few minutes)
+gvisor:
+	@bash scripts/gvisor.sh
+
 ## run: install what is missing, build, and run dispatcher (embedded NATS) and worker (private containerd)
 run: deps build
+	@if [ "$(TOOLPOOL_GVISOR)" = 1 ]; then bash scripts/gvisor.sh; fi
 	@bash scripts/run.sh
 
 ## test: every test, unit and integration, against real NATS and containerd, with the race detector
 test: deps
+	@if [ "$(TOOLPOOL_GVISOR)" != 0 ]; then bash scripts/gvisor.sh; fi
 	$(GO) vet $(PKGS)
 	@bash scripts/check-fmt.sh
 	@bash scripts/check-observability.sh
 	@bash scripts/check-helm.sh
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+	@if [ "$(TOOLPOOL_GVISOR)" != 0 ]; then $(MAKE) --no-print-directory test-gvisor; fi
+
+## test-gvisor: the gVisor tier (GVISOR_TESTS) with TOOLPOOL_TEST_RUNTIME=gvisor; installs gVisor first
+test-gvisor: deps gvisor
+	TOOLPOOL_TEST_RUNTIME=gvisor $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run '$(GVISOR_TESTS)' ./internal/sandbox/containerd/ ./test/e2e/
 
 ## test-unit: the tests that need neither root nor containerd
 test-unit:
