@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -147,6 +148,8 @@ func NewRuntime(t testing.TB, cfg containerd.Config) (*containerd.Runtime, *cont
 // NewRuntimeOn returns a Runtime on the containerd at cfg.Address, closed when the test ends, with the
 // same defaults as NewRuntime. An empty cfg.RuntimeName is Runtime, so that the sandbox suite runs under
 // the runtime TOOLPOOL_TEST_RUNTIME names; gVisor (runsc on PATH) is offered whenever it is the one.
+// Unless cfg.OnCleanup is set, a container whose removal fails fails the test when it ends: a container
+// left behind is a leak.
 func NewRuntimeOn(t testing.TB, cfg containerd.Config) *containerd.Runtime {
 	t.Helper()
 	if cfg.RuntimeName == "" {
@@ -166,6 +169,26 @@ func NewRuntimeOn(t testing.TB, cfg containerd.Config) *containerd.Runtime {
 	}
 	if cfg.WorkerID == "" {
 		cfg.WorkerID = "test-worker"
+	}
+	var removal struct {
+		sync.Mutex
+		errs []error
+	}
+	if cfg.OnCleanup == nil {
+		cfg.OnCleanup = func(_ time.Duration, err error) {
+			if err != nil {
+				removal.Lock()
+				removal.errs = append(removal.errs, err)
+				removal.Unlock()
+			}
+		}
+		t.Cleanup(func() { // runs after Close, which waits for every removal
+			removal.Lock()
+			defer removal.Unlock()
+			for _, err := range removal.errs {
+				t.Errorf("remove a finished call's container: %v", err)
+			}
+		})
 	}
 	rt, err := containerd.New(context.Background(), cfg)
 	if err != nil {
