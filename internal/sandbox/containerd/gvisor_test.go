@@ -103,3 +103,44 @@ func TestGVisorMissing(t *testing.T) {
 		t.Errorf("err %v; want a refusal that says how to install gVisor", err)
 	}
 }
+
+// BenchmarkRuntimes runs `true` under runc and under gVisor on one Runtime, alternating, so that both see
+// the same machine and the same load, and reports the p50/p95 of each whole call (create, start, wait and
+// cleanup, as BenchmarkSandbox) and of its start alone (Outcome.SandboxTime): gVisor's cost per call.
+func BenchmarkRuntimes(b *testing.B) {
+	ctrtest.RequireGVisor(b)
+	rt, _ := ctrtest.NewRuntime(b, containerd.Config{RuntimeName: containerd.RuncRuntime, GVisor: &containerd.GVisorConfig{}})
+	ws := workspace(b)
+	runtimes := []string{containerd.RuncRuntime, containerd.GVisorRuntime}
+	total := map[string][]float64{}
+	start := map[string][]float64{}
+	run := func(runtime string) {
+		began := time.Now()
+		out, err := rt.Run(context.Background(), sandbox.Spec{ID: newID("bench"), Argv: []string{"/bin/true"}, WorkspaceDir: ws,
+			Runtime: runtime, Limits: sandbox.Limits{Timeout: 60 * time.Second}})
+		if err != nil || out.ExitCode != 0 {
+			b.Fatalf("Run under %s: %v, exit %d", runtime, err, out.ExitCode)
+		}
+		rt.WaitCleanups()
+		total[runtime] = append(total[runtime], float64(time.Since(began).Microseconds())/1000)
+		start[runtime] = append(start[runtime], float64(out.SandboxTime.Microseconds())/1000)
+	}
+	for _, r := range runtimes {
+		run(r) // warm up: page in runc, runsc, the shim and the binaries
+	}
+	clear(total)
+	clear(start)
+	b.ResetTimer()
+	for range b.N {
+		for _, r := range runtimes {
+			run(r)
+		}
+	}
+	b.StopTimer()
+	for _, r := range runtimes {
+		b.ReportMetric(percentile(total[r], 50), r+"-p50-ms")
+		b.ReportMetric(percentile(total[r], 95), r+"-p95-ms")
+		b.ReportMetric(percentile(start[r], 50), r+"-start-p50-ms")
+		b.ReportMetric(percentile(start[r], 95), r+"-start-p95-ms")
+	}
+}
