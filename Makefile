@@ -13,7 +13,15 @@ export TOOLPOOL_GVISOR
 # gVisor (docs/security.md says what it leaves to the runc tier, and why).
 GVISOR_TESTS := ^(TestEscape|TestRun|TestTimeoutKillsEverything|TestNoLeaks|TestToolsInContainers|TestEndToEnd)$$
 
-.PHONY: all deps gvisor build run test test-gvisor test-unit bench lint helm fmt clean
+# CONTAINER_PKGS are the packages whose tests start containers. make test runs them after the others, one
+# package at a time (-p 1): go test otherwise runs as many packages at once as there are CPUs, and the escape
+# suite's fork bomb, 2 GiB output flood and memory hog would share the cores with the end-to-end suite's
+# timing checks.
+CONTAINER_PKGS := ./internal/sandbox/containerd/... ./test/e2e/...
+# FUZZTIME is how long make test (and make fuzz) runs each fuzz target.
+FUZZTIME ?= 20s
+
+.PHONY: all deps gvisor build run test test-gvisor test-unit fuzz bench lint helm fmt clean
 
 all: build
 
@@ -34,23 +42,30 @@ run: deps build
 	@if [ "$(TOOLPOOL_GVISOR)" = 1 ]; then bash scripts/gvisor.sh; fi
 	@bash scripts/run.sh
 
-## test: every test, unit and integration, against real NATS and containerd, with the race detector
+## test: every test, unit and integration, against real NATS and containerd, with the race detector; then
+## every fuzz target for FUZZTIME
 test: deps
 	@if [ "$(TOOLPOOL_GVISOR)" != 0 ]; then bash scripts/gvisor.sh; fi
 	$(GO) vet $(PKGS)
 	@bash scripts/check-fmt.sh
 	@bash scripts/check-observability.sh
 	@bash scripts/check-helm.sh
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list $(PKGS) | grep -v -e /internal/sandbox/containerd -e /test/e2e)
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -p 1 $(CONTAINER_PKGS)
 	@if [ "$(TOOLPOOL_GVISOR)" != 0 ]; then $(MAKE) --no-print-directory test-gvisor; fi
+	@FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh
 
 ## test-gvisor: the gVisor tier (GVISOR_TESTS) with TOOLPOOL_TEST_RUNTIME=gvisor; installs gVisor first
 test-gvisor: deps gvisor
-	TOOLPOOL_TEST_RUNTIME=gvisor $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run '$(GVISOR_TESTS)' ./internal/sandbox/containerd/ ./test/e2e/
+	TOOLPOOL_TEST_RUNTIME=gvisor $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -p 1 -run '$(GVISOR_TESTS)' ./internal/sandbox/containerd/ ./test/e2e/
 
-## test-unit: the tests that need neither root nor containerd
+## test-unit: the tests that need neither root nor containerd (-short skips the others, CI=true or not)
 test-unit:
 	$(GO) test -race -count=1 -short $(PKGS)
+
+## fuzz: every fuzz target for FUZZTIME (default 20s) each; a failing input lands in testdata/fuzz/ to commit
+fuzz:
+	@FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh
 
 ## bench: sandbox and end-to-end benchmarks (speed and memory targets are measured here)
 bench: deps

@@ -138,6 +138,33 @@ func loadConfig(args []string) (config, error) {
 	return cfg, cfg.validate()
 }
 
+// shareAllowRules keeps pstore's approve-always rules in the state bucket that every replica shares, so
+// that they survive a restart: it applies the stored rules, shortly after it returns, and whatever another
+// replica stores later, until ctx ends; persist stores pstore's rules after one was added here.
+func shareAllowRules(ctx context.Context, conn *jetstream.Conn, pstore *policy.Store, log *slog.Logger) (persist func(), err error) {
+	if err := conn.WatchState(ctx, allowRulesKey, func(b []byte) {
+		var rules []policy.AllowRule
+		if err := json.Unmarshal(b, &rules); err != nil {
+			log.Error("decode approve-always rules", "error", err)
+			return
+		}
+		if err := pstore.SetAllowRules(rules); err != nil {
+			log.Error("apply approve-always rules", "error", err)
+		}
+	}); err != nil {
+		return nil, err
+	}
+	return func() {
+		b, err := json.Marshal(pstore.AllowRules())
+		if err == nil {
+			err = conn.PutState(context.WithoutCancel(ctx), allowRulesKey, b)
+		}
+		if err != nil {
+			log.Error("persist approve-always rules", "error", err)
+		}
+	}, nil
+}
+
 func run(args []string) error {
 	cfg, err := loadConfig(args)
 	if err != nil {
@@ -213,26 +240,9 @@ func run(args []string) error {
 			})
 		}()
 	}
-	if err := conn.WatchState(ctx, allowRulesKey, func(b []byte) {
-		var rules []policy.AllowRule
-		if err := json.Unmarshal(b, &rules); err != nil {
-			log.Error("decode approve-always rules", "error", err)
-			return
-		}
-		if err := pstore.SetAllowRules(rules); err != nil {
-			log.Error("apply approve-always rules", "error", err)
-		}
-	}); err != nil {
+	persistRules, err := shareAllowRules(ctx, conn, pstore, log)
+	if err != nil {
 		return err
-	}
-	persistRules := func() {
-		b, err := json.Marshal(pstore.AllowRules())
-		if err == nil {
-			err = conn.PutState(context.WithoutCancel(ctx), allowRulesKey, b)
-		}
-		if err != nil {
-			log.Error("persist approve-always rules", "error", err)
-		}
 	}
 
 	// The call store, decorated: audit log, then metrics, then tracing (outermost).

@@ -147,9 +147,11 @@ func (s *Server) decideApproval(w http.ResponseWriter, r *http.Request) {
 		if err := s.pub.Publish(r.Context(), c); err != nil {
 			s.log.Error("publish approved call", "call_id", id, "error", err)
 			res.Fail(call.StatusError, call.ErrInternal, "toolpool could not queue the approved call")
+			res.FinishedAt = s.now().UTC()
 			if cur, gerr := s.store.Get(context.WithoutCancel(r.Context()), id); gerr == nil {
 				_, _ = s.store.Update(context.WithoutCancel(r.Context()), res, cur.Revision)
 			}
+			_ = s.approvals.DeletePending(context.WithoutCancel(r.Context()), p.tenant, id)
 			writeError(w, http.StatusServiceUnavailable, call.ErrInternal, "toolpool could not queue the approved call")
 			return
 		}

@@ -384,7 +384,7 @@ func (s *Server) limits(req *callRequest, tool *tools.Tool, pl policy.Limits) ca
 		output = min(output, pl.OutputBytes)
 	}
 	return call.Limits{TimeoutMS: timeout.Milliseconds(), OutputBytes: output, MemoryBytes: req.MemoryBytes,
-		Network: pl.Network, AllowedDomains: pl.AllowedDomains}
+		Network: pl.Network, AllowedDomains: pl.AllowedDomains, AllowedPorts: pl.AllowedPorts}
 }
 
 // argsDigest is what an approval binds to: the SHA-256 of the arguments as received.
@@ -424,12 +424,13 @@ func (s *Server) accept(ctx context.Context, c *call.Call, dec policy.Decision) 
 			}
 		}
 		s.log.ErrorContext(ctx, "record call", "call_id", c.ID, "error", err)
-		return nil, &requestError{code: http.StatusServiceUnavailable, typ: call.ErrInternal, msg: "toolpool could not record the call; retry with the same idempotency_key"}
+		return nil, &requestError{code: http.StatusServiceUnavailable, typ: call.ErrInternal, retryAfter: 1, msg: "toolpool could not record the call; retry with the same idempotency_key"}
 	}
 	if res.Status == call.StatusPendingApproval {
 		if err := s.approvals.PutPending(ctx, &call.Pending{Call: c, ExpiresAt: c.Deadline}); err != nil {
 			s.log.Error("park call for approval", "call_id", c.ID, "error", err)
 			res.Fail(call.StatusError, call.ErrInternal, "toolpool could not park the call for approval")
+			res.FinishedAt = s.now().UTC()
 			if rec, gerr := s.store.Get(context.WithoutCancel(ctx), c.ID); gerr == nil {
 				_, _ = s.store.Update(context.WithoutCancel(ctx), res, rec.Revision)
 			}
@@ -561,6 +562,7 @@ func (s *Server) deleteCall(w http.ResponseWriter, r *http.Request) {
 			writeResult(w, res)
 			return
 		}
+		parked := res.Status == call.StatusPendingApproval
 		if res.Status == call.StatusRunning {
 			// The worker that runs it watches for this request and kills the container.
 			res.CancelRequested = true
@@ -577,6 +579,9 @@ func (s *Server) deleteCall(w http.ResponseWriter, r *http.Request) {
 		if res.Status == call.StatusRunning {
 			s.waitAndWrite(w, r, id, 10*time.Second)
 			return
+		}
+		if parked {
+			_ = s.approvals.DeletePending(r.Context(), p.tenant, id)
 		}
 		writeResult(w, res)
 		return

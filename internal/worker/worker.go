@@ -51,10 +51,11 @@ type Config struct {
 	Image string
 	// WorkspaceQuota is the most disk space one workspace may use; 0 means no quota.
 	WorkspaceQuota int64
-	// EgressDir holds the per-call egress proxy sockets; EgressRules are the operator's base rules for
-	// every fetch (denied domains, allowed ports), which policy's domain allowlist narrows per call.
-	EgressDir   string
-	EgressRules egress.Rules
+	// EgressDir holds the per-call egress proxy sockets; Egress makes each call's proxy from the
+	// operator's base rules, which the call's limits (policy's domains and ports) narrow. A nil Egress
+	// refuses every call that needs egress.
+	EgressDir string
+	Egress    *egress.Gateway
 	// MaxAttempts is the delivery after which a call that still cannot start is given up with an error;
 	// keep it below the queue's max deliveries so the worker, not the server, settles it.
 	MaxAttempts uint64
@@ -446,15 +447,12 @@ func (w *Worker) run(ctx context.Context, c *call.Call) (runOutcome, error) {
 	if inv.Runner {
 		spec.Mounts = append(spec.Mounts, sandbox.Mount{Source: w.cfg.RunnerBinary, Destination: tools.RunnerPath})
 	}
-	if inv.Egress {
-		socket, stop, err := w.serveEgress(ctx, c)
-		if err != nil {
-			return runOutcome{}, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
-		}
-		defer stop()
-		spec.Mounts = append(spec.Mounts, sandbox.Mount{Source: socket, Destination: tools.EgressSocket})
+	finishEgress, err := w.withEgress(ctx, c, inv, &spec)
+	if err != nil {
+		return runOutcome{}, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
 	}
 	out, err := w.runtime.Run(ctx, spec)
+	egressConns := finishEgress()
 	if errors.Is(err, sandbox.ErrNoProgram) {
 		// Nothing ran, and nothing would elsewhere: the call's own mistake, like arguments that do not plan.
 		root := "the host's /usr"
@@ -472,7 +470,7 @@ func (w *Worker) run(ctx context.Context, c *call.Call) (runOutcome, error) {
 				"(gVisor: make gvisor, or scripts/gvisor.sh) or change the tenant's runtime in the dispatcher's configuration.",
 			spec.Runtime, w.cfg.ID, err)}}, nil
 	}
-	return runOutcome{tool: tool, out: out, timeout: timeout}, err
+	return runOutcome{tool: tool, out: out, timeout: timeout, egress: egressConns}, err
 }
 
 type runOutcome struct {
@@ -480,6 +478,7 @@ type runOutcome struct {
 	timeout time.Duration
 	out     sandbox.Outcome
 	planErr *call.ErrorInfo
+	egress  []call.EgressConn
 }
 
 // complete fills r with the final state of a call that ran (or failed to plan).
@@ -508,6 +507,8 @@ func (w *Worker) complete(r *call.Result, c *call.Call, ro runOutcome, runErr, c
 			r.Truncated = true
 		}
 	}
+	r.Egress = ro.egress
+	r.Output += egressNote(ro.egress)
 	switch {
 	case errors.Is(cancelErr, errCancelRequested):
 		r.Status = call.StatusCancelled

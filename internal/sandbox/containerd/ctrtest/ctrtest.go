@@ -1,6 +1,7 @@
-// Package ctrtest starts a private containerd for tests, the same way a worker does. Outside CI a machine
-// without root or containerd skips the test; with CI=true it fails it, because a green run that skipped the
-// sandbox tests proves nothing.
+// Package ctrtest starts a private containerd for tests, the same way a worker does, and finds what a
+// container leaves on the host. Under -short every test that needs root or containerd is skipped (that is
+// make test-unit). Otherwise a machine without root or containerd skips the test, unless CI=true, which fails
+// it, because a green run that skipped the sandbox tests proves nothing.
 package ctrtest
 
 import (
@@ -37,10 +38,13 @@ func Runtime() string {
 	}
 }
 
-// Require fails (CI=true) or skips the test unless this process is root and containerd and runc are
-// installed, and, when the tests run under gVisor, runsc and its shim.
+// Require skips the test under -short; otherwise it fails (CI=true) or skips the test unless this process
+// is root and containerd and runc are installed, and, when the tests run under gVisor, runsc.
 func Require(t testing.TB) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("this test needs root and containerd: skipped under -short")
+	}
 	missing := ""
 	switch {
 	case os.Geteuid() != 0:
@@ -54,6 +58,25 @@ func Require(t testing.TB) {
 	case Runtime() == containerd.GVisorRuntime && !onPath("runsc"):
 		missing = "gVisor's runsc (make gvisor)"
 	}
+	lack(t, missing)
+}
+
+// RequirePrograms is Require, and also the programs named (such as ctr, which comes with containerd) on
+// PATH: a test checks them up front rather than failing later on an unclear error.
+func RequirePrograms(t testing.TB, names ...string) {
+	t.Helper()
+	Require(t)
+	for _, name := range names {
+		if !onPath(name) {
+			lack(t, name+" on PATH")
+			return
+		}
+	}
+}
+
+// lack fails (CI=true) or skips the test for want of missing; it does nothing when missing is empty.
+func lack(t testing.TB, missing string) {
+	t.Helper()
 	if missing == "" {
 		return
 	}
