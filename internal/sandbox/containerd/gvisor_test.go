@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,37 +14,12 @@ import (
 	"github.com/toolpool/toolpool/internal/sandbox/containerd/ctrtest"
 )
 
-// errorList collects the errors Config.OnCleanup hears, from any goroutine.
-type errorList struct {
-	mu   sync.Mutex
-	errs []error
-}
-
-func (l *errorList) observe(_ time.Duration, err error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.errs = append(l.errs, err)
-}
-
-func (l *errorList) err() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return errors.Join(l.errs...)
-}
-
 // TestRuntimeSelection runs calls under the runtime each Spec names on one Runtime that offers runc and
 // gVisor, and refuses a runtime it does not offer before anything is created.
 func TestRuntimeSelection(t *testing.T) {
 	ctrtest.RequireGVisor(t)
-	var cleanupErrs errorList
-	rt, _ := ctrtest.NewRuntime(t, containerd.Config{RuntimeName: containerd.RuncRuntime, GVisor: &containerd.GVisorConfig{},
-		OnCleanup: cleanupErrs.observe})
-	defer func() {
-		rt.WaitCleanups()
-		if err := cleanupErrs.err(); err != nil {
-			t.Errorf("removing a container failed: %v", err)
-		}
-	}()
+	// A failed removal fails the test (ctrtest.NewRuntimeOn).
+	rt, _ := ctrtest.NewRuntime(t, containerd.Config{RuntimeName: containerd.RuncRuntime, GVisor: &containerd.GVisorConfig{}})
 	ws := workspace(t)
 	host := ctrtest.HostRelease(t)
 	tests := []struct {
