@@ -5,13 +5,19 @@ BIN := bin
 GOFLAGS_BUILD := -trimpath -ldflags "-s -w"
 PKGS := ./...
 TEST_TIMEOUT ?= 40m
-# TOOLPOOL_GVISOR=1 makes `make run` run every call under gVisor; TOOLPOOL_GVISOR=0 makes `make test` skip
-# gVisor (its tier and the runtime-selection tests). gVisor is built, once, only when it is used.
+# TOOLPOOL_GVISOR=1 makes `make run` install gVisor (once) and run every call under it.
 TOOLPOOL_GVISOR ?=
 export TOOLPOOL_GVISOR
+# TEST_GVISOR is TOOLPOOL_GVISOR for make test: the tests that need gVisor installed (the runtime choice
+# on real containers) run when it is installed, and skip, saying so, when it is not (TOOLPOOL_GVISOR=0).
+# make test never builds gVisor: from a cold cache that alone can take longer than the rest of make test
+# (docs/security.md). make test-gvisor installs it and runs everything that needs it.
+TEST_GVISOR = $(or $(TOOLPOOL_GVISOR),$(if $(shell bash scripts/gvisor.sh --check && echo y),1,0))
 # The gVisor tier: the escape suite, the sandbox's runtime and leak tests and the tools end to end, under
 # gVisor (docs/security.md says what it leaves to the runc tier, and why).
-GVISOR_TESTS := ^(TestEscape|TestRun|TestTimeoutKillsEverything|TestNoLeaks|TestToolsInContainers|TestEndToEnd)$$
+GVISOR_TESTS := ^(TestEscape|TestRun|TestTimeoutKillsEverything|TestNoLeaks|TestToolsInContainers|TestEndToEnd|TestEgress)$$
+# The tests of the runtime choice that need gVisor installed, under the default runtime (runc).
+GVISOR_SELECTION_TESTS := ^(TestRuntimeSelection|TestGVisorMissing|TestTenantRuntime)$$
 
 # CONTAINER_PKGS are the packages whose tests start containers. make test runs them after the others, one
 # package at a time (-p 1): go test otherwise runs as many packages at once as there are CPUs, and the escape
@@ -43,21 +49,21 @@ run: deps build
 	@bash scripts/run.sh
 
 ## test: every test, unit and integration, against real NATS and containerd, with the race detector; then
-## every fuzz target for FUZZTIME
+## every fuzz target for FUZZTIME. gVisor's tier is make test-gvisor.
 test: deps
-	@if [ "$(TOOLPOOL_GVISOR)" != 0 ]; then bash scripts/gvisor.sh; fi
 	$(GO) vet $(PKGS)
 	@bash scripts/check-fmt.sh
 	@bash scripts/check-observability.sh
 	@bash scripts/check-helm.sh
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list $(PKGS) | grep -v -e /internal/sandbox/containerd -e /test/e2e)
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -p 1 $(CONTAINER_PKGS)
-	@if [ "$(TOOLPOOL_GVISOR)" != 0 ]; then $(MAKE) --no-print-directory test-gvisor; fi
+	TOOLPOOL_GVISOR=$(TEST_GVISOR) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list $(PKGS) | grep -v -e /internal/sandbox/containerd -e /test/e2e)
+	TOOLPOOL_GVISOR=$(TEST_GVISOR) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -p 1 $(CONTAINER_PKGS)
 	@FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh
 
-## test-gvisor: the gVisor tier (GVISOR_TESTS) with TOOLPOOL_TEST_RUNTIME=gvisor; installs gVisor first
+## test-gvisor: install gVisor (once), then the runtime-choice tests that need it and the gVisor tier
+## (GVISOR_TESTS with TOOLPOOL_TEST_RUNTIME=gvisor)
 test-gvisor: deps gvisor
-	TOOLPOOL_TEST_RUNTIME=gvisor $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -p 1 -run '$(GVISOR_TESTS)' ./internal/sandbox/containerd/ ./test/e2e/
+	TOOLPOOL_GVISOR=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -p 1 -run '$(GVISOR_SELECTION_TESTS)' $(CONTAINER_PKGS)
+	TOOLPOOL_GVISOR=1 TOOLPOOL_TEST_RUNTIME=gvisor $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -p 1 -run '$(GVISOR_TESTS)' $(CONTAINER_PKGS)
 
 ## test-unit: the tests that need neither root nor containerd (-short skips the others, CI=true or not)
 test-unit:

@@ -1,8 +1,12 @@
 package containerd
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	runcoptions "github.com/containerd/containerd/api/types/runc/options"
 )
 
 // TestValidateRuntimes: each runtime misconfiguration is refused with a message that names what to fix, and
@@ -46,5 +50,62 @@ func TestValidateRuntimes(t *testing.T) {
 				t.Errorf("err %v, want one saying %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestBackends: a Runtime offers runc always, gvisor when configured, and the names of Runtimes; a Spec
+// naming none gets the default, and one naming a runtime not offered is refused with what is offered. The
+// gvisor backend is the runc shim running toolpool's runsc wrapper, which carries the hardening flags.
+func TestBackends(t *testing.T) {
+	state := t.TempDir()
+	cfg := Config{RuntimeName: RuncRuntime, StateDir: state, Runtimes: map[string]string{"kata": "io.containerd.kata.v2"},
+		GVisor: &GVisorConfig{Runsc: "/bin/true"}}
+	all, def, err := backends(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Runtime{backends: all, def: def}
+	if got := r.offered(); got != "gvisor, kata, runc" {
+		t.Errorf("offered %q", got)
+	}
+	tests := []struct {
+		name, handler string
+		gvisor        bool
+		wantErr       string
+	}{
+		{name: "", handler: RuncHandler},
+		{name: RuncRuntime, handler: RuncHandler},
+		{name: "kata", handler: "io.containerd.kata.v2"},
+		{name: GVisorRuntime, handler: RuncHandler, gvisor: true},
+		{name: "firecracker", wantErr: `runtime "firecracker": this worker offers only gvisor, kata, runc`},
+	}
+	for _, tt := range tests {
+		t.Run("runtime "+tt.name, func(t *testing.T) {
+			b, err := r.backendFor(tt.name)
+			if tt.wantErr != "" {
+				if err == nil || err.Error() != tt.wantErr {
+					t.Errorf("err %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || b.handler != tt.handler || b.gvisor != tt.gvisor || (b.options != nil) != tt.gvisor {
+				t.Errorf("backend %+v (%v), want handler %s, gvisor %v", b, err, tt.handler, tt.gvisor)
+			}
+		})
+	}
+	opts, ok := all[GVisorRuntime].options.(*runcoptions.Options)
+	if !ok || opts.Root != filepath.Join(state, "runsc", "state") {
+		t.Fatalf("gVisor's shim options %+v", all[GVisorRuntime].options)
+	}
+	wrapper, err := os.ReadFile(opts.BinaryName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `exec '/bin/true' '--platform=systrap' '--network=none' '--oci-seccomp' "$@"`; !strings.Contains(string(wrapper), want) {
+		t.Errorf("wrapper %q lacks %q", wrapper, want)
+	}
+	cfg.RuntimeName, cfg.GVisor = GVisorRuntime, &GVisorConfig{Runsc: "/bin/true", Platform: "ptrace"}
+	if _, def, err = backends(cfg); err != nil || !def.gvisor {
+		t.Errorf("default gvisor: %+v %v", def, err)
 	}
 }

@@ -86,9 +86,9 @@ func lack(t testing.TB, missing string) {
 	t.Skipf("this test needs %s", missing)
 }
 
-// RequireGVisor is Require, and gVisor's runsc on PATH: a missing runsc fails the test under CI=true
-// (make test installs it with make gvisor) unless TOOLPOOL_GVISOR=0 (make test without gVisor), and skips
-// it elsewhere.
+// RequireGVisor is Require, and gVisor's runsc on PATH. A missing runsc fails the test under CI=true
+// unless TOOLPOOL_GVISOR=0, which make test sets when gVisor is not installed (make test-gvisor installs it
+// and runs these tests); it skips the test elsewhere.
 func RequireGVisor(t testing.TB) {
 	t.Helper()
 	Require(t)
@@ -98,7 +98,7 @@ func RequireGVisor(t testing.TB) {
 	if os.Getenv("CI") == "true" && os.Getenv("TOOLPOOL_GVISOR") != "0" {
 		t.Fatal("this test needs gVisor's runsc (make gvisor), and CI must not skip it")
 	}
-	t.Skip("this test needs gVisor's runsc (make gvisor)")
+	t.Skip("this test needs gVisor's runsc: make test-gvisor installs it and runs this test")
 }
 
 // HostRelease is the host kernel's release (uname -r), which a call under runc sees and one under gVisor
