@@ -15,7 +15,7 @@ export TOOLPOOL_GVISOR
 TEST_GVISOR = $(or $(TOOLPOOL_GVISOR),$(if $(shell bash scripts/gvisor.sh --check && echo y),1,0))
 # The gVisor tier: the escape suite, the sandbox's runtime and leak tests and the tools end to end, under
 # gVisor (docs/security.md says what it leaves to the runc tier, and why).
-GVISOR_TESTS := ^(TestEscape|TestRun|TestTimeoutKillsEverything|TestNoLeaks|TestToolsInContainers|TestEndToEnd|TestEgress)$$
+GVISOR_TESTS := ^(TestEscape|TestRun|TestTimeoutKillsEverything|TestNoLeaks|TestLeakCheckSeesALiveCall|TestToolsInContainers|TestEndToEnd|TestEgress)$$
 # The tests of the runtime choice that need gVisor installed, under the default runtime (runc).
 GVISOR_SELECTION_TESTS := ^(TestRuntimeSelection|TestGVisorMissing|TestTenantRuntime)$$
 
