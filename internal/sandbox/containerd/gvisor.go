@@ -188,6 +188,9 @@ func withGVisor(lim sandbox.Limits) oci.SpecOpts {
 		}
 		n := uint64(lim.PIDs)
 		s.Process.Rlimits = append(s.Process.Rlimits, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Hard: n, Soft: n})
+		if s.Linux.Seccomp != nil {
+			gvisorENOSYS(s.Linux.Seccomp)
+		}
 		s.Linux.Resources.Pids.Limit = 2*lim.PIDs + gvisorHostThreads
 		for _, m := range s.Mounts {
 			if m.Type != "bind" {
@@ -201,6 +204,22 @@ func withGVisor(lim sandbox.Limits) oci.SpecOpts {
 			}
 		}
 		return nil
+	}
+}
+
+// gvisorENOSYS keeps the profile's ENOSYS answers under gVisor. runsc's --oci-seccomp answers every
+// SCMP_ACT_ERRNO rule with EPERM, whatever its errnoRet (runsc/specutils/seccomp), so clone3, which the
+// profile refuses with ENOSYS because a filter cannot read its flags, would fail with EPERM, and glibc
+// falls back to clone, whose flags the filter checks, only on ENOSYS: every pthread_create would fail
+// (git over https, node and npm do). SCMP_ACT_TRACE answers ENOSYS when no tracer is attached (the Sentry
+// does what Linux does), so those rules become trace rules. A process of the call that ptraces another
+// with PTRACE_O_TRACESECCOMP could let such a call run; it then runs in the Sentry, which checks namespace
+// flags against the caller's capabilities itself, and never reaches the host's kernel.
+func gvisorENOSYS(sc *specs.LinuxSeccomp) {
+	for i, r := range sc.Syscalls {
+		if r.Action == specs.ActErrno && r.ErrnoRet != nil && *r.ErrnoRet == uint(unix.ENOSYS) {
+			sc.Syscalls[i].Action, sc.Syscalls[i].ErrnoRet = specs.ActTrace, nil
+		}
 	}
 }
 

@@ -57,6 +57,17 @@ func TestGVisorSpec(t *testing.T) {
 			if got := gv.Annotations[hostUDSAnnotation]; got != tt.hostUDS {
 				t.Errorf("host-uds %q, want %q", got, tt.hostUDS)
 			}
+			// The rules that answer ENOSYS (clone3) trace instead, which answers ENOSYS under gVisor.
+			var traced []string
+			for i, r := range gv.Linux.Seccomp.Syscalls {
+				if r.Action == specs.ActTrace {
+					traced = append(traced, r.Names...)
+					gv.Linux.Seccomp.Syscalls[i] = runc.Linux.Seccomp.Syscalls[i]
+				}
+			}
+			if !slices.Contains(traced, "clone3") {
+				t.Errorf("the traced system calls %q lack clone3", traced)
+			}
 			// Nothing else differs from the runc spec: the hardened defaults stay as they are.
 			gv.Process.Rlimits = slices.DeleteFunc(gv.Process.Rlimits, func(r specs.POSIXRlimit) bool { return r == want })
 			gv.Linux.Resources.Pids.Limit = runc.Linux.Resources.Pids.Limit
@@ -64,7 +75,7 @@ func TestGVisorSpec(t *testing.T) {
 			a, _ := json.Marshal(runc)
 			b, _ := json.Marshal(gv)
 			if string(a) != string(b) {
-				t.Errorf("withGVisor changed more than the pids limit and host-uds:\n%s\n%s", a, b)
+				t.Errorf("withGVisor changed more than the pids limit, host-uds and ENOSYS rules:\n%s\n%s", a, b)
 			}
 		})
 	}
