@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -26,6 +27,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/toolpool/toolpool/internal/audit"
+	"github.com/toolpool/toolpool/internal/call"
 	"github.com/toolpool/toolpool/internal/metrics"
 	"github.com/toolpool/toolpool/internal/queue/jetstream"
 	"github.com/toolpool/toolpool/internal/sandbox/containerd"
@@ -66,12 +68,19 @@ type config struct {
 	Tools    struct {
 		Custom []tools.CustomTool `yaml:"custom"`
 	} `yaml:"tools"`
+
+	// Runtime (above) is the sandbox runtime of calls whose tenant names none: runc, gvisor, a key of
+	// Runtimes, or a containerd runtime handler. Runtimes maps more sandbox runtime names, which tenants
+	// may be given, to containerd runtime handlers ("kata": "io.containerd.kata.v2"); runc is always
+	// offered, gvisor when gVisor is installed.
+	Runtimes map[string]string `yaml:"runtimes"`
+	GVisor   gvisorConfig      `yaml:"gvisor"`
 }
 
 func defaults() config {
 	host, _ := os.Hostname()
 	return config{
-		ID: "worker-" + host, NATSURL: "nats://127.0.0.1:4222", Namespace: "toolpool", Runtime: "io.containerd.runc.v2",
+		ID: "worker-" + host, NATSURL: "nats://127.0.0.1:4222", Namespace: "toolpool", Runtime: containerd.RuncRuntime,
 		DataDir: "/var/lib/toolpool/worker", Slots: 4, Listen: "127.0.0.1:9091", UID: 65532, GID: 65532,
 		Heartbeat: 5 * time.Second, DrainTimeout: 30 * time.Second, LogLevel: "info", WorkspaceQuota: 1 << 30,
 		Metrics: metrics.Options{TenantLabel: true, MaxTenants: metrics.DefaultMaxTenants},
@@ -92,7 +101,38 @@ func (c *config) validate() error {
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		errs = append(errs, err)
 	}
+	for name := range c.Runtimes {
+		if err := call.ValidateName("runtime", name); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// gvisorConfig offers the sandbox runtime "gvisor": gVisor's runsc under containerd's runc shim
+// (docs/security.md).
+type gvisorConfig struct {
+	// Runsc is gVisor's runsc. Empty means "runsc" on PATH, and gVisor is offered only when it is there;
+	// a path given here must exist.
+	Runsc string `yaml:"runsc"`
+	// Platform is systrap (default), ptrace or kvm (needs /dev/kvm).
+	Platform string `yaml:"platform"`
+	// Disabled never offers gVisor, even when runsc is installed.
+	Disabled bool `yaml:"disabled"`
+}
+
+// gvisor returns the gVisor settings of the sandbox, or nil when gVisor is not offered: disabled, named in
+// Runtimes (a node's own gVisor shim), or not installed.
+func (c *config) gvisor() *containerd.GVisorConfig {
+	if _, named := c.Runtimes[containerd.GVisorRuntime]; c.GVisor.Disabled || named {
+		return nil
+	}
+	if c.GVisor.Runsc == "" {
+		if _, err := exec.LookPath("runsc"); err != nil {
+			return nil
+		}
+	}
+	return &containerd.GVisorConfig{Runsc: c.GVisor.Runsc, Platform: c.GVisor.Platform}
 }
 
 func parseLevel(s string) (slog.Level, error) {
@@ -131,7 +171,7 @@ func loadConfig(fs *flag.FlagSet, args []string) (config, error) {
 	id := fs.String("id", "", "worker id (default worker-HOSTNAME)")
 	natsURL := fs.String("nats-url", "", "NATS server URL (default nats://127.0.0.1:4222, the dispatcher's embedded server)")
 	ctrd := fs.String("containerd-address", "", "containerd socket; empty starts a private containerd under the data dir")
-	runtimeName := fs.String("runtime", "", "containerd runtime handler (io.containerd.runc.v2, io.containerd.runsc.v1, ...)")
+	runtimeName := fs.String("runtime", "", "sandbox runtime of calls whose tenant names none: runc (default), gvisor, a name from runtimes, or a containerd runtime handler")
 	dataDir := fs.String("data-dir", "", "state directory (default /var/lib/toolpool/worker)")
 	wsDir := fs.String("workspaces", "", "workspaces directory (default DATA_DIR/workspaces)")
 	slots := fs.Int("slots", 0, "calls run at once (default 4)")
@@ -271,8 +311,8 @@ func run(args []string) (retErr error) {
 		log.Info("started private containerd", "address", address)
 	}
 	rt, err := containerd.New(ctx, containerd.Config{
-		Address: address, Namespace: cfg.Namespace, RuntimeName: cfg.Runtime, StateDir: filepath.Join(cfg.DataDir, "sandbox"),
-		UID: cfg.UID, GID: cfg.GID, WorkerID: cfg.ID, OnCleanup: wm.ObserveCleanup,
+		Address: address, Namespace: cfg.Namespace, RuntimeName: cfg.Runtime, Runtimes: cfg.Runtimes, GVisor: cfg.gvisor(),
+		StateDir: filepath.Join(cfg.DataDir, "sandbox"), UID: cfg.UID, GID: cfg.GID, WorkerID: cfg.ID, OnCleanup: wm.ObserveCleanup,
 	})
 	if err != nil {
 		return err
@@ -374,7 +414,8 @@ func run(args []string) (retErr error) {
 	}()
 	defer srv.Close()
 
-	log.Info("worker ready", "image", cfg.Image, "slots", cfg.Slots, "nats", cfg.NATSURL, "containerd", address, "runtime", cfg.Runtime, "workspaces", cfg.WorkspacesDir)
+	log.Info("worker ready", "image", cfg.Image, "slots", cfg.Slots, "nats", cfg.NATSURL, "containerd", address, "runtime", cfg.Runtime,
+		"runtimes", rt.Runtimes(), "workspaces", cfg.WorkspacesDir)
 	handle := metrics.InstrumentHandler(cfg.Slots, tracing.TraceHandler(w.Handle), wm)
 	err = consumeDraining(ctx, cfg.DrainTimeout, secondSignal, log, func(fetchCtx, runCtx context.Context) error {
 		return conn.ConsumeWith(fetchCtx, runCtx, cfg.Slots, handle)

@@ -53,6 +53,9 @@ const (
 	ErrExpired          = "expired"
 	ErrLost             = "lost"
 	ErrInternal         = "internal"
+
+	// ErrRuntimeUnavailable: the worker that took the call lacks the sandbox runtime the call requires.
+	ErrRuntimeUnavailable = "runtime_unavailable"
 )
 
 // Limits bound one call. Zero means "the configured default".
@@ -71,6 +74,10 @@ type Limits struct {
 	// AllowedPorts, when not nil, is the only destination ports the call's egress may reach (policy's
 	// list); an empty, non-nil list allows none.
 	AllowedPorts []int `json:"allowed_ports,omitzero"`
+	// Runtime names the sandbox runtime the call must run under ("gvisor"); empty means the worker's
+	// default. Only the dispatcher's tenant configuration sets it; requests cannot. A worker that does not
+	// offer it refuses the call (ErrRuntimeUnavailable) and never runs it under another runtime.
+	Runtime string `json:"runtime,omitempty"`
 }
 
 // Decision is the policy verdict on a call and the rule that produced it.

@@ -132,6 +132,9 @@ func TestLimits(t *testing.T) {
 		{name: "memory passes on (the sandbox caps it), network and domains come from policy only",
 			policy: policy.Limits{Network: true, AllowedDomains: []string{"example.com"}}, body: `{"memory_bytes":1048576}`,
 			want: call.Limits{TimeoutMS: 120000, OutputBytes: 30000, MemoryBytes: 1 << 20, Network: true, AllowedDomains: []string{"example.com"}}},
+		{name: "the tenant's sandbox runtime, from the config only",
+			config: func(c *Config) { c.Tenants[0].Runtime = "gvisor" }, body: `{}`,
+			want: call.Limits{TimeoutMS: 120000, OutputBytes: 30000, Runtime: "gvisor"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -42,6 +42,9 @@ type Tenant struct {
 	// Posture is how much the tenant's agents may do without a person: interactive (the default),
 	// autonomous or read-only (policy.Posture, docs/policy.md).
 	Posture string `yaml:"posture,omitempty"`
+	// Runtime is the sandbox runtime every call of the tenant runs under ("gvisor"); empty means each
+	// worker's default. A worker that lacks it refuses the call rather than run it under another.
+	Runtime string `yaml:"runtime,omitempty"`
 }
 
 // Ceilings are the most any request may ask for, whatever policy allows: a request above one is
@@ -112,6 +115,11 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("tenants[%d]: tenant %q is listed twice", i, t.Name)
 		}
 		seen[t.Name] = true
+		if t.Runtime != "" {
+			if err := call.ValidateName("runtime", t.Runtime); err != nil {
+				return fmt.Errorf("tenant %q: %w", t.Name, err)
+			}
+		}
 		if len(t.Tokens) == 0 {
 			return fmt.Errorf("tenant %q has no tokens", t.Name)
 		}

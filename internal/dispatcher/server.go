@@ -111,6 +111,8 @@ type principal struct {
 	role      string
 	name      string
 	workspace string // the token's default workspace; "" means "default"
+	// runtime is the tenant's sandbox runtime, carried in every call's limits.
+	runtime string
 }
 
 // Option configures optional behaviour of a Server.
@@ -177,7 +179,7 @@ func New(cfg Config, deps Deps, opts ...Option) (*Server, error) {
 			if role == "" {
 				role = RoleCaller
 			}
-			s.tokens[key] = principal{tenant: t.Name, role: role, name: tok.Name, workspace: tok.Workspace}
+			s.tokens[key] = principal{tenant: t.Name, role: role, name: tok.Name, workspace: tok.Workspace, runtime: t.Runtime}
 		}
 	}
 	for _, o := range opts {
@@ -415,6 +417,7 @@ func (s *Server) admit(ctx context.Context, p principal, req *callRequest) (*cal
 	}
 	c.Deadline = c.CreatedAt.Add(queueTimeout)
 	c.Limits, c.Decision.Clamped = s.limits(p.tenant, req, tool, dec.Limits)
+	c.Limits.Runtime = p.runtime
 	return c, dec, nil
 }
 

@@ -769,6 +769,7 @@ func (w *Worker) run(ctx context.Context, c *call.Call, claim uint64) (runOutcom
 	}
 	spec := sandbox.Spec{
 		ID: c.ID, Argv: inv.Argv, Env: inv.Env, Cwd: inv.Cwd, Stdin: inv.Stdin, WorkspaceDir: ws.Dir, Image: cmp.Or(inv.Image, w.cfg.Image),
+		Runtime: c.Limits.Runtime,
 		Limits: sandbox.Limits{
 			Timeout: timeout, OutputBytes: max(c.Limits.OutputBytes, w.cfg.CaptureBytes), MemoryBytes: c.Limits.MemoryBytes,
 			PIDs: c.Limits.PIDs, CPUMillis: c.Limits.CPUMillis, Network: c.Limits.Network, WorkspaceBytes: quota,
@@ -813,6 +814,14 @@ func (w *Worker) run(ctx context.Context, c *call.Call, claim uint64) (runOutcom
 		}
 		return runOutcome{tool: tool, planErr: &call.ErrorInfo{Type: call.ErrNotFound, Message: fmt.Sprintf(
 			"the program %q does not exist in this sandbox's root filesystem (%s); use a program it has", spec.Argv[0], root)}}, nil
+	}
+	if errors.Is(err, sandbox.ErrNoRuntime) {
+		// Final: running it under another runtime would silently weaken the boundary its tenant was given.
+		return runOutcome{tool: tool, planErr: &call.ErrorInfo{Type: call.ErrRuntimeUnavailable, Message: fmt.Sprintf(
+			"toolpool did not run this call: its tenant's calls must run under the sandbox runtime %q, which worker %s does not have (%v). "+
+				"Nothing ran, and such calls never run under another runtime. An operator must install the runtime on every worker "+
+				"(gVisor: make gvisor, or scripts/gvisor.sh) or change the tenant's runtime in the dispatcher's configuration.",
+			spec.Runtime, w.cfg.ID, err)}}, nil
 	}
 	return runOutcome{tool: tool, out: out, timeout: timeout, streams: streams, stored: stored, egress: egressConns}, err
 }

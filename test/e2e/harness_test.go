@@ -114,7 +114,7 @@ func startStackWith(t testing.TB, o stackOptions) *stack {
 func (s *stack) startWorker(t testing.TB) {
 	t.Helper()
 	args := []string{"--data-dir", filepath.Join(s.dataDir, "w"), "--nats-url", s.natsURL,
-		"--listen", "127.0.0.1:0", "--id", "e2e-worker", "--slots", "4"}
+		"--listen", "127.0.0.1:0", "--id", "e2e-worker", "--slots", "4", "--runtime", ctrtest.Runtime()}
 	if s.opts.workerConfig != "" {
 		path := filepath.Join(s.dataDir, "worker.yaml")
 		if err := os.WriteFile(path, []byte(s.opts.workerConfig), 0o600); err != nil {

@@ -37,9 +37,17 @@ type Config struct {
 	Address string
 	// Namespace is the containerd namespace of toolpool's containers.
 	Namespace string
-	// RuntimeName is the containerd runtime handler: io.containerd.runc.v2 (default), or another shim such
-	// as io.containerd.runsc.v1 (gVisor) or io.containerd.kata.v2. docs/security.md says what each adds.
+	// RuntimeName is the runtime of a Spec that names none: a runtime name this Runtime offers (RuncRuntime,
+	// the default; GVisorRuntime; a key of Runtimes), or else a containerd runtime handler such as
+	// io.containerd.kata.v2. docs/security.md says what each adds.
 	RuntimeName string
+	// Runtimes maps more runtime names a Spec may ask for (sandbox.Spec.Runtime) to containerd runtime
+	// handlers, run with the handler's own defaults ("kata": "io.containerd.kata.v2"). RuncRuntime is
+	// always offered, GVisorRuntime when GVisor is set. A Spec naming a runtime this Runtime does not offer
+	// is refused with sandbox.ErrNoRuntime; nothing runs under another runtime instead.
+	Runtimes map[string]string
+	// GVisor, when set, offers GVisorRuntime. New fails when runsc is missing.
+	GVisor *GVisorConfig
 	// RuntimeBinary is the OCI runtime executable the runc shim runs, for New's version check; empty means
 	// "runc" on PATH, which is what the shim runs unless containerd's config says otherwise.
 	RuntimeBinary string
@@ -85,7 +93,7 @@ func (c *Config) Validate() error {
 	case c.UID == 0 || c.GID == 0:
 		return errors.New("sandbox uid and gid must not be 0: sandboxes never run as root")
 	}
-	return nil
+	return c.validateRuntimes()
 }
 
 const (
@@ -94,6 +102,9 @@ const (
 	rootfsPrefix = "rootfs."
 	// ioDrainTimeout bounds how long Run waits, after the process exited, for the last output to arrive.
 	ioDrainTimeout = 5 * time.Second
+	// killRaceGrace is how long kill waits for an exit status after the OCI runtime refused to signal a
+	// task, which it does when the process has just exited.
+	killRaceGrace = 2 * time.Second
 	// cleanupTimeout bounds each teardown, which runs on a fresh context so that a cancelled call still
 	// leaves nothing behind.
 	cleanupTimeout = 30 * time.Second
@@ -112,6 +123,9 @@ type Runtime struct {
 	rootfs   *hostRootFS
 	fifos    string
 	warnings []string
+	// backends are the runtimes offered by name; def is a Spec's that names none.
+	backends map[string]backend
+	def      backend
 
 	mu     sync.Mutex
 	active map[string]bool // ids of the calls Run is running or removing, which RemoveOrphans leaves alone
@@ -127,7 +141,7 @@ type Runtime struct {
 // Warnings). The caller owns the Runtime and must Close it; Close does not stop containerd.
 func New(ctx context.Context, cfg Config) (_ *Runtime, retErr error) {
 	if cfg.RuntimeName == "" {
-		cfg.RuntimeName = "io.containerd.runc.v2"
+		cfg.RuntimeName = RuncRuntime
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("validate sandbox config: %w", err)
@@ -156,9 +170,16 @@ func New(ctx context.Context, cfg Config) (_ *Runtime, retErr error) {
 	if err := os.MkdirAll(fifos, 0o700); err != nil {
 		return nil, fmt.Errorf("create fifo dir: %w", err)
 	}
-	warnings := runtimeWarnings(ctx, cfg.RuntimeName, cfg.RuntimeBinary)
-	return &Runtime{cfg: cfg, client: client, rootfs: rootfs, fifos: fifos, warnings: warnings, active: map[string]bool{}, trustWritten: map[string]bool{},
-		cleanupSlots: make(chan struct{}, maxPendingCleanups)}, nil
+	all, def, err := backends(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var warnings []string
+	if def.options == nil {
+		warnings = runtimeWarnings(ctx, def.handler, cfg.RuntimeBinary)
+	}
+	return &Runtime{cfg: cfg, client: client, rootfs: rootfs, fifos: fifos, warnings: warnings, backends: all, def: def,
+		active: map[string]bool{}, trustWritten: map[string]bool{}, cleanupSlots: make(chan struct{}, maxPendingCleanups)}, nil
 }
 
 // Warnings returns what New found that an operator should fix but that does not stop the worker, such as a
@@ -166,7 +187,7 @@ func New(ctx context.Context, cfg Config) (_ *Runtime, retErr error) {
 func (r *Runtime) Warnings() []string { return slices.Clone(r.warnings) }
 
 // Close waits for the removal of the containers of finished calls, then releases the connection to
-// containerd. It is idempotent.
+// containerd and unmounts what gVisor keeps mounted between calls. It is idempotent.
 func (r *Runtime) Close() error {
 	if r.client == nil {
 		return nil
@@ -174,6 +195,9 @@ func (r *Runtime) Close() error {
 	r.WaitCleanups()
 	err := r.client.Close()
 	r.client = nil
+	if b, ok := r.backends[GVisorRuntime]; ok && b.gvisor {
+		err = errors.Join(err, releaseGVisor(r.cfg.StateDir))
+	}
 	return err
 }
 
@@ -255,6 +279,10 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (out sandbox.Outco
 			r.end(spec.ID)
 		}
 	}()
+	be, err := r.backendFor(spec.Runtime)
+	if err != nil {
+		return out, fmt.Errorf("%w: %w", sandbox.ErrNoRuntime, err)
+	}
 	cwd, err := checkCwd(spec.Cwd)
 	if err != nil {
 		return out, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
@@ -263,7 +291,7 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (out sandbox.Outco
 	mounts := r.rootfs.mounts
 	rootPath := r.rootfs.path
 	containerOpts := []containerd.NewContainerOpts{
-		containerd.WithRuntime(r.cfg.RuntimeName, nil),
+		containerd.WithRuntime(be.handler, be.options),
 		containerd.WithContainerLabels(map[string]string{labelWorker: r.cfg.WorkerID}),
 	}
 	if spec.Image != "" {
@@ -291,7 +319,11 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (out sandbox.Outco
 	if err != nil {
 		return out, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
 	}
-	containerOpts = append(containerOpts, containerd.WithNewSpec(r.hardenedSpec(argv, cwd, spec, lim, rootPath, mounts)...))
+	specOpts := r.hardenedSpec(argv, cwd, spec, lim, rootPath, mounts)
+	if be.gvisor {
+		specOpts = append(specOpts, withGVisor(lim))
+	}
+	containerOpts = append(containerOpts, containerd.WithNewSpec(specOpts...))
 	container, err := r.client.NewContainer(ctx, spec.ID, containerOpts...)
 	if err != nil {
 		return out, fmt.Errorf("%w: create container %s: %w", sandbox.ErrNotStarted, spec.ID, err)
@@ -523,6 +555,12 @@ func (r *Runtime) kill(ctx context.Context, task containerd.Task, exitCh <-chan 
 	killCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	if err := task.Kill(killCtx, syscall.SIGKILL, containerd.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
+		// runc says "not found" when the kill raced the process's exit; runsc says "sandbox is not running".
+		select {
+		case st := <-exitCh:
+			return st, nil
+		case <-time.After(killRaceGrace):
+		}
 		return containerd.ExitStatus{}, fmt.Errorf("kill task %s: %w", task.ID(), err)
 	}
 	select {
@@ -615,8 +653,12 @@ func (r *Runtime) remove(ctx context.Context, container containerd.Container, ta
 	defer cancel()
 	var errs []error
 	if task != nil {
-		if _, err := task.Delete(cctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("delete task %s: %w", task.ID(), err))
+		// A task whose process has exited is deleted as it is: WithProcessKill signals it first, which runc
+		// answers with "not found" but runsc with an error that fails the delete.
+		if _, err := task.Delete(cctx); err != nil && !errdefs.IsNotFound(err) {
+			if _, err := task.Delete(cctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("delete task %s: %w", task.ID(), err))
+			}
 		}
 	}
 	if err := container.Delete(cctx, containerd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
