@@ -139,12 +139,12 @@ func New(cfg Config) (*Manager, error) {
 }
 
 func (m *Manager) tenantDir(tenant string) string { return filepath.Join(m.cfg.Dir, tenant) }
-func (m *Manager) wsDir(t, n string) string        { return filepath.Join(m.cfg.Dir, t, n) }
-func (m *Manager) metaDir(t string) string         { return filepath.Join(m.cfg.Dir, t, ".ws") }
-func (m *Manager) lockPath(t, n string) string     { return filepath.Join(m.metaDir(t), n+".lock") }
-func (m *Manager) metaPath(t, n string) string     { return filepath.Join(m.metaDir(t), n+".json") }
-func (m *Manager) snapDir(t, n string) string      { return filepath.Join(m.cfg.Dir, t, ".snapshots", n) }
-func (m *Manager) trashDir(t string) string        { return filepath.Join(m.cfg.Dir, t, ".trash") }
+func (m *Manager) wsDir(t, n string) string       { return filepath.Join(m.cfg.Dir, t, n) }
+func (m *Manager) metaDir(t string) string        { return filepath.Join(m.cfg.Dir, t, ".ws") }
+func (m *Manager) lockPath(t, n string) string    { return filepath.Join(m.metaDir(t), n+".lock") }
+func (m *Manager) metaPath(t, n string) string    { return filepath.Join(m.metaDir(t), n+".json") }
+func (m *Manager) snapDir(t, n string) string     { return filepath.Join(m.cfg.Dir, t, ".snapshots", n) }
+func (m *Manager) trashDir(t string) string       { return filepath.Join(m.cfg.Dir, t, ".trash") }
 
 // meta is what a workspace's .json file keeps.
 type meta struct {
