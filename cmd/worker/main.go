@@ -32,6 +32,7 @@ import (
 	"github.com/toolpool/toolpool/internal/tools/egress"
 	"github.com/toolpool/toolpool/internal/tracing"
 	"github.com/toolpool/toolpool/internal/worker"
+	"github.com/toolpool/toolpool/internal/workspace"
 )
 
 // config is the worker's whole configuration: defaults, then the YAML file, then flags, then Validate.
@@ -50,17 +51,32 @@ type config struct {
 	GID               uint32        `yaml:"gid"`
 	Heartbeat         time.Duration `yaml:"heartbeat"`
 	// Lease is the TTL of a running call's lease on the NATS server (default three heartbeats).
-	Lease          time.Duration   `yaml:"lease"`
-	DrainTimeout   time.Duration   `yaml:"drain_timeout"`
-	WorkspaceQuota int64           `yaml:"workspace_quota"`
-	Image          string          `yaml:"image"`
-	Metrics        metrics.Options `yaml:"metrics"`
+	Lease          time.Duration `yaml:"lease"`
+	DrainTimeout   time.Duration `yaml:"drain_timeout"`
+	WorkspaceQuota int64         `yaml:"workspace_quota"`
+	// Workspaces are the workspace API's lifecycle and limits (docs/workspaces.md).
+	Workspaces workspacesConfig `yaml:"workspaces"`
+	Image      string           `yaml:"image"`
+	Metrics    metrics.Options  `yaml:"metrics"`
 	// Egress are the base rules of every web_fetch (denied domains, allowed ports).
 	Egress   egress.Rules `yaml:"egress"`
 	LogLevel string       `yaml:"log_level"`
 	Tools    struct {
 		Custom []tools.CustomTool `yaml:"custom"`
 	} `yaml:"tools"`
+}
+
+// workspacesConfig is the worker's part of the workspace API: expiry, per-tenant limits, archive limits.
+type workspacesConfig struct {
+	// IdleTTL removes a workspace (with its snapshots) unused for this long; 0 keeps workspaces forever.
+	IdleTTL time.Duration `yaml:"idle_ttl"`
+	// SweepEvery is how often expired workspaces are looked for (default: a tenth of IdleTTL, at most a
+	// minute).
+	SweepEvery      time.Duration `yaml:"sweep_every"`
+	MaxPerTenant    int           `yaml:"max_per_tenant"`
+	MaxTenantBytes  int64         `yaml:"max_tenant_bytes"`
+	ArchiveMaxFiles int           `yaml:"archive_max_files"`
+	ArchiveMaxBytes int64         `yaml:"archive_max_bytes"`
 }
 
 func defaults() config {
@@ -333,10 +349,21 @@ func run(args []string) (retErr error) {
 		ID: cfg.ID, WorkspacesDir: cfg.WorkspacesDir, RunnerBinary: runner, UID: int(cfg.UID), GID: int(cfg.GID),
 		Heartbeat: cfg.Heartbeat, Lease: lease, AckWait: conn.AckWait(), MaxDeliver: conn.MaxDeliver(), Now: conn.Now,
 		WorkspaceQuota: cfg.WorkspaceQuota, Image: cfg.Image, EgressDir: filepath.Join(cfg.DataDir, "egress"), EgressRules: cfg.Egress,
+		Workspaces: workspace.Config{
+			IdleTTL: cfg.Workspaces.IdleTTL, MaxWorkspaces: cfg.Workspaces.MaxPerTenant, MaxBytes: cfg.Workspaces.MaxTenantBytes,
+			Archive: workspace.Limits{Files: cfg.Workspaces.ArchiveMaxFiles, Bytes: cfg.Workspaces.ArchiveMaxBytes},
+		},
 	}, tracing.TraceRuntime(metrics.ObserveRuntime(rt, wm)), store, reg, log,
-		worker.WithLeases(conn), worker.WithOutputs(conn), worker.WithCreator(audited))
+		worker.WithLeases(conn), worker.WithOutputs(conn), worker.WithCreator(audited), worker.WithTransfers(conn))
 	if err != nil {
 		return err
+	}
+	if ttl := cfg.Workspaces.IdleTTL; ttl > 0 {
+		every := cfg.Workspaces.SweepEvery
+		if every <= 0 {
+			every = min(ttl/10, time.Minute)
+		}
+		go sweepWorkspaces(ctx, w, every, log)
 	}
 
 	mux := http.NewServeMux()
@@ -384,6 +411,26 @@ func run(args []string) (retErr error) {
 	close(consumed)
 	log.Info("worker stopped")
 	return err
+}
+
+// sweepWorkspaces removes expired workspaces every interval until ctx ends.
+func sweepWorkspaces(ctx context.Context, w *worker.Worker, every time.Duration, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		removed, err := w.SweepWorkspaces(ctx)
+		for _, name := range removed {
+			log.Info("workspace expired and removed", "workspace", name)
+		}
+		if err != nil && ctx.Err() == nil {
+			log.Warn("sweep expired workspaces", "error", err)
+		}
+	}
 }
 
 // testClockSkewEnv, when set to a duration ("90s", "-10m"), skews this worker's local clock: the cluster

@@ -22,6 +22,7 @@ import (
 	"github.com/toolpool/toolpool/internal/sandbox"
 	"github.com/toolpool/toolpool/internal/tools"
 	"github.com/toolpool/toolpool/internal/tools/egress"
+	"github.com/toolpool/toolpool/internal/workspace"
 )
 
 // Store is the durable record of each call, updated by compare-and-set.
@@ -96,6 +97,9 @@ type Config struct {
 	// every fetch (denied domains, allowed ports), which policy's domain allowlist narrows per call.
 	EgressDir   string
 	EgressRules egress.Rules
+	// Workspaces configures the workspace operations (idle TTL, per-tenant limits, archive limits); its
+	// Dir, UID and GID are the fields above.
+	Workspaces workspace.Config
 }
 
 // Validate checks the configuration, and that the worker's timing fits the queue's.
@@ -147,6 +151,8 @@ type Worker struct {
 	log        *slog.Logger
 	now        func() time.Time
 	workspaces *Workspaces
+	wsm        *workspace.Manager
+	transfers  Transfers
 }
 
 // New returns a Worker.
@@ -170,7 +176,13 @@ func New(cfg Config, rt sandbox.Runtime, store Store, reg *tools.Registry, log *
 	if err != nil {
 		return nil, err
 	}
-	w := &Worker{cfg: cfg, runtime: rt, store: store, tools: reg, log: log, now: cfg.Now, workspaces: workspaces}
+	wcfg := cfg.Workspaces
+	wcfg.Dir, wcfg.UID, wcfg.GID = cfg.WorkspacesDir, cfg.UID, cfg.GID
+	wsm, err := workspace.New(wcfg)
+	if err != nil {
+		return nil, err
+	}
+	w := &Worker{cfg: cfg, runtime: rt, store: store, tools: reg, log: log, now: cfg.Now, workspaces: workspaces, wsm: wsm}
 	for _, o := range opts {
 		o(w)
 	}
@@ -694,6 +706,10 @@ func retry(ctx context.Context, until time.Time, first, most time.Duration, try 
 
 // run plans the call's process and runs it in a fresh container.
 func (w *Worker) run(ctx context.Context, c *call.Call) (runOutcome, error) {
+	if IsWorkspaceOp(c.Tool) {
+		out, failed := w.runWorkspaceOp(ctx, c)
+		return runOutcome{planErr: failed, wsOutput: out}, nil
+	}
 	tool, ok := w.tools.Lookup(c.Tool)
 	if !ok {
 		return runOutcome{planErr: &call.ErrorInfo{Type: call.ErrNotFound, Message: fmt.Sprintf("unknown tool %q", c.Tool)}}, nil
@@ -743,6 +759,13 @@ func (w *Worker) run(ctx context.Context, c *call.Call) (runOutcome, error) {
 		defer stop()
 		spec.Mounts = append(spec.Mounts, sandbox.Mount{Source: socket, Destination: tools.EgressSocket})
 	}
+	// Calls hold the workspace shared: they run alongside each other, never alongside a workspace
+	// operation (an upload, snapshot or delete), on this worker or any other sharing the directory.
+	release, err := w.wsm.Hold(ctx, c.Tenant, c.Workspace)
+	if err != nil {
+		return runOutcome{}, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
+	}
+	defer release()
 	out, err := w.runtime.Run(ctx, spec)
 	if errors.Is(err, sandbox.ErrNoProgram) {
 		// Nothing ran, and nothing would elsewhere: the call's own mistake, like arguments that do not plan.
@@ -761,6 +784,8 @@ type runOutcome struct {
 	timeout time.Duration
 	out     sandbox.Outcome
 	planErr *call.ErrorInfo
+	// wsOutput is a workspace operation's JSON output.
+	wsOutput string
 }
 
 // complete fills r with the final state of a call that ran (or failed to plan).
@@ -769,6 +794,10 @@ func (w *Worker) complete(r *call.Result, c *call.Call, ro runOutcome, runErr, c
 	r.Timing.TotalMS = r.FinishedAt.Sub(c.CreatedAt).Milliseconds()
 	if ro.planErr != nil {
 		r.Fail(call.StatusError, ro.planErr.Type, ro.planErr.Message)
+		return
+	}
+	if ro.wsOutput != "" {
+		r.Status, r.Output = call.StatusOK, ro.wsOutput
 		return
 	}
 	o := ro.out

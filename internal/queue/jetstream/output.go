@@ -59,3 +59,15 @@ func (c *Conn) DeleteOutput(ctx context.Context, name string) error {
 	}
 	return nil
 }
+
+// OpenOutput streams the object name; the caller closes it. queue.ErrNotFound if there is no such object.
+func (c *Conn) OpenOutput(ctx context.Context, name string) (io.ReadCloser, error) {
+	obj, err := c.outs.Get(ctx, name)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return nil, fmt.Errorf("open output %s: %w", name, queue.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open output %s: %w", name, err)
+	}
+	return obj, nil
+}
