@@ -706,7 +706,7 @@ func retry(ctx context.Context, until time.Time, first, most time.Duration, try 
 
 // run plans the call's process and runs it in a fresh container.
 func (w *Worker) run(ctx context.Context, c *call.Call) (runOutcome, error) {
-	if IsWorkspaceOp(c.Tool) {
+	if workspace.IsOp(c.Tool) {
 		out, failed := w.runWorkspaceOp(ctx, c)
 		return runOutcome{planErr: failed, wsOutput: out}, nil
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/toolpool/toolpool/internal/call"
@@ -19,53 +18,6 @@ import (
 // workspace (every path opened beneath the workspace without following links) instead of in a container.
 // Archives travel through the output store: an upload names the object the dispatcher stored, a download
 // answers with the object this worker stored.
-
-// The workspace operations, each its own tool name and policy kind.
-const (
-	OpCreate   = "workspace_create"
-	OpList     = "workspace_list"
-	OpInfo     = "workspace_info"
-	OpUpload   = "workspace_upload"
-	OpReadFile = "workspace_read_file"
-	OpArchive  = "workspace_archive"
-	OpSnapshot = "workspace_snapshot"
-	OpFork     = "workspace_fork"
-	OpRestore  = "workspace_restore"
-	OpDelete   = "workspace_delete"
-)
-
-// WorkspaceOps lists the workspace operations.
-var WorkspaceOps = []string{OpCreate, OpList, OpInfo, OpUpload, OpReadFile, OpArchive, OpSnapshot, OpFork, OpRestore, OpDelete}
-
-// IsWorkspaceOp reports whether tool is a workspace operation.
-func IsWorkspaceOp(tool string) bool { return strings.HasPrefix(tool, "workspace_") }
-
-// WorkspaceArgs are a workspace operation's arguments.
-type WorkspaceArgs struct {
-	// Path is a directory (upload destination, archive root) or a file (read) inside the workspace.
-	Path string `json:"path,omitempty"`
-	// Archive names the uploaded tar, tar.gz or zip in the output store (create, upload).
-	Archive string `json:"archive,omitempty"`
-	// Snapshot names a snapshot (snapshot, restore; fork from it when set).
-	Snapshot string `json:"snapshot,omitempty"`
-	// To names the new workspace of a fork.
-	To string `json:"to,omitempty"`
-	// Offset and Length select bytes of a file read; Length < 0 reads to the end.
-	Offset int64 `json:"offset,omitempty"`
-	Length int64 `json:"length,omitempty"`
-}
-
-// WorkspaceOutput is a workspace operation's result, JSON in the call's output.
-type WorkspaceOutput struct {
-	Workspace  *workspace.Info  `json:"workspace,omitempty"`
-	Workspaces []workspace.Info `json:"workspaces,omitempty"`
-	// Object names what a read or archive stored in the output store, of ObjectBytes bytes; for a file,
-	// FileBytes is its whole size and Offset where the object starts in it.
-	Object      string `json:"object,omitempty"`
-	ObjectBytes int64  `json:"object_bytes,omitempty"`
-	FileBytes   int64  `json:"file_bytes,omitempty"`
-	Offset      int64  `json:"offset,omitempty"`
-}
 
 // Transfers opens objects of the output store: the archives that dispatchers stored for uploads.
 type Transfers interface {
@@ -81,7 +33,7 @@ func (w *Worker) SweepWorkspaces(ctx context.Context) ([]string, error) { return
 
 // runWorkspaceOp runs workspace operation c and returns its JSON output, or the error to report.
 func (w *Worker) runWorkspaceOp(ctx context.Context, c *call.Call) (string, *call.ErrorInfo) {
-	var a WorkspaceArgs
+	var a workspace.Args
 	if err := json.Unmarshal(c.Args, &a); err != nil {
 		return "", &call.ErrorInfo{Type: call.ErrInvalidParams, Message: "workspace operation arguments: " + err.Error()}
 	}
@@ -109,17 +61,17 @@ func (w *Worker) runWorkspaceOp(ctx context.Context, c *call.Call) (string, *cal
 	return string(b), nil
 }
 
-func (w *Worker) workspaceOp(ctx context.Context, c *call.Call, a WorkspaceArgs) (WorkspaceOutput, error) {
-	var out WorkspaceOutput
-	one := func(inf workspace.Info, err error) (WorkspaceOutput, error) {
+func (w *Worker) workspaceOp(ctx context.Context, c *call.Call, a workspace.Args) (workspace.Output, error) {
+	var out workspace.Output
+	one := func(inf workspace.Info, err error) (workspace.Output, error) {
 		out.Workspace = &inf
 		return out, err
 	}
-	if (c.Tool == OpReadFile || c.Tool == OpArchive) && w.outputs == nil {
+	if (c.Tool == workspace.OpReadFile || c.Tool == workspace.OpArchive) && w.outputs == nil {
 		return out, errors.New("this worker has no output store to send files through")
 	}
 	switch c.Tool {
-	case OpCreate:
+	case workspace.OpCreate:
 		if a.Archive == "" {
 			return one(w.wsm.Create(ctx, c.Tenant, c.Workspace, nil))
 		}
@@ -129,32 +81,37 @@ func (w *Worker) workspaceOp(ctx context.Context, c *call.Call, a WorkspaceArgs)
 		}
 		defer cleanupTemp(f)
 		return one(w.wsm.Create(ctx, c.Tenant, c.Workspace, f))
-	case OpUpload:
+	case workspace.OpUpload:
 		f, err := w.fetchArchive(ctx, a.Archive)
 		if err != nil {
 			return out, err
 		}
 		defer cleanupTemp(f)
 		return one(w.wsm.Upload(ctx, c.Tenant, c.Workspace, a.Path, f))
-	case OpList:
+	case workspace.OpList:
 		list, err := w.wsm.List(ctx, c.Tenant)
 		out.Workspaces = list
 		return out, err
-	case OpInfo:
+	case workspace.OpInfo:
 		return one(w.wsm.Info(ctx, c.Tenant, c.Workspace))
-	case OpSnapshot:
+	case workspace.OpSnapshot:
 		return one(w.wsm.Snapshot(ctx, c.Tenant, c.Workspace, a.Snapshot))
-	case OpFork:
+	case workspace.OpFork:
 		return one(w.wsm.Fork(ctx, c.Tenant, c.Workspace, a.Snapshot, a.To))
-	case OpRestore:
+	case workspace.OpRestore:
 		return one(w.wsm.Restore(ctx, c.Tenant, c.Workspace, a.Snapshot))
-	case OpDelete:
+	case workspace.OpDelete:
 		return out, w.wsm.Delete(ctx, c.Tenant, c.Workspace)
-	case OpReadFile:
+	case workspace.OpReadFile:
 		out.Object = c.ID + "/file"
 		err := w.wsm.ReadFile(ctx, c.Tenant, c.Workspace, a.Path, func(f *os.File, size int64) error {
 			out.FileBytes = size
-			off, n := min(max(a.Offset, 0), size), a.Length
+			off := a.Offset
+			if off < 0 { // the last -Offset bytes
+				off = max(size+off, 0)
+			}
+			off = min(off, size)
+			n := a.Length
 			if n < 0 || off+n > size {
 				n = size - off
 			}
@@ -164,7 +121,7 @@ func (w *Worker) workspaceOp(ctx context.Context, c *call.Call, a WorkspaceArgs)
 			return err
 		})
 		return out, err
-	case OpArchive:
+	case workspace.OpArchive:
 		out.Object = c.ID + "/archive"
 		pr, pw := io.Pipe()
 		go func() { pw.CloseWithError(w.wsm.Archive(ctx, c.Tenant, c.Workspace, a.Path, pw)) }()
