@@ -266,6 +266,7 @@ func run(args []string) error {
 		dispatcher.WithAudit(conn, audited),
 		dispatcher.WithRuleBook(dispatcher.NewSharedRules(conn, allowRulesKey, pstore), nil),
 		dispatcher.WithOutputs(conn),
+		dispatcher.WithTransfers(conn),
 		dispatcher.WithClock(conn.Now),
 	)
 	if err != nil {

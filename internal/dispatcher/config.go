@@ -52,6 +52,9 @@ type Config struct {
 	QueueTimeout time.Duration `yaml:"queue_timeout"`
 	// ApprovalTTL is how long a call waits for approval before it ends expired.
 	ApprovalTTL time.Duration `yaml:"approval_ttl"`
+	// MaxUploadBytes bounds one upload to a workspace (an archive, or a file); it travels through the
+	// output store in chunks, never in one message. Zero means the default, 1 GiB.
+	MaxUploadBytes int64 `yaml:"max_upload_bytes"`
 }
 
 // DefaultConfig returns the defaults.
@@ -64,6 +67,7 @@ func DefaultConfig() Config {
 		MaxOutputBytes: 1 << 20,
 		QueueTimeout:   10 * time.Minute,
 		ApprovalTTL:    time.Hour,
+		MaxUploadBytes: 1 << 30,
 	}
 }
 
@@ -114,6 +118,8 @@ func (c *Config) Validate() error {
 		return errors.New("queue_timeout must be positive")
 	case c.MaxOutputBytes < 1024:
 		return fmt.Errorf("max_output_bytes %d is below 1024", c.MaxOutputBytes)
+	case c.MaxUploadBytes < 0:
+		return fmt.Errorf("max_upload_bytes %d is negative", c.MaxUploadBytes)
 	}
 	return nil
 }
