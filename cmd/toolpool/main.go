@@ -5,6 +5,7 @@
 //	toolpool cancel ID
 //	toolpool tools [--format native|openai|anthropic|mcp]
 //	toolpool policy check TOOL [key=value | key:=json]...
+//	toolpool ws create|ls|info|push|pull|snapshot|fork|restore|rm ...
 //
 // It reads the dispatcher's address from $TOOLPOOL_URL (default http://127.0.0.1:8080) and the bearer
 // token from $TOOLPOOL_TOKEN (default dev).
@@ -37,6 +38,8 @@ usage:
   toolpool approvals approve ID [--always --prefix 'git push']   approve one (and, with --always, like it)
   toolpool approvals deny ID                              deny one
   toolpool audit [--since 1h] [--limit N] [--json]        the tenant's audit log
+  toolpool ws create|ls|info|push|pull|snapshot|fork|restore|rm ...
+                                                          manage workspaces (toolpool ws for details)
   toolpool bench [--concurrency 4] [--rate R] [--duration 30s] [--mix shell=8,list=1]
                                                           load test: throughput, latency, final states
 
@@ -76,6 +79,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdAudit(c, args[1:], stdout)
 	case "bench":
 		err = cmdBench(c, args[1:], stdout)
+	case "ws":
+		err = cmdWorkspace(c, args[1:], stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -146,11 +151,7 @@ func (c *client) do(ctx context.Context, method, path string, body any, out any)
 		return resp.StatusCode, fmt.Errorf("read response: %w", err)
 	}
 	if resp.StatusCode >= 300 && resp.StatusCode != http.StatusForbidden {
-		var ae apiError
-		if json.Unmarshal(data, &ae) == nil && ae.Error.Message != "" {
-			return resp.StatusCode, fmt.Errorf("%s (HTTP %d %s)", ae.Error.Message, resp.StatusCode, ae.Error.Type)
-		}
-		return resp.StatusCode, fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(data)))
+		return resp.StatusCode, apiFailure(resp.StatusCode, data)
 	}
 	if out != nil {
 		if raw, ok := out.(*json.RawMessage); ok {
@@ -162,6 +163,15 @@ func (c *client) do(ctx context.Context, method, path string, body any, out any)
 		}
 	}
 	return resp.StatusCode, nil
+}
+
+// apiFailure is the error of a non-2xx answer, with the API's message when it has one.
+func apiFailure(code int, data []byte) error {
+	var ae apiError
+	if json.Unmarshal(data, &ae) == nil && ae.Error.Message != "" {
+		return fmt.Errorf("%s (HTTP %d %s)", ae.Error.Message, code, ae.Error.Type)
+	}
+	return fmt.Errorf("HTTP %d: %s", code, strings.TrimSpace(string(data)))
 }
 
 // parseArgs turns key=value (string) and key:=json pairs into a JSON object.

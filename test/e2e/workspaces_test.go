@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -229,6 +230,47 @@ func TestWorkspaceAPI(t *testing.T) {
 	if r := s.do(t, http.MethodGet, "/v1/workspaces/bad..name!", "dev-token", nil); r.code != http.StatusBadRequest {
 		t.Fatalf("bad name: HTTP %d %s", r.code, r.body)
 	}
+
+	// The same through the CLI.
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "src", "pkg"), 0o755)
+	os.WriteFile(filepath.Join(dir, "src", "pkg", "a.go"), []byte("package pkg\n"), 0o644)
+	os.Symlink("src/pkg/a.go", filepath.Join(dir, "link"))
+	cli := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(binaries(t), "toolpool"), args...)
+		cmd.Env = append(os.Environ(), "TOOLPOOL_URL="+s.url, "TOOLPOOL_TOKEN=dev-token")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("toolpool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	if out := cli("ws", "rm", "w3"); !strings.Contains(out, `"deleted": "w3"`) {
+		t.Fatalf("ws rm: %s", out)
+	}
+	if out := cli("ws", "create", "cli", "--from", dir); !strings.Contains(out, `"files": 2`) {
+		t.Fatalf("ws create --from DIR: %s", out)
+	}
+	cli("ws", "push", "cli", dir, "--path", "copy")
+	cli("ws", "snapshot", "cli", "first")
+	cli("ws", "fork", "cli", "cli2", "--snapshot", "first")
+	if out := cli("ws", "ls"); !strings.Contains(out, "cli2") || !strings.Contains(out, "NAME") {
+		t.Fatalf("ws ls: %s", out)
+	}
+	if out := cli("ws", "info", "cli"); !strings.Contains(out, `"name": "first"`) {
+		t.Fatalf("ws info: %s", out)
+	}
+	out := filepath.Join(t.TempDir(), "cli.tar.gz")
+	cli("ws", "pull", "cli", "-o", out)
+	data, _ := os.ReadFile(out)
+	if files := untar(t, data); files["copy/src/pkg/a.go"] != "package pkg\n" || files["src/pkg/a.go"] != "package pkg\n" {
+		t.Fatalf("ws pull: %v", files)
+	}
+	if got := cli("ws", "pull", "cli", "--file", "copy/src/pkg/a.go"); got != "package pkg\n" {
+		t.Fatalf("ws pull --file: %q", got)
+	}
+	cli("ws", "rm", "cli2")
 }
 
 // TestWorkspacesSharedByTwoWorkers: two workers with their own data directories share one workspaces
