@@ -1,23 +1,27 @@
 #!/usr/bin/env bash
-# Installs containerd and runc from Debian's packages when they are missing.
+# Installs containerd and runc from Debian's packages when they are missing, and the clients the egress
+# tests run inside containers from the host's /usr (git, curl, python3-pip; Node and Go come with the image).
 set -euo pipefail
 missing=()
 command -v containerd >/dev/null || missing+=(containerd)
 command -v containerd-shim-runc-v2 >/dev/null || missing+=(containerd)
+command -v ctr >/dev/null || missing+=(containerd)   # the fault tests list containers with it
 command -v runc >/dev/null || missing+=(runc)
 command -v curl >/dev/null || missing+=(curl)
+[ -x /usr/bin/git ] && [ -x /usr/lib/git-core/git-http-backend ] || missing+=(git)
+/usr/bin/python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 command -v promtool >/dev/null || missing+=(prometheus)   # promtool checks the metrics and alert rules
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi
 if [ "$(id -u)" != 0 ]; then
-  echo "toolpool needs ${missing[*]}: run as root, or install them: apt-get install containerd runc" >&2
+  echo "toolpool needs ${missing[*]}: run as root, or install them: apt-get install ${missing[*]}" >&2
   exit 1
 fi
 echo "installing ${missing[*]} from Debian's packages..." >&2
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-apt-get install -y -qq --no-install-recommends containerd runc curl ca-certificates prometheus >/dev/null
+apt-get install -y -qq --no-install-recommends containerd runc curl ca-certificates prometheus git python3-pip >/dev/null
 # Only promtool is wanted from the prometheus package: do not leave its server running on a systemd host.
 if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
   systemctl disable --now prometheus prometheus-node-exporter >/dev/null 2>&1 || true

@@ -158,6 +158,26 @@ func loadConfig(args []string) (config, error) {
 	return cfg, cfg.validate()
 }
 
+// shareAllowRules keeps pstore's approve-always rules in the state bucket that every replica shares, so
+// that they survive a restart: it applies the stored rules, shortly after it returns, and whatever another
+// replica stores later, until ctx ends. The rule book it returns adds a rule to the shared list by
+// compare-and-set, so that replicas adding rules at once keep them all.
+func shareAllowRules(ctx context.Context, conn *jetstream.Conn, pstore *policy.Store, log *slog.Logger) (*dispatcher.SharedRules, error) {
+	if err := conn.WatchState(ctx, allowRulesKey, func(b []byte) {
+		var rules []policy.AllowRule
+		if err := json.Unmarshal(b, &rules); err != nil {
+			log.Error("decode approve-always rules", "error", err)
+			return
+		}
+		if err := pstore.SetAllowRules(rules); err != nil {
+			log.Error("apply approve-always rules", "error", err)
+		}
+	}); err != nil {
+		return nil, err
+	}
+	return dispatcher.NewSharedRules(conn, allowRulesKey, pstore), nil
+}
+
 func run(args []string) error {
 	cfg, err := loadConfig(args)
 	if err != nil {
@@ -236,16 +256,8 @@ func run(args []string) error {
 			})
 		}()
 	}
-	if err := conn.WatchState(ctx, allowRulesKey, func(b []byte) {
-		var rules []policy.AllowRule
-		if err := json.Unmarshal(b, &rules); err != nil {
-			log.Error("decode approve-always rules", "error", err)
-			return
-		}
-		if err := pstore.SetAllowRules(rules); err != nil {
-			log.Error("apply approve-always rules", "error", err)
-		}
-	}); err != nil {
+	rules, err := shareAllowRules(ctx, conn, pstore, log)
+	if err != nil {
 		return err
 	}
 
@@ -264,7 +276,7 @@ func run(args []string) error {
 		},
 		dispatcher.WithReadyChecks(conn.Ready),
 		dispatcher.WithAudit(conn, audited),
-		dispatcher.WithRuleBook(dispatcher.NewSharedRules(conn, allowRulesKey, pstore), nil),
+		dispatcher.WithRuleBook(rules, nil),
 		dispatcher.WithOutputs(conn),
 		dispatcher.WithTransfers(conn),
 		dispatcher.WithClock(conn.Now),

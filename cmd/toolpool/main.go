@@ -20,7 +20,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/toolpool/toolpool/internal/call"
@@ -124,8 +126,8 @@ type apiError struct {
 	Error call.ErrorInfo `json:"error"`
 }
 
-// do sends a request and decodes a 2xx or 403 body into out; other statuses become errors with the API's
-// message.
+// do sends a request and decodes a 2xx body, or a 403 that carries a result envelope (a call denied by
+// policy), into out; other statuses become errors with the API's message.
 func (c *client) do(ctx context.Context, method, path string, body any, out any) (int, error) {
 	var rd io.Reader
 	if body != nil {
@@ -150,7 +152,7 @@ func (c *client) do(ctx context.Context, method, path string, body any, out any)
 	if err != nil {
 		return resp.StatusCode, fmt.Errorf("read response: %w", err)
 	}
-	if resp.StatusCode >= 300 && resp.StatusCode != http.StatusForbidden {
+	if resp.StatusCode >= 300 && (resp.StatusCode != http.StatusForbidden || !isResult(data)) {
 		return resp.StatusCode, apiFailure(resp.StatusCode, data)
 	}
 	if out != nil {
@@ -172,6 +174,15 @@ func apiFailure(code int, data []byte) error {
 		return fmt.Errorf("%s (HTTP %d %s)", ae.Error.Message, code, ae.Error.Type)
 	}
 	return fmt.Errorf("HTTP %d: %s", code, strings.TrimSpace(string(data)))
+}
+
+// isResult reports whether data is a result envelope rather than an error body.
+func isResult(data []byte) bool {
+	var r struct {
+		ID     string      `json:"id"`
+		Status call.Status `json:"status"`
+	}
+	return json.Unmarshal(data, &r) == nil && r.ID != "" && r.Status != ""
 }
 
 // parseArgs turns key=value (string) and key:=json pairs into a JSON object.
@@ -486,7 +497,8 @@ func cmdAudit(c *client, args []string, stdout io.Writer) error {
 		return err
 	}
 	var raw json.RawMessage
-	if _, err := c.do(context.Background(), http.MethodGet, fmt.Sprintf("/v1/audit?since=%s&limit=%d", *since, *limit), nil, &raw); err != nil {
+	query := url.Values{"since": {*since}, "limit": {strconv.Itoa(*limit)}}
+	if _, err := c.do(context.Background(), http.MethodGet, "/v1/audit?"+query.Encode(), nil, &raw); err != nil {
 		return err
 	}
 	if *asJSON {

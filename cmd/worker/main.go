@@ -3,6 +3,7 @@
 //	worker [flags]                     run the worker
 //	worker import-image --file F.tar   import an OCI image tarball into the worker's containerd
 //	worker tool-runner TOOL            (inside a call's container) run a built-in tool on /workspace
+//	worker egress-forward -- CMD...    (inside a call's container) run CMD behind the egress forwarder
 package main
 
 import (
@@ -58,9 +59,10 @@ type config struct {
 	Workspaces workspacesConfig `yaml:"workspaces"`
 	Image      string           `yaml:"image"`
 	Metrics    metrics.Options  `yaml:"metrics"`
-	// Egress are the base rules of every web_fetch (denied domains, allowed ports).
-	Egress   egress.Rules `yaml:"egress"`
-	LogLevel string       `yaml:"log_level"`
+	// Egress is the base rules of every call's egress (which policy narrows), the DNS server and the
+	// credential bindings of the egress proxy.
+	Egress   egress.Config `yaml:"egress"`
+	LogLevel string        `yaml:"log_level"`
 	Tools    struct {
 		Custom []tools.CustomTool `yaml:"custom"`
 	} `yaml:"tools"`
@@ -123,6 +125,8 @@ func main() {
 				os.Exit(2)
 			}
 			os.Exit(tools.RunnerMain(context.Background(), os.Args[2], tools.WorkspaceDir, os.Stdin, os.Stdout))
+		case tools.ForwardCommand:
+			os.Exit(tools.ForwardMain(context.Background(), os.Args[2:], tools.ForwarderAddr, tools.EgressSocket, os.Stderr))
 		case "import-image":
 			os.Exit(importImage(os.Args[2:]))
 		}
@@ -219,6 +223,18 @@ func run(args []string) (retErr error) {
 	}
 	level, _ := parseLevel(cfg.LogLevel)
 	log := slog.New(tracing.LogHandler(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))).With("worker", cfg.ID)
+	// The egress gateway first: a bad credential or rule stops the worker before anything starts.
+	gateway, err := egress.NewGateway(cfg.Egress, egress.WithLookupEnv(os.LookupEnv))
+	if err != nil {
+		return err
+	}
+	if cfg.Egress.Test.Enabled() {
+		log.Warn("egress test settings are on: addresses in egress.test.public_addrs count as public and egress.test.ca_files are trusted; never use them in production",
+			"public_addrs", cfg.Egress.Test.PublicAddrs, "ca_files", cfg.Egress.Test.CAFiles)
+	}
+	for _, c := range cfg.Egress.Credentials {
+		log.Info("egress credential bound", "name", c.Name, "host", c.Host, "tenants", c.Tenants) // never the secret
+	}
 
 	// The first SIGINT, SIGTERM or SIGHUP drains; a second one kills the running calls at once.
 	signals := make(chan os.Signal, 2)
@@ -326,9 +342,6 @@ func run(args []string) (retErr error) {
 			return err
 		}
 	}
-	if err := cfg.Egress.Validate(); err != nil {
-		return fmt.Errorf("egress rules: %w", err)
-	}
 	runner, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("find own binary for the tool runner: %w", err)
@@ -348,7 +361,7 @@ func run(args []string) (retErr error) {
 	w, err := worker.New(worker.Config{
 		ID: cfg.ID, WorkspacesDir: cfg.WorkspacesDir, RunnerBinary: runner, UID: int(cfg.UID), GID: int(cfg.GID),
 		Heartbeat: cfg.Heartbeat, Lease: lease, AckWait: conn.AckWait(), MaxDeliver: conn.MaxDeliver(), Now: conn.Now,
-		WorkspaceQuota: cfg.WorkspaceQuota, Image: cfg.Image, EgressDir: filepath.Join(cfg.DataDir, "egress"), EgressRules: cfg.Egress,
+		WorkspaceQuota: cfg.WorkspaceQuota, Image: cfg.Image, EgressDir: filepath.Join(cfg.DataDir, "egress"), Egress: gateway,
 		Workspaces: workspace.Config{
 			IdleTTL: cfg.Workspaces.IdleTTL, MaxWorkspaces: cfg.Workspaces.MaxPerTenant, MaxBytes: cfg.Workspaces.MaxTenantBytes,
 			Archive: workspace.Limits{Files: cfg.Workspaces.ArchiveMaxFiles, Bytes: cfg.Workspaces.ArchiveMaxBytes},
@@ -385,31 +398,42 @@ func run(args []string) (retErr error) {
 	defer srv.Close()
 
 	log.Info("worker ready", "image", cfg.Image, "slots", cfg.Slots, "nats", cfg.NATSURL, "containerd", address, "runtime", cfg.Runtime, "workspaces", cfg.WorkspacesDir)
-	// Drain: on SIGTERM stop taking calls at once, let running ones finish for DrainTimeout, then kill them
-	// (each is recorded as cancelled).
+	handle := metrics.InstrumentHandler(cfg.Slots, tracing.TraceHandler(w.Handle), wm)
+	err = consumeDraining(ctx, cfg.DrainTimeout, secondSignal, log, func(fetchCtx, runCtx context.Context) error {
+		return conn.ConsumeWith(fetchCtx, runCtx, cfg.Slots, handle)
+	})
+	log.Info("worker stopped")
+	return err
+}
+
+// consumeDraining runs consume and drains it when ctx ends (SIGTERM): consume's fetch context is ctx, so it
+// stops taking calls at once, while its run context, which the running calls get, lasts until grace has
+// passed or kill is closed (a second signal); the calls still running then are killed, and each is recorded
+// as cancelled. It returns consume's error once consume has returned.
+func consumeDraining(ctx context.Context, grace time.Duration, kill <-chan struct{}, log *slog.Logger,
+	consume func(fetchCtx, runCtx context.Context) error) error {
 	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRun()
 	consumed := make(chan struct{})
 	go func() {
 		select {
 		case <-ctx.Done():
-			log.Info("worker draining", "drain_timeout", cfg.DrainTimeout.String())
+			log.Info("worker draining", "drain_timeout", grace.String())
 		case <-consumed:
 			return
 		}
 		select {
-		case <-time.After(cfg.DrainTimeout):
+		case <-time.After(grace):
 			log.Warn("drain timeout: killing the calls still running")
 			cancelRun()
-		case <-secondSignal:
+		case <-kill:
 			log.Warn("second signal: killing the calls still running")
 			cancelRun()
 		case <-consumed:
 		}
 	}()
-	err = conn.ConsumeWith(ctx, runCtx, cfg.Slots, metrics.InstrumentHandler(cfg.Slots, tracing.TraceHandler(w.Handle), wm))
+	err := consume(ctx, runCtx)
 	close(consumed)
-	log.Info("worker stopped")
 	return err
 }
 

@@ -84,6 +84,7 @@ func (s *AuditedStore) emit(ctx context.Context, event string, r *call.Result, a
 	}
 	if r.Status.Terminal() {
 		ev.DurationMS = r.Timing.TotalMS
+		ev.Egress = r.Egress // hosts, decisions and byte counts; never a credential's secret
 	}
 	if err := s.sink.Audit(context.WithoutCancel(ctx), ev); err != nil {
 		s.onError(err)

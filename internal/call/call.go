@@ -63,8 +63,12 @@ type Limits struct {
 	CPUMillis   int64 `json:"cpu_millis,omitempty"` // CPU quota in thousandths of a core
 	// Network grants the call's container egress. Only policy sets it; requests cannot.
 	Network bool `json:"network,omitempty"`
-	// AllowedDomains, when not nil, is the only domains a fetch may reach (policy's allowlist).
-	AllowedDomains []string `json:"allowed_domains,omitempty"`
+	// AllowedDomains, when not nil, is the only domains the call's egress may reach (policy's allowlist);
+	// an empty, non-nil list allows none, and survives the wire as [].
+	AllowedDomains []string `json:"allowed_domains,omitzero"`
+	// AllowedPorts, when not nil, is the only destination ports the call's egress may reach (policy's
+	// list); an empty, non-nil list allows none.
+	AllowedPorts []int `json:"allowed_ports,omitzero"`
 }
 
 // Decision is the policy verdict on a call and the rule that produced it.
@@ -115,6 +119,36 @@ type Usage struct {
 	WorkspaceBytes int64  `json:"workspace_bytes,omitempty"`
 }
 
+// Egress decisions of the worker's egress proxy (EgressConn.Decision).
+const (
+	EgressAllowed = "allowed" // the proxy connected (and tunnelled, forwarded or injected)
+	EgressRefused = "refused" // a rule refused the destination; the client got a 403
+	EgressFailed  = "failed"  // the destination was allowed but could not be reached; the client got a 502
+)
+
+// EgressConn is what the egress proxy did with a call's connections to one destination: every connection
+// (a CONNECT tunnel or a plain-http request) with the same host, port, decision, rule and credential is
+// counted in one entry. It never holds a credential's secret, only the binding's name.
+type EgressConn struct {
+	Host string `json:"host"`
+	Port int    `json:"port"`
+	// Decision is EgressAllowed, EgressRefused or EgressFailed.
+	Decision string `json:"decision"`
+	// Rule names why, from a closed set: the refusing rule ("domain-not-allowed", "port-not-allowed",
+	// "domain-denied", "blocked-name", "non-public-address", "bad-request") or the failure
+	// ("resolve-failed", "dial-failed", "upstream-tls"); empty when allowed.
+	Rule string `json:"rule,omitempty"`
+	// Reason says it in words, for the model and the operator.
+	Reason string `json:"reason,omitempty"`
+	// Credential names the operator's credential binding whose header the proxy added (TLS terminated).
+	Credential string `json:"credential,omitempty"`
+	// Connections counts the connections (or plain-http requests) this entry stands for.
+	Connections int `json:"connections"`
+	// BytesUp and BytesDown are what the call sent and received through them.
+	BytesUp   int64 `json:"bytes_up"`
+	BytesDown int64 `json:"bytes_down"`
+}
+
 // Result is the envelope of DESIGN.md §3: every API path returns this shape, for queued, running and
 // finished calls alike.
 type Result struct {
@@ -134,6 +168,8 @@ type Result struct {
 	Timing      Timing     `json:"timing"`
 	Usage       Usage      `json:"usage"`
 	Worker      string     `json:"worker,omitempty"`
+	// Egress lists the call's network connections through the worker's egress proxy, when it had any.
+	Egress []EgressConn `json:"egress,omitempty"`
 	// ArgsDigest is "sha256:" and the hex digest of the call's arguments as received: what an approval
 	// binds to and what the audit log records instead of the arguments themselves.
 	ArgsDigest string `json:"args_digest,omitempty"`
@@ -236,6 +272,8 @@ type AuditEvent struct {
 	DurationMS int64     `json:"duration_ms,omitempty"`
 	Worker     string    `json:"worker,omitempty"`
 	Actor      string    `json:"actor,omitempty"` // who approved or rejected
+	// Egress is the finished call's network connections (Result.Egress).
+	Egress []EgressConn `json:"egress,omitempty"`
 }
 
 // Pending is a call parked for a person's approval, with what the approval binds to.

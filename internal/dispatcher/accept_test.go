@@ -37,7 +37,7 @@ func (f *flakyPublisher) Publish(ctx context.Context, c *call.Call) error {
 // apiOn serves the API on an in-process JetStream, publishing through pub (which wraps the real queue).
 func apiOn(t *testing.T, wrap func(Publisher) Publisher) (*httptest.Server, *jetstream.Conn) {
 	t.Helper()
-	conn, _ := jstest.Connect(t, nil)
+	conn, _ := jstest.Provisioned(t, nil)
 	reg, err := tools.NewRegistry()
 	if err != nil {
 		t.Fatal(err)
@@ -73,10 +73,10 @@ func post(t *testing.T, url, token string, body map[string]any) (int, call.Resul
 	return resp.StatusCode, r
 }
 
-// TestIdempotencyKey: a retry after a failed publish queues the call (it is not answered with the
+// TestIdempotencyKeyOnJetStream: a retry after a failed publish queues the call (it is not answered with the
 // failure); the same key again is the same call; with other arguments it is a 409; another tenant's
 // equal key is another call.
-func TestIdempotencyKey(t *testing.T) {
+func TestIdempotencyKeyOnJetStream(t *testing.T) {
 	flaky := &flakyPublisher{}
 	flaky.failures.Store(1)
 	ts, conn := apiOn(t, func(p Publisher) Publisher { flaky.next = p; return flaky })
@@ -106,7 +106,7 @@ func TestIdempotencyKey(t *testing.T) {
 // TestSharedRulesKeepEveryReplicasRule: two dispatcher replicas that add approve-always rules at once
 // both keep theirs in the shared list.
 func TestSharedRulesKeepEveryReplicasRule(t *testing.T) {
-	conn, _ := jstest.Connect(t, nil)
+	conn, _ := jstest.Provisioned(t, nil)
 	ctx := context.Background()
 	a := NewSharedRules(conn, "allow_rules", policy.NewStore(policy.Default()))
 	b := NewSharedRules(conn, "allow_rules", policy.NewStore(policy.Default()))

@@ -19,7 +19,7 @@ import (
 // Reconciler on it with the real queue as store, backlog, leases, approvals and publisher.
 func reconcilerOn(t *testing.T) (*Reconciler, *jetstream.Conn) {
 	t.Helper()
-	conn, _ := jstest.Connect(t, func(cfg *jetstream.Config) {
+	conn, _ := jstest.Provisioned(t, func(cfg *jetstream.Config) {
 		cfg.MaxDeliver, cfg.AckWait, cfg.MaxPendingPerTenant = 3, time.Second, 1
 	})
 	reg, err := tools.NewRegistry()

@@ -409,7 +409,7 @@ func (s *Server) limits(req *callRequest, tool *tools.Tool, pl policy.Limits) ca
 		output = min(output, pl.OutputBytes)
 	}
 	return call.Limits{TimeoutMS: timeout.Milliseconds(), OutputBytes: output, MemoryBytes: req.MemoryBytes,
-		Network: pl.Network, AllowedDomains: pl.AllowedDomains}
+		Network: pl.Network, AllowedDomains: pl.AllowedDomains, AllowedPorts: pl.AllowedPorts}
 }
 
 // argsDigest is what an approval binds to: the SHA-256 of the arguments as received.
@@ -613,6 +613,7 @@ func (s *Server) deleteCall(w http.ResponseWriter, r *http.Request) {
 			s.writeCall(r.Context(), w, res)
 			return
 		}
+		parked := res.Status == call.StatusPendingApproval
 		if res.Status == call.StatusRunning {
 			// The worker that runs it watches for this request and kills the container.
 			res.CancelRequested = true
@@ -629,6 +630,9 @@ func (s *Server) deleteCall(w http.ResponseWriter, r *http.Request) {
 		if res.Status == call.StatusRunning {
 			s.waitAndWrite(w, r, id, 10*time.Second)
 			return
+		}
+		if parked {
+			_ = s.approvals.DeletePending(r.Context(), p.tenant, id)
 		}
 		s.writeCall(r.Context(), w, res)
 		return

@@ -65,7 +65,7 @@ func (s *Server) workspaceOp(w http.ResponseWriter, r *http.Request, op, ws stri
 		ID: call.NewID(), Tenant: p.tenant, Workspace: ws, Tool: op, Args: rawArgs, CreatedAt: s.now().UTC(),
 		Decision:    &call.Decision{Action: string(dec.Action), Rule: dec.Rule, Reason: dec.Reason},
 		TraceParent: tracing.Inject(ctx), ArgsDigest: argsDigest(rawArgs),
-		Limits:      call.Limits{TimeoutMS: timeout.Milliseconds(), OutputBytes: s.cfg.MaxOutputBytes},
+		Limits: call.Limits{TimeoutMS: timeout.Milliseconds(), OutputBytes: s.cfg.MaxOutputBytes},
 	}
 	c.Deadline = c.CreatedAt.Add(s.cfg.QueueTimeout)
 	res, rerr := s.accept(ctx, c, dec, false)

@@ -237,6 +237,7 @@ func (s *observedWorkerStore) Update(ctx context.Context, r *call.Result, rev ui
 	next, err := s.WorkerStore.Update(ctx, r, rev)
 	if err == nil && r.Status.Terminal() {
 		s.m.finished(r)
+		s.m.egress.finished(r)
 	}
 	return next, err
 }

@@ -164,6 +164,12 @@ func TestObserveWorkerStore(t *testing.T) {
 	}
 	ok := finished(call.StatusOK)
 	ok.Truncated, ok.OutputBytes = true, 4096
+	ok.Egress = []call.EgressConn{
+		{Host: "proxy.golang.org", Port: 443, Decision: call.EgressAllowed, Connections: 3, BytesUp: 100, BytesDown: 5000},
+		{Host: "git.acme.test", Port: 443, Decision: call.EgressAllowed, Credential: "acme-git", Connections: 1, BytesUp: 10, BytesDown: 20},
+		{Host: "evil.test", Port: 443, Decision: call.EgressRefused, Rule: "domain-not-allowed", Connections: 2},
+		{Host: "x.test", Port: 443, Decision: call.EgressRefused, Rule: "made-up", Connections: 1},
+	}
 	write(ok)
 	write(finished(call.StatusTimeout))
 	oom := finished(call.StatusError)
@@ -187,6 +193,12 @@ func TestObserveWorkerStore(t *testing.T) {
 	mustSample(t, reg, "toolpool_call_run_seconds", map[string]string{"tool": "run_shell"}, 3)
 	mustSample(t, reg, "toolpool_call_duration_seconds", map[string]string{"status": "error"}, 2)
 	mustSample(t, reg, "toolpool_call_queue_wait_seconds", map[string]string{"tenant": "acme"}, 4)
+	mustSample(t, reg, "toolpool_egress_connections_total", map[string]string{"decision": "allowed", "rule": "none"}, 3)
+	mustSample(t, reg, "toolpool_egress_connections_total", map[string]string{"decision": "allowed", "rule": "credential-injected"}, 1)
+	mustSample(t, reg, "toolpool_egress_connections_total", map[string]string{"decision": "refused", "rule": "domain-not-allowed"}, 2)
+	mustSample(t, reg, "toolpool_egress_connections_total", map[string]string{"decision": "refused", "rule": metrics.Overflow}, 1)
+	mustSample(t, reg, "toolpool_egress_bytes_total", map[string]string{"direction": "up"}, 110)
+	mustSample(t, reg, "toolpool_egress_bytes_total", map[string]string{"direction": "down"}, 5020)
 }
 
 func TestTenantLabel(t *testing.T) {

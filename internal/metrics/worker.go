@@ -19,6 +19,7 @@ type WorkerMetrics struct {
 	slots         *slotCollector
 	cleanup       prometheus.Histogram
 	sandboxErrors *prometheus.CounterVec
+	egress        *egressMetrics
 }
 
 // NewWorker registers a worker's metrics, the Go and process collectors and toolpool_build_info on reg.
@@ -35,6 +36,7 @@ func NewWorker(reg prometheus.Registerer, opts Options) *WorkerMetrics {
 			Help: "Failures of the container runtime itself, by stage: start (nothing ran; the call is offered again) or run."},
 			[]string{"stage"}),
 	}
+	m.egress = newEgressMetrics(reg)
 	m.sandboxErrors.WithLabelValues("start")
 	m.sandboxErrors.WithLabelValues("run")
 	reg.MustRegister(m.slots, m.cleanup, m.sandboxErrors)

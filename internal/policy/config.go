@@ -60,7 +60,11 @@ type fileTool struct {
 	Limits         fileLimits `yaml:"limits"`
 	Paths          filePaths  `yaml:"paths"`
 	AllowedDomains []string   `yaml:"allowed_domains"`
-	Network        *bool      `yaml:"network"`
+	// EgressPresets add the domains of named presets (presets.go) to AllowedDomains.
+	EgressPresets []string `yaml:"egress_presets"`
+	// AllowedPorts, when set, is the only destination ports egress may reach.
+	AllowedPorts []int `yaml:"allowed_ports"`
+	Network      *bool `yaml:"network"`
 }
 
 type fileCommandRule struct {
@@ -449,7 +453,7 @@ func (v *validator) layer(at []string, f fileLayer, origin string) (*layer, erro
 		if tl.roots, tl.denied, err = v.paths(join(tat, "paths"), t.Paths); err != nil {
 			return nil, err
 		}
-		if t.AllowedDomains != nil {
+		if t.AllowedDomains != nil || t.EgressPresets != nil {
 			tl.domainsSet = true
 			tl.domains = []string{}
 			for i, d := range t.AllowedDomains {
@@ -458,6 +462,26 @@ func (v *validator) layer(at []string, f fileLayer, origin string) (*layer, erro
 					return nil, v.errf(join(tat, "allowed_domains", strconv.Itoa(i)), "%w", err)
 				}
 				tl.domains = append(tl.domains, nd)
+			}
+			for i, name := range t.EgressPresets {
+				ds, err := presetDomains(name)
+				if err != nil {
+					return nil, v.errf(join(tat, "egress_presets", strconv.Itoa(i)), "%w", err)
+				}
+				for _, d := range ds {
+					if !slices.Contains(tl.domains, d) {
+						tl.domains = append(tl.domains, d)
+					}
+				}
+			}
+		}
+		if t.AllowedPorts != nil {
+			tl.ports = []int{}
+			for i, p := range t.AllowedPorts {
+				if p < 1 || p > 65535 {
+					return nil, v.errf(join(tat, "allowed_ports", strconv.Itoa(i)), "port %d is not between 1 and 65535", p)
+				}
+				tl.ports = append(tl.ports, p)
 			}
 		}
 		l.tools[name] = tl

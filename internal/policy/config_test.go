@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -65,6 +66,8 @@ func TestParseErrors(t *testing.T) {
 		{"relative root", "paths:\n  allowed_roots: [workspace]\n", 2, "paths.allowed_roots[0]", "not absolute"},
 		{"unclean root", "paths:\n  allowed_roots: [/workspace/../etc]\n", 2, "paths.allowed_roots[0]", "not clean"},
 		{"bad domain", "tools:\n  web_fetch:\n    allowed_domains: ['https://x.org/']\n", 3, "tools.web_fetch.allowed_domains[0]", "bare host"},
+		{"unknown preset", "tools:\n  run_shell:\n    egress_presets: [go, maven]\n", 3, "tools.run_shell.egress_presets[1]", `"maven" is not an egress preset`},
+		{"bad port", "tools:\n  run_shell:\n    allowed_ports: [443, 70000]\n", 3, "tools.run_shell.allowed_ports[1]", "between 1 and 65535"},
 		{"rule without commands", "commands:\n  - name: x\n    action: allow\n", 2, "commands[0].commands", "lists no commands"},
 		{"rule with a path", "commands:\n  - name: x\n    action: deny\n    commands: [/usr/bin/rm]\n", 4, "commands[0].commands[0]", "without a directory"},
 		{"rule with shell syntax", "commands:\n  - name: x\n    action: deny\n    commands: ['rm *']\n", 4, "commands[0].commands[0]", "literal words"},
@@ -164,6 +167,58 @@ func TestLoadTenantFiles(t *testing.T) {
 	if _, err := Load(filepath.Join(dir, "nope.yaml")); err == nil || !strings.Contains(err.Error(), "nope.yaml") {
 		t.Fatalf("Load of a missing file: %v", err)
 	}
+}
+
+// TestEgressLimits: presets add their domains to the layer's allowlist, and each layer's domains and
+// ports narrow the layers before it (operator, then tenant).
+func TestEgressLimits(t *testing.T) {
+	p, err := Parse([]byte(`
+tools:
+  run_shell:
+    network: true
+    egress_presets: [go, github]
+    allowed_domains: [git.example.com]
+    allowed_ports: [443, 80]
+tenants:
+  acme:
+    tools:
+      run_shell:
+        egress_presets: [go]
+        allowed_ports: [443, 8443]
+  open:
+    tools:
+      run_shell: {action: allow}
+`), "p.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		tenant  string
+		domains []string
+		ports   []int
+	}{
+		{"", []string{"git.example.com", "proxy.golang.org", "sum.golang.org", "github.com", "api.github.com", "codeload.github.com", "objects.githubusercontent.com", "raw.githubusercontent.com"}, []int{443, 80}},
+		{"acme", []string{"proxy.golang.org", "sum.golang.org"}, []int{443}},
+		{"open", []string{"git.example.com", "proxy.golang.org", "sum.golang.org", "github.com", "api.github.com", "codeload.github.com", "objects.githubusercontent.com", "raw.githubusercontent.com"}, []int{443, 80}},
+	} {
+		l := effectiveLimits(p.layersFor(tc.tenant), "run_shell")
+		if !l.Network || !sameSet(l.AllowedDomains, tc.domains) || !slices.Equal(l.AllowedPorts, tc.ports) {
+			t.Errorf("tenant %q: network %v, domains %v, ports %v; want true, %v, %v", tc.tenant, l.Network, l.AllowedDomains, l.AllowedPorts, tc.domains, tc.ports)
+		}
+	}
+	if l := effectiveLimits(p.layersFor("acme"), "read_file"); l.AllowedPorts != nil || l.AllowedDomains != nil {
+		t.Errorf("a tool without egress rules got domains %v, ports %v", l.AllowedDomains, l.AllowedPorts)
+	}
+	if got := EgressPresets(); !slices.Equal(got, []string{"crates", "debian", "github", "go", "npm", "pypi"}) {
+		t.Errorf("EgressPresets() = %v", got)
+	}
+}
+
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
 }
 
 func TestParseDomainsNilVersusEmpty(t *testing.T) {

@@ -38,6 +38,9 @@ type Limits struct {
 	// AllowedDomains is the domain allowlist for fetches: nil means no allowlist, an empty non-nil slice
 	// means no domain at all. "*.example.com" stands for every subdomain of example.com.
 	AllowedDomains []string
+	// AllowedPorts is the destination ports egress may reach: nil means no list, an empty non-nil slice
+	// means no port at all. Each layer's list narrows the ones before.
+	AllowedPorts []int
 	// Network grants the call's container egress; true only when every layer that mentions it grants it.
 	Network bool
 }

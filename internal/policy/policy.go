@@ -41,6 +41,7 @@ type toolLayer struct {
 	denied     []glob
 	domains    []string
 	domainsSet bool
+	ports      []int // nil when not set
 	network    *bool
 }
 
@@ -326,6 +327,13 @@ func effectiveLimits(layers []*layer, tool string) Limits {
 				out.AllowedDomains = slices.Clone(t.domains)
 			} else {
 				out.AllowedDomains = intersectDomains(out.AllowedDomains, t.domains)
+			}
+		}
+		if t.ports != nil {
+			if out.AllowedPorts == nil {
+				out.AllowedPorts = slices.Clone(t.ports)
+			} else {
+				out.AllowedPorts = slices.DeleteFunc(out.AllowedPorts, func(p int) bool { return !slices.Contains(t.ports, p) })
 			}
 		}
 	}

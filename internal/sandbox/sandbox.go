@@ -46,6 +46,12 @@ type Spec struct {
 	// Image, when set, names an OCI image in the runtime's store to use as the root filesystem instead of
 	// the read-only view of the host's system directories.
 	Image string
+	// TrustedCAs, when set, are PEM certificates the container's programs trust on top of the system's
+	// roots (the egress proxy's CA). The runtime adds them to the system bundle the container sees
+	// (/etc/ssl/certs/ca-certificates.crt on the host-view root) and points the usual variables at the
+	// bundle (SSL_CERT_FILE, CURL_CA_BUNDLE, GIT_SSL_CAINFO, REQUESTS_CA_BUNDLE, PIP_CERT) and at the extra
+	// certificates alone (NODE_EXTRA_CA_CERTS). Only certificates enter the container, never a key.
+	TrustedCAs []byte
 }
 
 // Limits bound the container. Zero values mean the runtime's configured default.
@@ -63,7 +69,9 @@ type Limits struct {
 	// reports the final size. A running call can overshoot by what it writes in one measuring interval. Zero
 	// means the runtime's default; a negative value turns the quota off (measuring and capping alike).
 	WorkspaceBytes int64
-	Network        bool // egress granted: the container shares no network, this only keeps loopback today
+	// Network records that egress was granted. The container's network namespace keeps loopback only
+	// either way: egress goes through the egress proxy's socket, which the caller mounts.
+	Network bool
 }
 
 // Outcome is how the process ended and what it printed.
@@ -80,7 +88,8 @@ type Outcome struct {
 	QuotaExceeded bool
 	Stdout        Captured
 	Stderr        Captured
-	// MaxRSSBytes is the peak memory of the container's cgroup; CPUTime its CPU time.
+	// MaxRSSBytes is the peak memory of the container's cgroup (on cgroup v2 before Linux 5.19, which keeps
+	// no peak, its usage at the end); CPUTime its CPU time.
 	MaxRSSBytes int64
 	CPUTime     time.Duration
 	// WorkspaceBytes is the workspace's size on disk when the call ended, measured without following

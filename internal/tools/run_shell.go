@@ -23,7 +23,9 @@ var runShellTool = builtin{
 	kind: KindExecute,
 	description: `Run a shell command with /bin/sh -c in a fresh, isolated container whose working directory is ` +
 		`the workspace (/workspace, the only writable place that persists between calls; /tmp is private to the ` +
-		`call). There is no network access. Returns the command's stdout, then its stderr after a "[stderr]" line, ` +
+		`call). There is no network access unless the operator's policy grants it; then HTTP_PROXY and HTTPS_PROXY ` +
+		`are set, only the domains the policy allows can be reached, and a refused one answers 403 with the rule ` +
+		`that refused it. Returns the command's stdout, then its stderr after a "[stderr]" line, ` +
 		`then "[exit code N]" when it is not 0 (the call's status is then "error"). Long output keeps its head ` +
 		`and tail with a note of what was cut.
 Each call starts from scratch: no shell state (cd, variables, background processes) survives it; chain ` +

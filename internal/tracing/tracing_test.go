@@ -2,6 +2,7 @@ package tracing_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"io"
@@ -21,13 +22,18 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/toolpool/toolpool/internal/audit"
 	"github.com/toolpool/toolpool/internal/call"
+	"github.com/toolpool/toolpool/internal/dispatcher"
 	"github.com/toolpool/toolpool/internal/metrics"
 	"github.com/toolpool/toolpool/internal/policy"
 	"github.com/toolpool/toolpool/internal/queue"
 	"github.com/toolpool/toolpool/internal/queue/jetstream"
+	"github.com/toolpool/toolpool/internal/queue/jetstream/jstest"
 	"github.com/toolpool/toolpool/internal/sandbox"
+	"github.com/toolpool/toolpool/internal/tools"
 	"github.com/toolpool/toolpool/internal/tracing"
+	"github.com/toolpool/toolpool/internal/worker"
 )
 
 // record installs an SDK tracer provider that keeps every ended span in memory, and the W3C propagator,
@@ -323,223 +329,321 @@ func TestLogHandlerAddsTheTraceID(t *testing.T) {
 	}
 }
 
-// allowAll is a policy that allows every call.
-type allowAll struct{}
-
-func (allowAll) Decide(ctx context.Context, r policy.Request) policy.Decision {
-	return policy.Decision{Action: policy.Allow, Rule: policy.RuleToolAction}
+// stack is the dispatcher and a worker assembled with their decorators as cmd/dispatcher and cmd/worker
+// assemble them (audit, metrics and tracing around the store; tracing and metrics around the publisher,
+// policy, runtime, handler and HTTP), on a real in-process JetStream, the shipped default policy, and a
+// fake container runtime.
+type stack struct {
+	url     string // the dispatcher's HTTP server
+	conn    *jetstream.Conn
+	wreg    *prometheus.Registry
+	runtime *fakeRuntime // the worker's
 }
-func (allowAll) ToolEnabled(tenant, tool string, requestTools map[string]bool) bool { return true }
 
-// TestOneTracePerCall is the end-to-end proof: a call accepted over HTTP by dispatcher-side code wrapped
-// the way cmd/dispatcher wraps it (metrics and tracing decorators, /metrics beside the API), published
-// through a real JetStream (the trace context crosses in the message), and run by worker-side code wrapped
-// the way cmd/worker wraps it, makes one trace, with every span under its proper parent; the trace id
-// lands in the call's record; and the metrics count the call once.
-func TestOneTracePerCall(t *testing.T) {
-	exp := record(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+const traceToken = "acme-token"
 
-	srv, err := jetstream.StartEmbedded(jetstream.EmbeddedConfig{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
+func startStack(t *testing.T) *stack {
+	t.Helper()
+	nats := jstest.Server(t, "")
+	conn := jstest.Connect(t, nats.URL(), "dispatcher", true)
+	reg, err := tools.NewRegistry()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(srv.Shutdown)
-	cfg := jetstream.DefaultConfig()
-	cfg.URL, cfg.Name, cfg.Provision = srv.URL(), "tracing-test", true
-	conn, err := jetstream.Connect(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(conn.Close)
+	log := slog.New(tracing.LogHandler(slog.NewTextHandler(io.Discard, nil)))
 
-	// The dispatcher side, as cmd/dispatcher assembles it.
+	// The dispatcher, as cmd/dispatcher wires it.
 	dreg := prometheus.NewRegistry()
 	dm := metrics.NewDispatcher(dreg, metrics.Options{TenantLabel: true})
-	store := tracing.TraceStore(metrics.ObserveStore(conn, dm))
-	pub, pol := tracing.TracePublisher(conn), tracing.TracePolicy(allowAll{})
-	api := http.NewServeMux() // stands for dispatcher.Server.Handler()
-	api.HandleFunc("POST /v1/calls", func(w http.ResponseWriter, r *http.Request) {
-		_, span := tracing.Start(r.Context(), "authenticate") // a sibling of what follows, as in server.auth
-		tracing.End(span, nil)
-		ctx := r.Context()
-		dec := pol.Decide(ctx, policy.Request{Tenant: "acme", Tool: "run_shell"})
-		c := &call.Call{ID: call.NewID(), Tenant: "acme", Workspace: "ws1", Tool: "run_shell", Args: json.RawMessage(`{"command":"true"}`),
-			CreatedAt: time.Now().UTC(), Decision: &call.Decision{Action: string(dec.Action), Rule: dec.Rule},
-			TraceParent: tracing.Inject(ctx)}
-		if _, err := store.Create(ctx, call.NewResult(c, call.StatusQueued)); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		if err := pub.Publish(ctx, c); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		_ = json.NewEncoder(w).Encode(map[string]string{"id": c.ID})
-	})
+	pstore := policy.NewStore(policy.Default(), policy.KnownTools(reg.Names()...))
+	audited := audit.Wrap(conn, conn, func(err error) { t.Errorf("write audit event: %v", err) })
+	cfg := dispatcher.DefaultConfig()
+	cfg.Tenants = []dispatcher.Tenant{{Name: "acme", Tokens: []dispatcher.Token{{Token: traceToken, Role: dispatcher.RoleApprover}}}}
+	api, err := dispatcher.New(cfg,
+		dispatcher.Deps{
+			Store:     tracing.TraceStore(metrics.ObserveStore(audited, dm)),
+			Publisher: tracing.TracePublisher(conn),
+			Tools:     reg,
+			Policy:    tracing.TracePolicy(pstore),
+			Approvals: conn,
+			Log:       log,
+		},
+		dispatcher.WithReadyChecks(conn.Ready),
+		dispatcher.WithAudit(conn, audited),
+		dispatcher.WithRuleBook(dispatcher.NewSharedRules(conn, "allow_rules", pstore), nil),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
 	root := http.NewServeMux()
 	root.Handle("GET /metrics", metrics.Handler(dreg))
-	root.Handle("/", tracing.HTTPHandler(dm.InstrumentHTTP(api)))
-	dispatcher := httptest.NewServer(root)
-	defer dispatcher.Close()
-	resp, err := http.Post(dispatcher.URL+"/v1/calls", "application/json", strings.NewReader(`{}`))
+	root.Handle("/", tracing.HTTPHandler(dm.InstrumentHTTP(api.Handler())))
+	httpSrv := httptest.NewServer(root)
+	t.Cleanup(httpSrv.Close)
+
+	// A worker, as cmd/worker wires it, on its own connection.
+	wconn := jstest.Connect(t, nats.URL(), "worker-1", false)
+	s := &stack{url: httpSrv.URL, conn: conn, wreg: prometheus.NewRegistry(), runtime: &fakeRuntime{out: outcome}}
+	wm := metrics.NewWorker(s.wreg, metrics.Options{TenantLabel: true})
+	wstore := tracing.TraceWorkerStore(metrics.ObserveWorkerStore(
+		audit.Wrap(wconn, wconn, func(err error) { t.Errorf("write audit event: %v", err) }), wm))
+	// Lease renewals go to the leases bucket, outside the traced store: they add nothing to the trace.
+	w, err := worker.New(worker.Config{ID: "worker-1", WorkspacesDir: t.TempDir(), Heartbeat: wconn.AckWait() / 3,
+		AckWait: wconn.AckWait(), MaxDeliver: wconn.MaxDeliver(), Now: wconn.Now, UID: 65532, GID: 65532},
+		tracing.TraceRuntime(metrics.ObserveRuntime(s.runtime, wm)), wstore, reg, log, worker.WithLeases(wconn), worker.WithOutputs(wconn))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var accepted struct{ ID string }
-	err = json.NewDecoder(resp.Body).Decode(&accepted)
-	resp.Body.Close()
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("POST /v1/calls: %d, %v", resp.StatusCode, err)
-	}
-
-	// The worker side, as cmd/worker assembles it; the handler does what worker.Handle does.
-	wreg := prometheus.NewRegistry()
-	wm := metrics.NewWorker(wreg, metrics.Options{TenantLabel: true})
-	wstore := tracing.TraceWorkerStore(metrics.ObserveWorkerStore(conn, wm))
-	rt := tracing.TraceRuntime(metrics.ObserveRuntime(fakeRuntime{out: outcome}, wm))
-	done := make(chan string, 1)
-	handle := metrics.InstrumentHandler(1, tracing.TraceHandler(func(ctx context.Context, d queue.Delivery) {
-		c, err := d.Call()
-		if err != nil {
-			t.Errorf("decode delivered call: %v", err)
-			return
-		}
-		rec, err := wstore.Get(ctx, c.ID)
-		if err != nil {
-			t.Errorf("get record: %v", err)
-			return
-		}
-		r := rec.Result
-		r.Status, r.Worker, r.StartedAt = call.StatusRunning, "w1", time.Now().UTC()
-		rev, err := wstore.Update(ctx, r, rec.Revision) // claim
-		if err != nil {
-			t.Errorf("claim: %v", err)
-			return
-		}
-		r.LeaseUntil = time.Now().Add(time.Minute)
-		if rev, err = wstore.Update(ctx, r, rev); err != nil { // a lease renewal
-			t.Errorf("renew lease: %v", err)
-			return
-		}
-		out, err := rt.Run(ctx, sandbox.Spec{ID: c.ID})
-		if err != nil {
-			t.Errorf("run: %v", err)
-		}
-		r.Status, r.FinishedAt = call.StatusOK, time.Now().UTC()
-		r.Timing = call.Timing{QueuedMS: r.StartedAt.Sub(c.CreatedAt).Milliseconds(), SandboxMS: out.SandboxTime.Milliseconds(),
-			RunMS: out.RunTime.Milliseconds(), TotalMS: r.FinishedAt.Sub(c.CreatedAt).Milliseconds()}
-		if _, err := wstore.Update(ctx, r, rev); err != nil {
-			t.Errorf("record result: %v", err)
-		}
-		_ = d.Ack(ctx)
-		done <- c.ID
-	}), wm)
-	consumeCtx, stopConsume := context.WithCancel(ctx)
+	const slots = 2
+	ctx, stop := context.WithCancel(context.Background())
 	consumed := make(chan error, 1)
-	go func() { consumed <- conn.Consume(consumeCtx, 1, handle) }()
-	select {
-	case id := <-done:
-		if id != accepted.ID {
-			t.Fatalf("the worker ran %s, want %s", id, accepted.ID)
+	go func() {
+		consumed <- wconn.ConsumeWith(ctx, ctx, slots, metrics.InstrumentHandler(slots, tracing.TraceHandler(w.Handle), wm))
+	}()
+	t.Cleanup(func() {
+		stop()
+		if err := <-consumed; err != nil {
+			t.Errorf("consume: %v", err)
 		}
-	case <-ctx.Done():
-		t.Fatal("the worker got no call within the deadline")
-	}
-	stopConsume()
-	if err := <-consumed; err != nil {
-		t.Fatalf("Consume: %v", err)
-	}
+	})
+	return s
+}
 
-	want := []string{"POST /v1/calls", "authenticate", "policy.evaluate", "call.record", "publish", "call.process",
-		"claim", "sandbox", "sandbox.create", "sandbox.run", "sandbox.cleanup", "result.publish"}
-	var spans map[string]tracetest.SpanStub
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		// The server span ends after the response is written: poll for it.
-		if spans = byName(t, exp.GetSpans()); len(spans) >= len(want) || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	for _, name := range want {
-		if _, ok := spans[name]; !ok {
-			t.Fatalf("no span %q; got %v", name, names(spans))
-		}
-	}
-	if len(spans) != len(want) {
-		t.Errorf("spans %v, want exactly %v", names(spans), want)
-	}
-
-	root0 := spans["POST /v1/calls"]
-	traceID := root0.SpanContext.TraceID()
-	for name, s := range spans {
-		if s.SpanContext.TraceID() != traceID {
-			t.Errorf("span %s is in trace %s, want %s", name, s.SpanContext.TraceID(), traceID)
-		}
-	}
-	if root0.Parent.IsValid() || root0.SpanKind != trace.SpanKindServer {
-		t.Errorf("the HTTP span has parent %v and kind %v, want a server root span", root0.Parent, root0.SpanKind)
-	}
-	for child, parent := range map[string]string{
-		"authenticate": "POST /v1/calls", "policy.evaluate": "POST /v1/calls", "call.record": "POST /v1/calls",
-		"publish": "POST /v1/calls", "call.process": "publish", "claim": "call.process", "sandbox": "call.process",
-		"result.publish": "call.process", "sandbox.create": "sandbox", "sandbox.run": "sandbox", "sandbox.cleanup": "sandbox",
-	} {
-		if got, want := spans[child].Parent.SpanID(), spans[parent].SpanContext.SpanID(); got != want {
-			t.Errorf("%s's parent is %s, want %s (%s)", child, got, parent, want)
-		}
-	}
-	if !spans["call.process"].Parent.IsRemote() {
-		t.Error("call.process's parent did not come from the message")
-	}
-
-	rec, err := conn.Get(ctx, accepted.ID)
+// post sends an API request with the tenant's token and extra header pairs, and decodes the result
+// envelope it answers.
+func (s *stack) post(t *testing.T, path, body string, header ...string) (int, *call.Result) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, s.url+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rec.Result.TraceID != traceID.String() || rec.Result.Status != call.StatusOK {
-		t.Errorf("the record has status %s and trace id %q, want ok and %s", rec.Result.Status, rec.Result.TraceID, traceID)
+	req.Header.Set("Authorization", "Bearer "+traceToken)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var res call.Result
+	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil || res.ID == "" {
+		t.Fatalf("POST %s: HTTP %d is no result envelope: %v", path, resp.StatusCode, err)
+	}
+	return resp.StatusCode, &res
+}
+
+// spansOf polls exp until the spans of trace traceID hold every name in want, and returns them by name;
+// it fails on a name that occurs twice. The HTTP server span ends after its response is written, and the
+// worker's call.process after its delivery is acknowledged: both can end after the client has its answer.
+func spansOf(t *testing.T, exp *tracetest.InMemoryExporter, traceID trace.TraceID, want []string) map[string]tracetest.SpanStub {
+	t.Helper()
+	var got map[string]tracetest.SpanStub
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		in := spansOfTrace(exp, traceID)
+		got = map[string]tracetest.SpanStub{}
+		for _, s := range in {
+			got[s.Name] = s
+		}
+		missing := false
+		for _, name := range want {
+			if _, ok := got[name]; !ok {
+				missing = true
+			}
+		}
+		if !missing {
+			return byName(t, in)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("trace %s has spans %v, want %v", traceID, names(got), want)
+		}
+	}
+}
+
+func attr(s tracetest.SpanStub, key string) string {
+	for _, kv := range s.Attributes {
+		if string(kv.Key) == key {
+			return kv.Value.Emit()
+		}
+	}
+	return ""
+}
+
+// TestOneTracePerCall drives the real dispatcher.Server and worker.Worker, wired with their decorators
+// as cmd/* wires them, through a real JetStream: one call makes one trace from the HTTP request through
+// NATS into the worker and its container's lifecycle, each span under its parent with the attributes
+// docs/observability.md lists and none of the call's arguments, output or token.
+func TestOneTracePerCall(t *testing.T) {
+	exp := record(t)
+	s := startStack(t)
+	const command = "echo secret-argument"
+	clientTrace := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	tests := []struct {
+		name   string
+		header []string
+		// wantParent is the root span's parent: none, or the client's span.
+		wantParent string
+	}{
+		{name: "a request without trace context starts the trace"},
+		{name: "a request's traceparent is continued", header: []string{"traceparent", clientTrace}, wantParent: "00f067aa0ba902b7"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, res := s.post(t, "/v1/calls", `{"tool":"run_shell","args":{"command":"`+command+`"},"workspace":"ws1"}`, tt.header...)
+			if code != http.StatusOK || res.Status != call.StatusOK || res.TraceID == "" {
+				t.Fatalf("HTTP %d status %s trace %q", code, res.Status, res.TraceID)
+			}
+			traceID, err := trace.TraceIDFromHex(res.TraceID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.wantParent != "" && res.TraceID != "4bf92f3577b34da6a3ce929d0e0e4736" {
+				t.Errorf("the call's trace is %s, not the client's", res.TraceID)
+			}
+			want := []string{"POST /v1/calls", "authenticate", "policy.evaluate", "call.record", "publish", "call.wait",
+				"call.process", "claim", "sandbox", "sandbox.create", "sandbox.run", "sandbox.cleanup", "result.publish"}
+			spans := spansOf(t, exp, traceID, want)
+			if len(spans) != len(want) {
+				t.Errorf("trace has spans %v, want exactly %v", names(spans), want)
+			}
+
+			root := spans["POST /v1/calls"]
+			if root.SpanKind != trace.SpanKindServer || root.Parent.SpanID().String() != cmp.Or(tt.wantParent, "0000000000000000") {
+				t.Errorf("the HTTP span is %v with parent %s, want a server span under %q", root.SpanKind, root.Parent.SpanID(), tt.wantParent)
+			}
+			for child, parent := range map[string]string{
+				"authenticate": "POST /v1/calls", "policy.evaluate": "POST /v1/calls", "call.record": "POST /v1/calls",
+				"publish": "POST /v1/calls", "call.wait": "POST /v1/calls",
+				"call.process": "publish", "claim": "call.process", "sandbox": "call.process", "result.publish": "call.process",
+				"sandbox.create": "sandbox", "sandbox.run": "sandbox", "sandbox.cleanup": "sandbox",
+			} {
+				if got, want := spans[child].Parent.SpanID(), spans[parent].SpanContext.SpanID(); got != want {
+					t.Errorf("%s's parent is %s, want %s (%s)", child, got, parent, want)
+				}
+			}
+			if p := spans["call.process"]; !p.Parent.IsRemote() || p.SpanKind != trace.SpanKindConsumer || spans["publish"].SpanKind != trace.SpanKindProducer {
+				t.Errorf("call.process (kind %v) did not continue the producer span (kind %v) from the message", p.SpanKind, spans["publish"].SpanKind)
+			}
+			for _, a := range []struct{ span, key, want string }{
+				{"policy.evaluate", "toolpool.policy.action", "allow"},
+				{"policy.evaluate", "toolpool.tenant", "acme"},
+				{"call.record", "toolpool.call.id", res.ID},
+				{"call.record", "toolpool.call.status", "queued"},
+				{"publish", "messaging.system", "nats"},
+				{"publish", "toolpool.call.id", res.ID},
+				{"publish", "toolpool.workspace", "ws1"},
+				{"call.wait", "toolpool.call.status", "ok"},
+				{"call.process", "toolpool.delivery.attempt", "1"},
+				{"call.process", "toolpool.tool", "run_shell"},
+				{"claim", "toolpool.call.status", "running"},
+				{"sandbox", "container.id", res.ID},
+				{"sandbox", "toolpool.sandbox.exit_code", "0"},
+				{"result.publish", "toolpool.call.status", "ok"},
+			} {
+				if got := attr(spans[a.span], a.key); got != a.want {
+					t.Errorf("%s has %s=%q, want %q", a.span, a.key, got, a.want)
+				}
+			}
+			for name, span := range spans {
+				for _, kv := range span.Attributes {
+					if v := kv.Value.Emit(); strings.Contains(v, "secret-argument") || strings.Contains(v, traceToken) {
+						t.Errorf("span %s records %s=%q: arguments and tokens never go into a trace", name, kv.Key, v)
+					}
+				}
+			}
+			rec, err := s.conn.Get(context.Background(), res.ID)
+			if err != nil || rec.Result.TraceID != res.TraceID {
+				t.Errorf("the record names trace %q (%v), want %s", rec.Result.TraceID, err, res.TraceID)
+			}
+		})
 	}
 
-	// The metrics saw the call once, each on its own process.
-	resp, err = http.Get(dispatcher.URL + "/metrics")
+	// Each process's metrics counted each call once.
+	resp, err := http.Get(s.url + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	for _, line := range []string{
-		`toolpool_http_requests_total{code="200",handler="POST /v1/calls"} 1`,
-		`toolpool_policy_decisions_total{action="allow",rule="tool-action",tenant="acme",tool="run_shell"} 1`,
+		`toolpool_http_requests_total{code="200",handler="POST /v1/calls"} 2`,
+		`toolpool_policy_decisions_total{action="allow",rule="read-only-commands",tenant="acme",tool="run_shell"} 2`,
 	} {
 		if !strings.Contains(string(body), line+"\n") {
 			t.Errorf("the dispatcher's /metrics lacks %s", line)
 		}
 	}
 	if strings.Contains(string(body), "toolpool_calls_total{") {
-		t.Error("the dispatcher counted a call the worker finished")
+		t.Error("the dispatcher counted calls the worker finished")
 	}
-	mfs, err := wreg.Gather()
+	if calls := counterSum(t, s.wreg, "toolpool_calls_total"); calls != 2 {
+		t.Errorf("the worker counted %v calls, want 2", calls)
+	}
+}
+
+func counterSum(t *testing.T, g prometheus.Gatherer, name string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var calls, slotsBusy float64
+	var sum float64
 	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			switch mf.GetName() {
-			case "toolpool_calls_total":
-				calls += m.GetCounter().GetValue()
-			case "toolpool_worker_slots":
-				if m.GetLabel()[0].GetValue() == "busy" {
-					slotsBusy = m.GetGauge().GetValue()
-				}
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
 			}
 		}
 	}
-	if calls != 1 || slotsBusy != 0 {
-		t.Errorf("the worker counted %v calls with %v slots busy after, want 1 and 0", calls, slotsBusy)
+	return sum
+}
+
+// TestApprovedCallStaysInItsTrace: a call parked for approval runs in the trace of the request that made
+// it; the approving request's publish span, in its own trace, links to it.
+func TestApprovedCallStaysInItsTrace(t *testing.T) {
+	exp := record(t)
+	s := startStack(t)
+	code, parked := s.post(t, "/v1/calls", `{"tool":"run_shell","args":{"command":"mkdir build"}}`)
+	if code != http.StatusAccepted || parked.Status != call.StatusPendingApproval {
+		t.Fatalf("HTTP %d status %s, want 202 pending_approval", code, parked.Status)
 	}
+	first, err := trace.TraceIDFromHex(parked.TraceID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, approved := s.post(t, "/v1/approvals/"+parked.ID, `{"decision":"approve"}`)
+	if code != http.StatusAccepted || approved.Status != call.StatusQueued {
+		t.Fatalf("approve: HTTP %d status %s", code, approved.Status)
+	}
+	spans := spansOf(t, exp, first, []string{"POST /v1/calls", "call.process", "claim", "sandbox", "result.publish"})
+	if got, want := spans["call.process"].Parent.SpanID(), spans["POST /v1/calls"].SpanContext.SpanID(); got != want {
+		t.Errorf("call.process's parent is %s, want the first request's span %s", got, want)
+	}
+	var publish *tracetest.SpanStub
+	for _, sp := range exp.GetSpans() {
+		if sp.Name == "publish" {
+			publish = &sp
+		}
+	}
+	if publish == nil || publish.SpanContext.TraceID() == first {
+		t.Fatalf("no publish span of the approving request: %+v", publish)
+	}
+	if len(publish.Links) != 1 || publish.Links[0].SpanContext.TraceID() != first {
+		t.Errorf("the approval's publish span links to %+v, want the call's trace %s", publish.Links, first)
+	}
+	if parent := byName(t, spansOfTrace(exp, publish.SpanContext.TraceID()))["POST /v1/approvals/{id}"]; parent.SpanContext.SpanID() != publish.Parent.SpanID() {
+		t.Errorf("the publish span's parent is %s, want the approving request's span %s", publish.Parent.SpanID(), parent.SpanContext.SpanID())
+	}
+}
+
+func spansOfTrace(exp *tracetest.InMemoryExporter, id trace.TraceID) tracetest.SpanStubs {
+	var out tracetest.SpanStubs
+	for _, s := range exp.GetSpans() {
+		if s.SpanContext.TraceID() == id {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 func names(spans map[string]tracetest.SpanStub) []string {

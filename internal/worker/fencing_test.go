@@ -13,13 +13,13 @@ import (
 
 	"github.com/toolpool/toolpool/internal/call"
 	"github.com/toolpool/toolpool/internal/queue"
+	"github.com/toolpool/toolpool/internal/queue/queuetest"
 	"github.com/toolpool/toolpool/internal/sandbox"
 )
 
-// handleBlocked records c as queued in st, hands it to w in the background and returns once rt started
-// it: the delivery, and a channel closed when Handle returned.
-func handleBlocked(w *Worker, st interface{ put(*call.Result) }, rt *fakeRuntime, c *call.Call) (*fakeDelivery, <-chan struct{}) {
-	st.put(call.NewResult(c, call.StatusQueued))
+// handleBlocked hands the recorded call c to w in the background and returns once rt started it: the
+// delivery, and a channel closed when Handle returned.
+func handleBlocked(w *Worker, rt *fakeRuntime, c *call.Call) (*fakeDelivery, <-chan struct{}) {
 	d := &fakeDelivery{c: c}
 	done := make(chan struct{})
 	go func() { w.Handle(context.Background(), d); close(done) }()
@@ -27,52 +27,23 @@ func handleBlocked(w *Worker, st interface{ put(*call.Result) }, rt *fakeRuntime
 	return d, done
 }
 
-// returned waits up to five seconds for Handle to return; if it does not, it releases the call and fails
-// with why.
-func returned(t *testing.T, done <-chan struct{}, rt *fakeRuntime, why string) {
-	t.Helper()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		close(rt.block)
-		<-done
-		t.Fatal(why)
-	}
-}
-
 // TestLeaseNotRenewedInTimeRecordsNothing: a worker that cannot renew its lease (NATS unreachable, the
 // worker frozen) kills its call once the lease's local deadline passes, records nothing and leaves the
 // delivery to whoever judges the call after the lease lapses on the server.
 func TestLeaseNotRenewedInTimeRecordsNothing(t *testing.T) {
-	st := newMemStore()
+	st := queuetest.NewStore()
 	rt := &fakeRuntime{block: make(chan struct{}), started: make(chan struct{})}
 	leases := newFakeLeases()
 	leases.renewErr = errors.New("nats: timeout")
 	cfg := testConfig(t)
 	cfg.Heartbeat, cfg.Lease = 100*time.Millisecond, time.Second // a renewal missed by scheduling alone is not a lapse
 	w := newTestWorkerWith(t, cfg, rt, st, WithLeases(leases))
-	c := newCall("run_shell", shellArgs)
-	d, done := handleBlocked(w, st, rt, c)
-	returned(t, done, rt, "the call kept running with a lease it could not renew")
+	c := queuedCall(st)
+	d, done := handleBlocked(w, rt, c)
+	waitDone(t, done, "the call kept running with a lease it could not renew")
 	got, _ := st.Get(context.Background(), c.ID)
-	if got.Result.Status != call.StatusRunning || d.settled != "" {
-		t.Fatalf("status %s settled %q; want running (nothing recorded) and the delivery left", got.Result.Status, d.settled)
-	}
-}
-
-// TestRenewalRefusedFences: when the server refuses a renewal (the lease lapsed and was taken), the call
-// is killed at once and nothing is recorded.
-func TestRenewalRefusedFences(t *testing.T) {
-	st := newMemStore()
-	rt := &fakeRuntime{block: make(chan struct{}), started: make(chan struct{})}
-	leases := newFakeLeases()
-	w := newTestWorkerWith(t, testConfig(t), rt, st, WithLeases(leases))
-	c := newCall("run_shell", shellArgs)
-	d, done := handleBlocked(w, st, rt, c)
-	leases.lapse(c.ID)
-	returned(t, done, rt, "the call kept running after its lease was refused")
-	if got, _ := st.Get(context.Background(), c.ID); got.Result.Status != call.StatusRunning || d.settled != "" {
-		t.Fatalf("status %s settled %q", got.Result.Status, d.settled)
+	if got.Result.Status != call.StatusRunning || d.settlement() != "" {
+		t.Fatalf("status %s settled %q; want running (nothing recorded) and the delivery left", got.Result.Status, d.settlement())
 	}
 }
 
@@ -126,12 +97,12 @@ func (r bigRuntime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Outcome
 // TestLargeOutputGoesToTheOutputStore: 1 MiB of NUL bytes (6 MiB as JSON) is stored outside the record,
 // which names the object, keeps only small fields, and the object holds every byte.
 func TestLargeOutputGoesToTheOutputStore(t *testing.T) {
-	st := newMemStore()
+	st := queuetest.NewStore()
 	outs := &memOutputs{objs: map[string][]byte{}}
 	w := newTestWorkerWith(t, slowConfig(t), bigRuntime{0, 1 << 20}, st, WithLeases(newFakeLeases()), WithOutputs(outs))
 	c := newCall("run_shell", shellArgs)
 	c.Limits.OutputBytes = 2 << 20
-	st.put(call.NewResult(c, call.StatusQueued))
+	st.Put(call.NewResult(c, call.StatusQueued))
 	w.Handle(context.Background(), &fakeDelivery{c: c})
 	got, _ := st.Get(context.Background(), c.ID)
 	r := got.Result
@@ -152,13 +123,13 @@ func TestLargeOutputGoesToTheOutputStore(t *testing.T) {
 // TestLargeOutputCutWhenTheStoreFails: when the output store cannot take an output, the record still
 // fits, says the output was cut, and the call's result is not lost.
 func TestLargeOutputCutWhenTheStoreFails(t *testing.T) {
-	st := newMemStore()
+	st := queuetest.NewStore()
 	outs := &memOutputs{objs: map[string][]byte{}, err: errors.New("object store down")}
 	w := newTestWorkerWith(t, slowConfig(t), bigRuntime{'x', 1 << 20}, st, WithLeases(newFakeLeases()), WithOutputs(outs))
 	w.cfg.InlineBytes = 64 << 10
 	c := newCall("run_shell", shellArgs)
 	c.Limits.OutputBytes = 2 << 20
-	st.put(call.NewResult(c, call.StatusQueued))
+	st.Put(call.NewResult(c, call.StatusQueued))
 	withShortOutputRetry(t)
 	w.Handle(context.Background(), &fakeDelivery{c: c})
 	r, _ := st.Get(context.Background(), c.ID)
@@ -178,63 +149,23 @@ func withShortOutputRetry(t *testing.T) {
 	t.Cleanup(func() { outputRetryForTest = old })
 }
 
-// memCreator records a call's first record into a memStore.
-type memCreator struct{ st *memStore }
-
-func (m memCreator) Create(_ context.Context, r *call.Result) (uint64, error) {
-	if _, err := m.st.Get(context.Background(), r.ID); err == nil {
-		return 0, queue.ErrExists
-	}
-	m.st.put(r)
-	rec, _ := m.st.Get(context.Background(), r.ID)
-	return rec.Revision, nil
-}
-
 // TestQueuedButNeverRecorded: a call whose dispatcher stopped between queueing and recording it is left
 // for the first deliveries (the record may be on its way), then recorded by the worker and run.
 func TestQueuedButNeverRecorded(t *testing.T) {
-	st := newMemStore()
+	st := queuetest.NewStore()
 	rt := &fakeRuntime{}
-	w := newTestWorker(t, rt, st, WithCreator(memCreator{st}))
+	w := newTestWorkerWith(t, testConfig(t), rt, st, WithLeases(newFakeLeases()), WithCreator(st))
 	c := newCall("run_shell", shellArgs)
 	early := &fakeDelivery{c: c, attempt: 1}
 	w.Handle(context.Background(), early)
-	if early.settled != "nak" || rt.count() != 0 {
-		t.Fatalf("first delivery without a record: settled %q, %d runs", early.settled, rt.count())
+	if early.settlement() != "nak" || rt.count() != 0 {
+		t.Fatalf("first delivery without a record: settled %q, %d runs", early.settlement(), rt.count())
 	}
 	late := &fakeDelivery{c: c, attempt: adoptAfter}
 	w.Handle(context.Background(), late)
 	got, err := st.Get(context.Background(), c.ID)
-	if err != nil || got.Result.Status != call.StatusOK || late.settled != "ack" || rt.count() != 1 {
-		t.Fatalf("later delivery: %v %+v settled %q runs %d", err, got.Result, late.settled, rt.count())
-	}
-}
-
-// TestGiveUpDerivedFromMaxDeliver: a call that cannot start is offered again until the delivery before
-// the queue's last, where the worker ends it with an error.
-func TestGiveUpDerivedFromMaxDeliver(t *testing.T) {
-	for _, tt := range []struct {
-		maxDeliver int
-		attempt    uint64
-		want       call.Status
-		settled    string
-	}{
-		{maxDeliver: 10, attempt: 8, want: call.StatusQueued, settled: "nak"},
-		{maxDeliver: 10, attempt: 9, want: call.StatusError, settled: "ack"},
-		{maxDeliver: 4, attempt: 3, want: call.StatusError, settled: "ack"},
-	} {
-		st := newMemStore()
-		cfg := testConfig(t)
-		cfg.MaxDeliver = tt.maxDeliver
-		w := newTestWorkerWith(t, cfg, &fakeRuntime{err: sandbox.ErrNotStarted}, st, WithLeases(newFakeLeases()))
-		c := newCall("run_shell", shellArgs)
-		st.put(call.NewResult(c, call.StatusQueued))
-		d := &fakeDelivery{c: c, attempt: tt.attempt}
-		w.Handle(context.Background(), d)
-		got, _ := st.Get(context.Background(), c.ID)
-		if got.Result.Status != tt.want || d.settled != tt.settled {
-			t.Errorf("max deliver %d, attempt %d: %s %q; want %s %q", tt.maxDeliver, tt.attempt, got.Result.Status, d.settled, tt.want, tt.settled)
-		}
+	if err != nil || got.Result.Status != call.StatusOK || late.settlement() != "ack" || rt.count() != 1 {
+		t.Fatalf("later delivery: %v %+v settled %q runs %d", err, got.Result, late.settlement(), rt.count())
 	}
 }
 
@@ -267,14 +198,14 @@ func TestConfigRefusesSettingsThatDisagree(t *testing.T) {
 // lossyStore applies the first claim (an update to running) but answers it with an error, as a write
 // whose reply was lost in a leader election.
 type lossyStore struct {
-	*memStore
+	*queuetest.Store
 	answer error // what the applied claim answers
 	mu     sync.Mutex
 	lost   bool
 }
 
 func (s *lossyStore) Update(ctx context.Context, r *call.Result, rev uint64) (uint64, error) {
-	next, err := s.memStore.Update(ctx, r, rev)
+	next, err := s.Store.Update(ctx, r, rev)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err == nil && r.Status == call.StatusRunning && !s.lost {
@@ -289,16 +220,16 @@ func (s *lossyStore) Update(ctx context.Context, r *call.Result, rev uint64) (ui
 // recorded, not left running for someone to call lost.
 func TestClaimWhoseReplyWasLost(t *testing.T) {
 	for _, answer := range []error{errors.New("nats: timeout"), fmt.Errorf("update: %w", queue.ErrConflict)} {
-		st := &lossyStore{memStore: newMemStore(), answer: answer}
+		st := &lossyStore{Store: queuetest.NewStore(), answer: answer}
 		rt := &fakeRuntime{}
 		w := newTestWorkerWith(t, slowConfig(t), rt, st, WithLeases(newFakeLeases()))
 		c := newCall("run_shell", shellArgs)
-		st.put(call.NewResult(c, call.StatusQueued))
+		st.Put(call.NewResult(c, call.StatusQueued))
 		d := &fakeDelivery{c: c}
 		w.Handle(context.Background(), d)
 		got, _ := st.Get(context.Background(), c.ID)
-		if got.Result.Status != call.StatusOK || rt.count() != 1 || d.settled != "ack" {
-			t.Fatalf("claim answered %v: status %s, %d runs, settled %q", answer, got.Result.Status, rt.count(), d.settled)
+		if got.Result.Status != call.StatusOK || rt.count() != 1 || d.settlement() != "ack" {
+			t.Fatalf("claim answered %v: status %s, %d runs, settled %q", answer, got.Result.Status, rt.count(), d.settlement())
 		}
 	}
 }
@@ -306,7 +237,7 @@ func TestClaimWhoseReplyWasLost(t *testing.T) {
 // staleStore answers the first Wait with the record as it was before the claim, as a read from a
 // replica that lags does.
 type staleStore struct {
-	*memStore
+	*queuetest.Store
 	once   sync.Once
 	served chan struct{} // closed once the stale record was answered
 }
@@ -314,7 +245,7 @@ type staleStore struct {
 func (s *staleStore) Wait(ctx context.Context, id string, done func(*call.Result) bool) (*call.Result, error) {
 	var stale *call.Result
 	s.once.Do(func() {
-		rec, _ := s.memStore.Get(ctx, id)
+		rec, _ := s.Store.Get(ctx, id)
 		stale = rec.Result
 		stale.Status, stale.Worker = call.StatusQueued, ""
 	})
@@ -322,18 +253,18 @@ func (s *staleStore) Wait(ctx context.Context, id string, done func(*call.Result
 		close(s.served)
 		return stale, nil
 	}
-	return s.memStore.Wait(ctx, id, done)
+	return s.Store.Wait(ctx, id, done)
 }
 
 // TestStaleReadDoesNotFence: a read that shows the record as it was before the claim does not stop the
 // call while the worker's lease lives; the call runs to its result.
 func TestStaleReadDoesNotFence(t *testing.T) {
-	st := &staleStore{memStore: newMemStore(), served: make(chan struct{})}
+	st := &staleStore{Store: queuetest.NewStore(), served: make(chan struct{})}
 	rt := &fakeRuntime{block: make(chan struct{}), started: make(chan struct{})}
 	leases := newFakeLeases()
 	w := newTestWorkerWith(t, slowConfig(t), rt, st, WithLeases(leases))
-	c := newCall("run_shell", shellArgs)
-	d, done := handleBlocked(w, st, rt, c)
+	c := queuedCall(st.Store)
+	d, done := handleBlocked(w, rt, c)
 	<-st.served
 	// A fenced call ends at once; a live one keeps renewing its lease.
 	renews := leases.renewCount()
@@ -347,7 +278,7 @@ func TestStaleReadDoesNotFence(t *testing.T) {
 	close(rt.block)
 	<-done
 	got, _ := st.Get(context.Background(), c.ID)
-	if got.Result.Status != call.StatusOK || d.settled != "ack" {
-		t.Fatalf("status %s settled %q: a stale read fenced a live claim", got.Result.Status, d.settled)
+	if got.Result.Status != call.StatusOK || d.settlement() != "ack" {
+		t.Fatalf("status %s settled %q: a stale read fenced a live claim", got.Result.Status, d.settlement())
 	}
 }

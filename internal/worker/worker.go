@@ -93,10 +93,11 @@ type Config struct {
 	Image string
 	// WorkspaceQuota is the most disk space one workspace may use; 0 means no quota.
 	WorkspaceQuota int64
-	// EgressDir holds the per-call egress proxy sockets; EgressRules are the operator's base rules for
-	// every fetch (denied domains, allowed ports), which policy's domain allowlist narrows per call.
-	EgressDir   string
-	EgressRules egress.Rules
+	// EgressDir holds the per-call egress proxy sockets; Egress makes each call's proxy from the
+	// operator's base rules, which the call's limits (policy's domains and ports) narrow. A nil Egress
+	// refuses every call that needs egress.
+	EgressDir string
+	Egress    *egress.Gateway
 	// Workspaces configures the workspace operations (idle TTL, per-tenant limits, archive limits); its
 	// Dir, UID and GID are the fields above.
 	Workspaces workspace.Config
@@ -545,8 +546,18 @@ func (w *Worker) guard(ctx context.Context, cancel context.CancelCauseFunc, cl *
 			r, err := w.store.Wait(ctx, id, func(r *call.Result) bool {
 				return r.CancelRequested || r.Worker != w.cfg.ID || r.Status != call.StatusRunning
 			})
-			if err != nil || r == nil {
+			if ctx.Err() != nil {
 				return
+			}
+			if err != nil || r == nil {
+				// The store could not be read (NATS electing a leader): watch again, or a cancel
+				// requested later would never be seen.
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(w.cfg.Heartbeat):
+				}
+				continue
 			}
 			if r.CancelRequested {
 				cancel(errCancelRequested)
@@ -646,8 +657,8 @@ func cutUTF8(s string, n int) string {
 	return s[:n]
 }
 
-// giveUp ends a call that could not be started in MaxDeliver-1 deliveries, unless it is final already or
-// running under a live lease elsewhere.
+// giveUp ends a call that could not be started in MaxDeliver-1 deliveries, unless it is final already,
+// running under a live lease elsewhere, or waiting for its approval.
 func (w *Worker) giveUp(ctx context.Context, c *call.Call, attempt uint64) (settle, *call.Result) {
 	rec, err := w.store.Get(ctx, c.ID)
 	if err != nil {
@@ -661,6 +672,8 @@ func (w *Worker) giveUp(ctx context.Context, c *call.Call, attempt uint64) (sett
 		if held, err := w.leases.LeaseHeld(ctx, c.ID); err != nil || held {
 			return settleLeave, nil
 		}
+	case r.Status == call.StatusPendingApproval:
+		return settleAck, nil // the approval (or the reconciler, after it) queues it again
 	}
 	r.Fail(call.StatusError, call.ErrInternal, fmt.Sprintf("toolpool could not start the call in %d attempts; it did not run. Retry later.", attempt))
 	r.FinishedAt, r.LeaseUntil = w.now(), time.Time{}
@@ -751,14 +764,6 @@ func (w *Worker) run(ctx context.Context, c *call.Call) (runOutcome, error) {
 	if inv.Runner {
 		spec.Mounts = append(spec.Mounts, sandbox.Mount{Source: w.cfg.RunnerBinary, Destination: tools.RunnerPath})
 	}
-	if inv.Egress {
-		socket, stop, err := w.serveEgress(ctx, c)
-		if err != nil {
-			return runOutcome{}, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
-		}
-		defer stop()
-		spec.Mounts = append(spec.Mounts, sandbox.Mount{Source: socket, Destination: tools.EgressSocket})
-	}
 	// Calls hold the workspace shared: they run alongside each other, never alongside a workspace
 	// operation (an upload, snapshot or delete), on this worker or any other sharing the directory.
 	release, err := w.wsm.Hold(ctx, c.Tenant, c.Workspace)
@@ -766,7 +771,12 @@ func (w *Worker) run(ctx context.Context, c *call.Call) (runOutcome, error) {
 		return runOutcome{}, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
 	}
 	defer release()
+	finishEgress, err := w.withEgress(ctx, c, inv, &spec)
+	if err != nil {
+		return runOutcome{}, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
+	}
 	out, err := w.runtime.Run(ctx, spec)
+	egressConns := finishEgress()
 	if errors.Is(err, sandbox.ErrNoProgram) {
 		// Nothing ran, and nothing would elsewhere: the call's own mistake, like arguments that do not plan.
 		root := "the host's /usr"
@@ -776,7 +786,7 @@ func (w *Worker) run(ctx context.Context, c *call.Call) (runOutcome, error) {
 		return runOutcome{tool: tool, planErr: &call.ErrorInfo{Type: call.ErrNotFound, Message: fmt.Sprintf(
 			"the program %q does not exist in this sandbox's root filesystem (%s); use a program it has", spec.Argv[0], root)}}, nil
 	}
-	return runOutcome{tool: tool, out: out, timeout: timeout}, err
+	return runOutcome{tool: tool, out: out, timeout: timeout, egress: egressConns}, err
 }
 
 type runOutcome struct {
@@ -784,6 +794,7 @@ type runOutcome struct {
 	timeout time.Duration
 	out     sandbox.Outcome
 	planErr *call.ErrorInfo
+	egress  []call.EgressConn
 	// wsOutput is a workspace operation's JSON output.
 	wsOutput string
 }
@@ -818,6 +829,8 @@ func (w *Worker) complete(r *call.Result, c *call.Call, ro runOutcome, runErr, c
 			r.Truncated = true
 		}
 	}
+	r.Egress = ro.egress
+	r.Output += egressNote(ro.egress)
 	switch {
 	case errors.Is(cancelErr, errCancelRequested):
 		r.Status = call.StatusCancelled

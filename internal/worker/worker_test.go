@@ -3,107 +3,59 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/toolpool/toolpool/internal/call"
 	"github.com/toolpool/toolpool/internal/queue"
+	"github.com/toolpool/toolpool/internal/queue/queuetest"
 	"github.com/toolpool/toolpool/internal/sandbox"
 	"github.com/toolpool/toolpool/internal/tools"
 )
 
-// memStore is an in-memory Store with compare-and-set revisions and change notification.
-type memStore struct {
-	mu      sync.Mutex
-	recs    map[string]queue.Record
-	changed chan struct{}
-}
-
-func newMemStore() *memStore {
-	return &memStore{recs: map[string]queue.Record{}, changed: make(chan struct{})}
-}
-
-func (m *memStore) put(r *call.Result) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	cp := *r
-	m.recs[r.ID] = queue.Record{Result: &cp, Revision: m.recs[r.ID].Revision + 1}
-	close(m.changed)
-	m.changed = make(chan struct{})
-}
-
-func (m *memStore) Get(_ context.Context, id string) (queue.Record, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	rec, ok := m.recs[id]
-	if !ok {
-		return queue.Record{}, queue.ErrNotFound
-	}
-	cp := *rec.Result
-	return queue.Record{Result: &cp, Revision: rec.Revision}, nil
-}
-
-func (m *memStore) Update(_ context.Context, r *call.Result, rev uint64) (uint64, error) {
-	m.mu.Lock()
-	cur := m.recs[r.ID]
-	if cur.Revision != rev {
-		m.mu.Unlock()
-		return 0, fmt.Errorf("update %s: %w", r.ID, queue.ErrConflict)
-	}
-	m.mu.Unlock()
-	m.put(r)
-	return rev + 1, nil
-}
-
-func (m *memStore) Wait(ctx context.Context, id string, done func(*call.Result) bool) (*call.Result, error) {
-	for {
-		m.mu.Lock()
-		ch := m.changed
-		m.mu.Unlock()
-		rec, err := m.Get(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		if done(rec.Result) {
-			return rec.Result, nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return rec.Result, ctx.Err()
-		}
-	}
-}
-
-// fakeRuntime runs nothing: it counts runs and blocks until released or cancelled.
+// fakeRuntime runs nothing: it records each Spec and either returns at once or blocks until released or
+// its context ends (the container is killed), and then remembers why.
 type fakeRuntime struct {
 	mu      sync.Mutex
-	runs    int
+	specs   []sandbox.Spec
+	killed  []error       // the context's cause for each Run that ended by its context
 	block   chan struct{} // nil: return at once
-	started chan struct{}
+	started chan struct{} // closed when the first Run starts
 	err     error
+	outcome *sandbox.Outcome // returned instead of a successful run's
 }
 
 func (f *fakeRuntime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Outcome, error) {
 	f.mu.Lock()
-	f.runs++
+	f.specs = append(f.specs, spec)
+	first := len(f.specs) == 1
 	f.mu.Unlock()
 	if f.err != nil {
 		return sandbox.Outcome{}, f.err
 	}
-	if f.started != nil {
+	if first && f.started != nil {
 		close(f.started)
 	}
-	out := sandbox.Outcome{SandboxTime: time.Millisecond, RunTime: time.Millisecond}
+	if f.outcome != nil {
+		return *f.outcome, nil
+	}
+	out := sandbox.Outcome{SandboxTime: time.Millisecond, RunTime: time.Millisecond, WorkspaceBytes: -1}
 	if f.block != nil {
 		select {
 		case <-f.block:
 		case <-ctx.Done():
-			out.ExitCode = 137
+			f.mu.Lock()
+			f.killed = append(f.killed, context.Cause(ctx))
+			f.mu.Unlock()
+			out.ExitCode, out.Signal = 137, "SIGKILL"
 			return out, ctx.Err()
 		}
 	}
@@ -116,7 +68,13 @@ func (f *fakeRuntime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Outco
 func (f *fakeRuntime) count() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.runs
+	return len(f.specs)
+}
+
+func (f *fakeRuntime) kills() []error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]error(nil), f.killed...)
 }
 
 // fakeLeases is an in-memory lease store whose leases never lapse on their own: a test ends one with
@@ -144,6 +102,13 @@ func (f *fakeLeases) LeaseHeld(_ context.Context, id string) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.held[id], nil
+}
+
+// hold makes id's lease held by someone else.
+func (f *fakeLeases) hold(id string) {
+	f.mu.Lock()
+	f.held[id] = true
+	f.mu.Unlock()
 }
 
 // lapse ends a lease as the server does when its TTL passes.
@@ -176,7 +141,8 @@ func (l *fakeLease) Renew(context.Context) error {
 
 func (l *fakeLease) Release(context.Context) error { l.f.lapse(l.id); return nil }
 
-// fakeDelivery records how it was settled ("" when it was left unsettled).
+// fakeDelivery is delivery number attempt (1 when zero) of c, and records how it was settled ("" when it
+// was left unsettled).
 type fakeDelivery struct {
 	c       *call.Call
 	attempt uint64
@@ -196,17 +162,33 @@ func (d *fakeDelivery) Ack(context.Context) error                { d.set("ack");
 func (d *fakeDelivery) Nak(context.Context, time.Duration) error { d.set("nak"); return nil }
 func (d *fakeDelivery) Term(context.Context, string) error       { d.set("term"); return nil }
 func (d *fakeDelivery) set(s string)                             { d.mu.Lock(); d.settled = s; d.mu.Unlock() }
+func (d *fakeDelivery) settlement() string                       { d.mu.Lock(); defer d.mu.Unlock(); return d.settled }
+
+// testHeartbeat is short, for tests that want lease renewals; noHeartbeat is long enough that no renewal
+// happens within a test, for tests that must see a record change through the watch alone.
+const (
+	testHeartbeat = 20 * time.Millisecond
+	noHeartbeat   = time.Hour
+)
 
 // testConfig is a worker config with fast timing: heartbeat 20ms, ack wait 1s, max deliver 10, and a lease
 // of a second, so that a loaded machine's scheduling delays never look like a lapsed lease.
 func testConfig(t *testing.T) Config {
-	return Config{ID: "w1", WorkspacesDir: t.TempDir(), Heartbeat: 20 * time.Millisecond, Lease: time.Second, AckWait: time.Second,
-		MaxDeliver: 10, UID: 65532, GID: 65532}
+	return Config{ID: "w1", WorkspacesDir: t.TempDir(), Heartbeat: testHeartbeat, Lease: time.Second, AckWait: time.Second,
+		MaxDeliver: 10, UID: testUID, GID: testGID}
 }
 
-func newTestWorker(t *testing.T, rt sandbox.Runtime, st Store, opts ...Option) *Worker {
+// newTestWorker is a worker on testConfig changed by edit, with a fresh fakeLeases. A heartbeat raised by
+// edit raises the lease and the ack wait with it.
+func newTestWorker(t *testing.T, rt sandbox.Runtime, st Store, edit ...func(*Config)) *Worker {
 	t.Helper()
-	return newTestWorkerWith(t, testConfig(t), rt, st, append([]Option{WithLeases(newFakeLeases())}, opts...)...)
+	cfg := testConfig(t)
+	for _, e := range edit {
+		e(&cfg)
+	}
+	cfg.Lease = max(cfg.Lease, 3*cfg.Heartbeat)
+	cfg.AckWait = max(cfg.AckWait, cfg.Lease)
+	return newTestWorkerWith(t, cfg, rt, st, WithLeases(newFakeLeases()))
 }
 
 func newTestWorkerWith(t *testing.T, cfg Config, rt sandbox.Runtime, st Store, opts ...Option) *Worker {
@@ -229,6 +211,13 @@ func newCall(tool string, args string) *call.Call {
 
 const shellArgs = `{"command":"echo hi"}`
 
+// queuedCall records a queued run_shell call in st and returns it.
+func queuedCall(st *queuetest.Store) *call.Call {
+	c := newCall("run_shell", shellArgs)
+	st.Put(call.NewResult(c, call.StatusQueued))
+	return c
+}
+
 func TestHandle(t *testing.T) {
 	tests := []struct {
 		name       string
@@ -242,7 +231,7 @@ func TestHandle(t *testing.T) {
 	}{
 		{name: "queued call runs", tool: "run_shell", args: shellArgs, wantRuns: 1, wantStatus: call.StatusOK, wantSettle: "ack"},
 		{name: "final call is not run again", tool: "run_shell", args: shellArgs,
-			before: func(r *call.Result) { r.Status = call.StatusOK }, wantStatus: call.StatusOK, wantSettle: "ack"},
+			before: func(r *call.Result) { r.Status, r.FinishedAt = call.StatusOK, time.Now() }, wantStatus: call.StatusOK, wantSettle: "ack"},
 		{name: "running call with a live lease is left to its runner", tool: "run_shell", args: shellArgs,
 			before: func(r *call.Result) {
 				r.Status, r.Worker = call.StatusRunning, "w0"
@@ -261,6 +250,8 @@ func TestHandle(t *testing.T) {
 			before: func(r *call.Result) {
 				r.Status, r.Worker, r.LeaseUntil = call.StatusRunning, "w0", time.Now().Add(-time.Second)
 			}, wantRuns: 1, wantStatus: call.StatusError /* the fake prints no runner result */, wantSettle: "ack"},
+		{name: "call waiting for approval is offered again", tool: "run_shell", args: shellArgs,
+			before: func(r *call.Result) { r.Status = call.StatusPendingApproval }, wantStatus: call.StatusPendingApproval, wantSettle: "nak"},
 		{name: "cancel requested while queued", tool: "run_shell", args: shellArgs,
 			before: func(r *call.Result) { r.CancelRequested = true }, wantStatus: call.StatusCancelled, wantSettle: "ack"},
 		{name: "call not started goes back to the queue", tool: "run_shell", args: shellArgs,
@@ -269,111 +260,513 @@ func TestHandle(t *testing.T) {
 			rtErr: fmt.Errorf("%w: create task: exec: \"/bin/sh\": no such file or directory", sandbox.ErrNoProgram), wantRuns: 1, wantStatus: call.StatusError, wantSettle: "ack"},
 		{name: "runtime failure after start is an internal error", tool: "run_shell", args: shellArgs,
 			rtErr: fmt.Errorf("wait task: boom"), wantRuns: 1, wantStatus: call.StatusError, wantSettle: "ack"},
+		{name: "an unknown tool fails without a container", tool: "no_such_tool", args: `{}`,
+			wantStatus: call.StatusError, wantSettle: "ack"},
+		{name: "arguments that do not plan fail without a container", tool: "read_file", args: `{"path":"../x"}`,
+			wantStatus: call.StatusError, wantSettle: "ack"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			st := newMemStore()
+			st := queuetest.NewStore()
 			rt := &fakeRuntime{err: tt.rtErr}
 			leases := newFakeLeases()
 			w := newTestWorkerWith(t, testConfig(t), rt, st, WithLeases(leases))
 			c := newCall(tt.tool, tt.args)
 			if tt.leaseHeld {
-				leases.held[c.ID] = true
+				leases.hold(c.ID)
 			}
 			r := call.NewResult(c, call.StatusQueued)
 			if tt.before != nil {
 				tt.before(r)
 			}
-			st.put(r)
+			st.Put(r)
 			d := &fakeDelivery{c: c}
 			w.Handle(context.Background(), d)
-			got, _ := st.Get(context.Background(), c.ID)
-			if rt.count() != tt.wantRuns || got.Result.Status != tt.wantStatus || d.settled != tt.wantSettle {
-				t.Fatalf("runs %d status %s settled %s; want %d %s %s (%+v)", rt.count(), got.Result.Status, d.settled,
-					tt.wantRuns, tt.wantStatus, tt.wantSettle, got.Result.Error)
+			got := st.Result(c.ID)
+			if rt.count() != tt.wantRuns || got.Status != tt.wantStatus || d.settlement() != tt.wantSettle {
+				t.Fatalf("runs %d status %s settled %s; want %d %s %s (%+v)", rt.count(), got.Status, d.settlement(),
+					tt.wantRuns, tt.wantStatus, tt.wantSettle, got.Error)
+			}
+			if got.Status.Terminal() && (got.FinishedAt.IsZero() || !got.LeaseUntil.IsZero()) {
+				t.Errorf("final record finished at %v with lease %v", got.FinishedAt, got.LeaseUntil)
+			}
+		})
+	}
+	t.Run("a call with no record is offered again, not run (its record may be on its way)", func(t *testing.T) {
+		rt := &fakeRuntime{}
+		d := &fakeDelivery{c: newCall("run_shell", shellArgs)}
+		newTestWorker(t, rt, queuetest.NewStore()).Handle(context.Background(), d)
+		if d.settlement() != "nak" || rt.count() != 0 {
+			t.Errorf("settled %q after %d runs, want nak and none", d.settlement(), rt.count())
+		}
+	})
+}
+
+func TestExpiredDeadline(t *testing.T) {
+	st := queuetest.NewStore()
+	rt := &fakeRuntime{}
+	w := newTestWorker(t, rt, st)
+	c := newCall("run_shell", shellArgs)
+	c.Deadline = time.Now().Add(-time.Second)
+	st.Put(call.NewResult(c, call.StatusQueued))
+	w.Handle(context.Background(), &fakeDelivery{c: c})
+	if got := st.Result(c.ID); rt.count() != 0 || got.Status != call.StatusExpired {
+		t.Fatalf("runs %d status %s", rt.count(), got.Status)
+	}
+}
+
+// TestGiveUp: a call that cannot start is offered again until its last attempt (the delivery before the
+// queue's max deliver), then ends with an error the caller can act on, unless it is not this worker's to
+// end.
+func TestGiveUp(t *testing.T) {
+	const maxDeliver = 4
+	const maxAttempts = maxDeliver - 1
+	notStarted := fmt.Errorf("%w: create container: no space left on device", sandbox.ErrNotStarted)
+	tests := []struct {
+		name       string
+		attempt    uint64
+		before     func(r *call.Result)
+		leaseHeld  bool                             // someone holds the call's lease
+		fail       func(queuetest.Op, string) error // store failures
+		shutdown   bool                             // the worker is stopping (ctx cancelled)
+		wantRuns   int
+		wantStatus call.Status
+		wantSettle string
+		wantMsg    string
+	}{
+		{name: "before the last attempt the call is offered again", attempt: maxAttempts - 1,
+			wantRuns: 1, wantStatus: call.StatusQueued, wantSettle: "nak"},
+		{name: "on the last attempt it ends with an error", attempt: maxAttempts,
+			wantRuns: 1, wantStatus: call.StatusError, wantSettle: "ack", wantMsg: "could not start the call in 3 attempts; it did not run"},
+		{name: "after the last attempt too", attempt: maxAttempts + 2,
+			wantRuns: 1, wantStatus: call.StatusError, wantSettle: "ack", wantMsg: "in 5 attempts"},
+		{name: "a call running elsewhere under a live lease is left to its runner", attempt: maxAttempts,
+			before: func(r *call.Result) {
+				r.Status, r.Worker = call.StatusRunning, "w0"
+			}, leaseHeld: true, wantStatus: call.StatusRunning, wantSettle: ""},
+		{name: "a call waiting for approval leaves the queue without ending", attempt: maxAttempts,
+			before:   func(r *call.Result) { r.Status = call.StatusPendingApproval },
+			wantRuns: 0, wantStatus: call.StatusPendingApproval, wantSettle: "ack"},
+		{name: "a store that cannot be read on the last attempt ends nothing", attempt: maxAttempts,
+			fail:       failOp(queuetest.OpGet, 0),
+			wantStatus: call.StatusQueued, wantSettle: "nak"},
+		{name: "a worker shutting down on the last attempt gives nothing up", attempt: maxAttempts, shutdown: true,
+			fail:       failOp(queuetest.OpGet, 1), // the first read fails, so the call is not started here
+			wantStatus: call.StatusQueued, wantSettle: "nak"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := queuetest.NewStore()
+			rt := &fakeRuntime{err: notStarted}
+			leases := newFakeLeases()
+			cfg := testConfig(t)
+			cfg.MaxDeliver = maxDeliver
+			w := newTestWorkerWith(t, cfg, rt, st, WithLeases(leases))
+			c := newCall("run_shell", shellArgs)
+			if tt.leaseHeld {
+				leases.hold(c.ID)
+			}
+			r := call.NewResult(c, call.StatusQueued)
+			if tt.before != nil {
+				tt.before(r)
+			}
+			st.Put(r)
+			st.FailWith(tt.fail)
+			ctx, cancel := context.WithCancel(context.Background())
+			if tt.shutdown {
+				cancel()
+			}
+			defer cancel()
+			d := &fakeDelivery{c: c, attempt: tt.attempt}
+			w.Handle(ctx, d)
+			got := st.Result(c.ID)
+			if rt.count() != tt.wantRuns || got.Status != tt.wantStatus || d.settlement() != tt.wantSettle {
+				t.Fatalf("runs %d status %s settled %s; want %d %s %s (%+v)", rt.count(), got.Status, d.settlement(),
+					tt.wantRuns, tt.wantStatus, tt.wantSettle, got.Error)
+			}
+			if tt.wantMsg != "" {
+				if got.Error == nil || got.Error.Type != call.ErrInternal || !strings.Contains(got.Error.Message, tt.wantMsg) ||
+					got.FinishedAt.IsZero() || !got.LeaseUntil.IsZero() || got.Worker != "" {
+					t.Errorf("given up as %+v finished %v lease %v worker %q", got.Error, got.FinishedAt, got.LeaseUntil, got.Worker)
+				}
 			}
 		})
 	}
 }
 
-func TestExpiredDeadline(t *testing.T) {
-	st := newMemStore()
+// failOp returns a store failure for op: every one when after is 0, else only the first after of them.
+func failOp(op queuetest.Op, after int) func(queuetest.Op, string) error {
+	var mu sync.Mutex
+	n := 0
+	return func(o queuetest.Op, _ string) error {
+		if o != op {
+			return nil
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		n++
+		if after == 0 || n <= after {
+			return errors.New("nats: timeout")
+		}
+		return nil
+	}
+}
+
+// TestMayRunOverQuota: in a workspace over its quota only calls that cannot add data may run: the read,
+// search, delete, execute and fetch kinds of built-in tools. A custom tool never may.
+func TestMayRunOverQuota(t *testing.T) {
+	want := map[tools.Kind]bool{
+		tools.KindRead: true, tools.KindSearch: true, tools.KindDelete: true, tools.KindExecute: true, tools.KindFetch: true,
+		tools.KindEdit: false, tools.KindMove: false, tools.KindOther: false,
+	}
+	for _, kind := range tools.Kinds {
+		w, ok := want[kind]
+		if !ok {
+			t.Errorf("kind %s has no expectation here: decide whether it may run over quota", kind)
+		}
+		for _, custom := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/custom=%v", kind, custom), func(t *testing.T) {
+				if got := mayRunOverQuota(&tools.Tool{Name: "x", Kind: kind, Custom: custom}); got != (w && !custom) {
+					t.Errorf("mayRunOverQuota = %v, want %v", got, w && !custom)
+				}
+			})
+		}
+	}
+}
+
+// TestOverQuota: a worker refuses a call that can only add to a workspace over its quota, without starting
+// a container, and runs one that may free space with the quota set so that the call cannot grow it.
+func TestOverQuota(t *testing.T) {
+	const quota = 64 << 10
+	tests := []struct {
+		name, tool, args string
+		wantRun          bool
+	}{
+		{"write_file is refused", "write_file", `{"path":"b","content":"x"}`, false},
+		{"edit_file is refused", "edit_file", `{"path":"big","old_string":"a","new_string":"b"}`, false},
+		{"run_shell runs (to delete files)", "run_shell", `{"command":"rm big"}`, true},
+		{"read_file runs", "read_file", `{"path":"big"}`, true},
+		{"grep runs", "grep", `{"pattern":"x"}`, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := queuetest.NewStore()
+			rt := &fakeRuntime{}
+			w := newTestWorker(t, rt, st, func(c *Config) { c.WorkspaceQuota = quota })
+			ws, err := w.workspaces.Prepare("t", "ws")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(ws.Dir, "big"), make([]byte, 4*quota), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			c := newCall(tt.tool, tt.args)
+			st.Put(call.NewResult(c, call.StatusQueued))
+			w.Handle(context.Background(), &fakeDelivery{c: c})
+			got := st.Result(c.ID)
+			if !tt.wantRun {
+				if rt.count() != 0 || got.Status != call.StatusError || got.Error.Type != call.ErrQuota ||
+					!strings.Contains(got.Error.Message, "over its quota") || !strings.Contains(got.Error.Message, "run_shell (for rm) still work") {
+					t.Fatalf("runs %d, status %s %+v; want refused over quota", rt.count(), got.Status, got.Error)
+				}
+				return
+			}
+			if rt.count() != 1 {
+				t.Fatalf("runs %d, status %s %+v; want it run", rt.count(), got.Status, got.Error)
+			}
+			if lim := rt.specs[0].Limits.WorkspaceBytes; lim < 4*quota || lim > 8*quota {
+				t.Errorf("the call runs with a workspace quota of %d bytes, want the workspace's size (about %d) so that it cannot grow", lim, 4*quota)
+			}
+		})
+	}
+}
+
+// TestCancelRunningCall: a cancel request reaches the running call through the watch on its record (lease
+// renewals never read the record) and kills its container, also when the watch's first read failed.
+func TestCancelRunningCall(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		fail func(queuetest.Op, string) error
+	}{
+		{"the watch sees the request", nil},
+		{"the watch's first read failed (NATS electing a leader) and is tried again", failOp(queuetest.OpWait, 1)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			st := queuetest.NewStore()
+			st.FailWith(tt.fail)
+			rt := &fakeRuntime{block: make(chan struct{}), started: make(chan struct{})}
+			w := newTestWorker(t, rt, st)
+			c := queuedCall(st)
+			d, done := handleBlocked(w, rt, c)
+			r := st.Result(c.ID)
+			r.CancelRequested = true
+			st.Put(r)
+			waitDone(t, done, "the cancelled call was not killed")
+			got := st.Result(c.ID)
+			if got.Status != call.StatusCancelled || got.Error.Type != call.ErrCancelled || !strings.Contains(got.Error.Message, "cancelled while it ran") ||
+				d.settlement() != "ack" {
+				t.Fatalf("status %s %+v settled %s", got.Status, got.Error, d.settlement())
+			}
+			if kills := rt.kills(); len(kills) != 1 || !errors.Is(kills[0], errCancelRequested) {
+				t.Errorf("the container was killed for %v, want one kill for the cancel request", kills)
+			}
+		})
+	}
+}
+
+// blindStore is a Store whose Wait sees no change until its context ends: the guard's watch is blind, so
+// only the lease renewal can notice a record that changed.
+type blindStore struct{ *queuetest.Store }
+
+func (s blindStore) Wait(ctx context.Context, id string, done func(*call.Result) bool) (*call.Result, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestFencing: when the call stops being this worker's while it runs, the worker kills the container and
+// records nothing over the other writer's state, whether it sees that through the watch on the record or
+// through a lease renewal that the server refuses. A cancel request comes through the watch.
+func TestFencing(t *testing.T) {
+	takeovers := []struct {
+		name      string
+		change    func(r *call.Result)
+		lapse     bool // the worker's lease lapsed first, as it must before anyone takes the call
+		wantCause error
+		want      func(t *testing.T, got *call.Result)
+	}{
+		{"another worker declared the call lost", func(r *call.Result) {
+			r.Fail(call.StatusLost, call.ErrLost, "taken over")
+		}, true, errFenced, func(t *testing.T, got *call.Result) {
+			if got.Status != call.StatusLost || got.Error.Message != "taken over" {
+				t.Errorf("the fenced runner overwrote the record: %s %+v", got.Status, got.Error)
+			}
+		}},
+		{"another worker claimed the call", func(r *call.Result) {
+			r.Worker, r.LeaseUntil = "w2", time.Now().Add(time.Hour)
+		}, true, errFenced, func(t *testing.T, got *call.Result) {
+			if got.Status != call.StatusRunning || got.Worker != "w2" {
+				t.Errorf("the fenced runner overwrote w2's claim: %s by %s", got.Status, got.Worker)
+			}
+		}},
+		{"a cancel was requested", func(r *call.Result) { r.CancelRequested = true }, false, errCancelRequested,
+			func(t *testing.T, got *call.Result) {
+				if got.Status != call.StatusCancelled || got.Worker != "w1" {
+					t.Errorf("status %s by %s, want cancelled by w1", got.Status, got.Worker)
+				}
+			}},
+	}
+	paths := []struct {
+		name      string
+		heartbeat time.Duration
+		store     func(*queuetest.Store) Store
+		cancels   bool // a cancel request can be seen on this path
+	}{
+		{"seen by the watch", noHeartbeat, func(s *queuetest.Store) Store { return s }, true},
+		{"seen by the lease renewal", testHeartbeat, func(s *queuetest.Store) Store { return blindStore{s} }, false},
+	}
+	for _, path := range paths {
+		for _, tk := range takeovers {
+			if !tk.lapse && !path.cancels {
+				continue
+			}
+			t.Run(path.name+"/"+tk.name, func(t *testing.T) {
+				st := queuetest.NewStore()
+				rt := &fakeRuntime{block: make(chan struct{}), started: make(chan struct{})}
+				leases := newFakeLeases()
+				cfg := testConfig(t)
+				cfg.Heartbeat = path.heartbeat
+				cfg.Lease, cfg.AckWait = max(cfg.Lease, 3*cfg.Heartbeat), max(cfg.AckWait, 3*cfg.Heartbeat)
+				w := newTestWorkerWith(t, cfg, rt, path.store(st), WithLeases(leases))
+				c := queuedCall(st)
+				d, done := handleBlocked(w, rt, c)
+				if tk.lapse {
+					leases.lapse(c.ID)
+				}
+				r := st.Result(c.ID)
+				tk.change(r)
+				st.Put(r)
+				waitDone(t, done, "the runner kept running")
+				if kills := rt.kills(); len(kills) != 1 || !errors.Is(kills[0], tk.wantCause) {
+					t.Errorf("the container was killed for %v, want %v", kills, tk.wantCause)
+				}
+				want := "ack"
+				if tk.wantCause == errFenced {
+					want = "" // the record's new owner settles the delivery
+				}
+				if d.settlement() != want {
+					t.Errorf("settled %q, want %q", d.settlement(), want)
+				}
+				tk.want(t, st.Result(c.ID))
+			})
+		}
+	}
+}
+
+// TestShutdownKillsTheRunningCall: when the worker's context ends (the drain's grace period is over), the
+// running call's container is killed and the call ends cancelled with a message to call again.
+func TestShutdownKillsTheRunningCall(t *testing.T) {
+	st := queuetest.NewStore()
+	rt := &fakeRuntime{block: make(chan struct{}), started: make(chan struct{})}
+	w := newTestWorker(t, rt, st)
+	c := queuedCall(st)
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &fakeDelivery{c: c}
+	done := make(chan struct{})
+	go func() { w.Handle(ctx, d); close(done) }()
+	<-rt.started
+	cancel()
+	waitDone(t, done, "the call outlived the worker's context")
+	got := st.Result(c.ID)
+	if got.Status != call.StatusCancelled || !strings.Contains(got.Error.Message, "the worker shut down while the call ran") || d.settlement() != "ack" {
+		t.Fatalf("status %s %+v settled %s", got.Status, got.Error, d.settlement())
+	}
+}
+
+// TestRecordRetriesTransientFailures: a final result survives a store that fails for a while (NATS
+// restarting): the worker retries the write instead of losing the result.
+func TestRecordRetriesTransientFailures(t *testing.T) {
+	st := queuetest.NewStore()
 	rt := &fakeRuntime{}
 	w := newTestWorker(t, rt, st)
-	c := newCall("run_shell", shellArgs)
-	c.Deadline = time.Now().Add(-time.Second)
-	st.put(call.NewResult(c, call.StatusQueued))
-	w.Handle(context.Background(), &fakeDelivery{c: c})
-	got, _ := st.Get(context.Background(), c.ID)
-	if rt.count() != 0 || got.Result.Status != call.StatusExpired {
-		t.Fatalf("runs %d status %s", rt.count(), got.Result.Status)
+	c := queuedCall(st)
+	var mu sync.Mutex
+	updates := 0
+	st.FailWith(func(op queuetest.Op, _ string) error {
+		if op != queuetest.OpUpdate {
+			return nil
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		updates++
+		if updates == 2 || updates == 3 { // the claim passes; the first two writes of the result fail
+			return errors.New("nats: no responders available for request")
+		}
+		return nil
+	})
+	d := &fakeDelivery{c: c}
+	w.Handle(context.Background(), d)
+	if got := st.Result(c.ID); got.Status != call.StatusOK || d.settlement() != "ack" || updates != 4 {
+		t.Fatalf("status %s settled %s after %d updates; want ok, ack, 4", got.Status, d.settlement(), updates)
 	}
 }
 
-// TestCancelRunningCall: a cancel request reaches the running call through the record and kills it fast.
-func TestCancelRunningCall(t *testing.T) {
-	st := newMemStore()
-	rt := &fakeRuntime{block: make(chan struct{}), started: make(chan struct{})}
-	w := newTestWorker(t, rt, st)
-	c := newCall("run_shell", shellArgs)
-	d, done := handleBlocked(w, st, rt, c)
-	rec, _ := st.Get(context.Background(), c.ID)
-	rec.Result.CancelRequested = true
-	asked := time.Now()
-	if _, err := st.Update(context.Background(), rec.Result, rec.Revision); err != nil {
-		t.Fatal(err)
+// TestOutcomes: how a run ended becomes the call's status and error, in words a model can act on.
+func TestOutcomes(t *testing.T) {
+	captured := func(s string, limit int64) sandbox.Captured {
+		w := sandbox.NewCapWriter(limit)
+		io.WriteString(w, s)
+		return w.Captured()
 	}
-	returned(t, done, rt, "the call was not cancelled")
-	if took := time.Since(asked); took > time.Second {
-		t.Errorf("cancel took %s", took)
+	tests := []struct {
+		name    string
+		out     sandbox.Outcome
+		status  call.Status
+		errType string
+		msg     string
+		check   func(t *testing.T, r *call.Result)
+	}{
+		{name: "exit 0 is ok", out: sandbox.Outcome{Stdout: captured("hi\n", 1024), WorkspaceBytes: -1},
+			status: call.StatusOK, check: func(t *testing.T, r *call.Result) {
+				if r.Stdout != "hi\n" || r.ExitCode == nil || *r.ExitCode != 0 {
+					t.Errorf("stdout %q exit %v", r.Stdout, r.ExitCode)
+				}
+			}},
+		{name: "a non-zero exit is a tool error", out: sandbox.Outcome{ExitCode: 3, WorkspaceBytes: -1},
+			status: call.StatusError, errType: call.ErrExitCode},
+		{name: "a timeout keeps what was printed", out: sandbox.Outcome{ExitCode: 137, Signal: "SIGKILL", TimedOut: true, Stdout: captured("started\n", 1024), WorkspaceBytes: -1},
+			status: call.StatusTimeout, errType: call.ErrTimeout, msg: "ran past its timeout of 10s",
+			check: func(t *testing.T, r *call.Result) {
+				if !strings.Contains(r.Output, "started") || !strings.Contains(r.Output, "[timed out:") || r.Usage.Signal != "SIGKILL" {
+					t.Errorf("output %q signal %q", r.Output, r.Usage.Signal)
+				}
+			}},
+		{name: "an OOM kill names the peak", out: sandbox.Outcome{ExitCode: 137, OOMKilled: true, MaxRSSBytes: 512 << 20, WorkspaceBytes: -1},
+			status: call.StatusError, errType: call.ErrOOM, msg: "ran out of memory (peak 512 MiB)"},
+		{name: "a workspace grown past its quota", out: sandbox.Outcome{ExitCode: 137, QuotaExceeded: true, WorkspaceBytes: 3 << 20},
+			status: call.StatusError, errType: call.ErrQuota, msg: "grew past its quota of 1.0 MiB (it uses 3.0 MiB)",
+			check: func(t *testing.T, r *call.Result) {
+				if r.Usage.WorkspaceBytes != 3<<20 {
+					t.Errorf("usage workspace bytes %d", r.Usage.WorkspaceBytes)
+				}
+			}},
+		{name: "output over the cap is marked truncated", out: sandbox.Outcome{Stdout: captured(strings.Repeat("x", 5000), 100), WorkspaceBytes: -1},
+			status: call.StatusOK, check: func(t *testing.T, r *call.Result) {
+				if !r.Truncated {
+					t.Error("not marked truncated")
+				}
+			}},
 	}
-	got, _ := st.Get(context.Background(), c.ID)
-	if got.Result.Status != call.StatusCancelled || d.settled != "ack" {
-		t.Fatalf("status %s settled %s", got.Result.Status, d.settled)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := queuetest.NewStore()
+			out := tt.out
+			out.SandboxTime, out.RunTime, out.CPUTime = 40*time.Millisecond, 250*time.Millisecond, 30*time.Millisecond
+			w := newTestWorker(t, &fakeRuntime{outcome: &out}, st, func(c *Config) { c.WorkspaceQuota = 1 << 20 })
+			c := queuedCall(st)
+			w.Handle(context.Background(), &fakeDelivery{c: c})
+			r := st.Result(c.ID)
+			if r.Status != tt.status || (tt.errType == "") != (r.Error == nil) || (r.Error != nil && r.Error.Type != tt.errType) {
+				t.Fatalf("status %s error %+v, want %s %s", r.Status, r.Error, tt.status, tt.errType)
+			}
+			if tt.msg != "" && !strings.Contains(r.Error.Message, tt.msg) {
+				t.Errorf("message %q lacks %q", r.Error.Message, tt.msg)
+			}
+			if r.Timing.SandboxMS != 40 || r.Timing.RunMS != 250 || r.Usage.CPUMS != 30 || r.Usage.WallMS != 250 || r.Worker != "w1" {
+				t.Errorf("timing %+v usage %+v worker %q", r.Timing, r.Usage, r.Worker)
+			}
+			if tt.check != nil {
+				tt.check(t, r)
+			}
+		})
 	}
 }
 
-// TestFencedRunnerRecordsNothing: when another writer takes the record (a second worker decided the call
-// was lost), the first runner kills its call and does not overwrite the final state.
-func TestFencedRunnerRecordsNothing(t *testing.T) {
-	st := newMemStore()
-	rt := &fakeRuntime{block: make(chan struct{}), started: make(chan struct{})}
+// TestEgressNotConfigured: a worker with nowhere to serve a call's egress proxy does not start a web_fetch
+// call; it offers it again, for a worker that can.
+func TestEgressNotConfigured(t *testing.T) {
+	st := queuetest.NewStore()
+	rt := &fakeRuntime{}
 	w := newTestWorker(t, rt, st)
-	c := newCall("run_shell", shellArgs)
-	_, done := handleBlocked(w, st, rt, c)
-	rec, _ := st.Get(context.Background(), c.ID)
-	rec.Result.Fail(call.StatusLost, call.ErrLost, "taken over")
-	if _, err := st.Update(context.Background(), rec.Result, rec.Revision); err != nil {
-		t.Fatal(err)
-	}
-	returned(t, done, rt, "the fenced runner kept running")
-	got, _ := st.Get(context.Background(), c.ID)
-	if got.Result.Status != call.StatusLost {
-		t.Fatalf("the fenced runner overwrote the record: %s", got.Result.Status)
+	c := newCall("web_fetch", `{"url":"https://example.com/"}`)
+	st.Put(call.NewResult(c, call.StatusQueued))
+	d := &fakeDelivery{c: c}
+	w.Handle(context.Background(), d)
+	if rt.count() != 0 || d.settlement() != "nak" || st.Result(c.ID).Status != call.StatusQueued {
+		t.Errorf("runs %d settled %s status %s", rt.count(), d.settlement(), st.Result(c.ID).Status)
 	}
 }
 
 // TestLeaseRenewed: a call that runs for many heartbeats keeps renewing its lease, and releases it when
 // it is recorded.
 func TestLeaseRenewed(t *testing.T) {
-	st := newMemStore()
+	st := queuetest.NewStore()
 	rt := &fakeRuntime{block: make(chan struct{}), started: make(chan struct{})}
 	leases := newFakeLeases()
 	w := newTestWorkerWith(t, testConfig(t), rt, st, WithLeases(leases))
-	c := newCall("run_shell", shellArgs)
-	_, done := handleBlocked(w, st, rt, c)
-	for deadline := time.Now().Add(5 * time.Second); leases.renewCount() < 5; time.Sleep(10 * time.Millisecond) {
+	c := queuedCall(st)
+	_, done := handleBlocked(w, rt, c)
+	for deadline := time.Now().Add(30 * time.Second); leases.renewCount() < 5; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d renewals in 5s with a 20ms heartbeat", leases.renewCount())
+			t.Fatalf("%d renewals in 30s with a 20ms heartbeat", leases.renewCount())
 		}
 	}
 	close(rt.block)
-	<-done
-	final, _ := st.Get(context.Background(), c.ID)
-	if final.Result.Status != call.StatusOK || !final.Result.LeaseUntil.IsZero() {
-		t.Fatalf("final %s lease %s", final.Result.Status, final.Result.LeaseUntil)
+	waitDone(t, done, "the call did not finish")
+	final := st.Result(c.ID)
+	if final.Status != call.StatusOK || !final.LeaseUntil.IsZero() {
+		t.Fatalf("final %s lease %s", final.Status, final.LeaseUntil)
 	}
 	if held, _ := leases.LeaseHeld(context.Background(), c.ID); held {
 		t.Fatal("the lease outlived the recorded result")
+	}
+}
+
+// waitDone waits for done, failing the test with msg if it takes longer than a slow machine ever needs.
+func waitDone(t *testing.T, done <-chan struct{}, msg string) {
+	t.Helper()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal(msg)
 	}
 }

@@ -206,7 +206,7 @@ func TestCluster(t *testing.T) {
 		w := p.workers[victim]
 		t.Logf("killing worker %s (%d calls)", victim, count(workers, victim))
 		w.proc.kill9()
-		p.startWorker(victim+"-replacement", w.dataDir, nil)
+		p.startWorkers(workerSpec{id: victim + "-replacement", dataDir: w.dataDir})
 		results := p.settle(f, tags, "12.125")
 		p.check(f, count(workers, victim))
 		lostExactly(t, results, workers, victim)
@@ -249,7 +249,7 @@ func TestCluster(t *testing.T) {
 		}
 		p.settle(f, tags, "5.125")
 		p.check(f, 0)
-		p.startDispatcher("c")
+		p.startDispatchers("c")
 	}
 
 	// 4. A worker freezes (SIGSTOP) for longer than its lease and its ack wait, then resumes. Its calls
@@ -288,8 +288,9 @@ func TestCluster(t *testing.T) {
 		idle.proc.terminate(t)
 		ahead.proc.terminate(t)
 		behind.proc.terminate(t)
-		ahead = p.startWorker(ahead.id, ahead.dataDir, []string{"TOOLPOOL_TEST_CLOCK_SKEW=1h"})
-		behind = p.startWorker(behind.id, behind.dataDir, []string{"TOOLPOOL_TEST_CLOCK_SKEW=-1h"})
+		skewed := p.startWorkers(workerSpec{id: ahead.id, dataDir: ahead.dataDir, env: []string{"TOOLPOOL_TEST_CLOCK_SKEW=1h"}},
+			workerSpec{id: behind.id, dataDir: behind.dataDir, env: []string{"TOOLPOOL_TEST_CLOCK_SKEW=-1h"}})
+		behind = skewed[1]
 		tags := p.batch("skew", 8, "1.125")
 		p.settle(f, tags, "1.125")
 		if f.states[call.StatusOK] != 8 {
@@ -300,8 +301,7 @@ func TestCluster(t *testing.T) {
 		t.Logf("killing worker %s (clock -1h, %d calls)", behind.id, count(workers, behind.id))
 		behind.proc.kill9()
 		// Its node's next worker (another id, no skew) removes what it left; the idle one comes back.
-		p.startWorker(behind.id+"-replacement", behind.dataDir, nil)
-		p.startWorker(idle.id, idle.dataDir, nil)
+		p.startWorkers(workerSpec{id: behind.id + "-replacement", dataDir: behind.dataDir}, workerSpec{id: idle.id, dataDir: idle.dataDir})
 		results := p.settle(f, long, "12.25")
 		p.check(f, count(workers, behind.id))
 		lostExactly(t, results, workers, behind.id)

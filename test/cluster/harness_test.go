@@ -394,40 +394,57 @@ func startPool(t *testing.T) *pool {
 			t.Fatal(err)
 		}
 	}
-	p.startDispatcher("a")
-	p.startDispatcher("b")
-	for _, id := range []string{"w1", "w2", "w3"} {
-		p.startWorker(id, filepath.Join(p.dir, id), nil)
-	}
+	// Dispatcher a provisions the streams; then the others start at once, each waited for in turn.
+	p.startDispatchers("a")
+	p.startDispatchers("b")
+	p.startWorkers(workerSpec{id: "w1", dataDir: filepath.Join(p.dir, "w1")}, workerSpec{id: "w2", dataDir: filepath.Join(p.dir, "w2")},
+		workerSpec{id: "w3", dataDir: filepath.Join(p.dir, "w3")})
 	return p
 }
 
-func (p *pool) startDispatcher(name string) *dispatcherProc {
+// startDispatchers starts the dispatchers named, all at once, and waits until each is ready.
+func (p *pool) startDispatchers(names ...string) {
 	p.t.Helper()
-	proc := launch(p.t, "dispatcher-"+name, "dispatcher", nil, "--config", filepath.Join(p.dir, "dispatcher.yaml"),
-		"--policy", filepath.Join(p.dir, "policy.yaml"), "--listen", "127.0.0.1:0", "--data-dir", filepath.Join(p.dir, "d-"+name),
-		"--nats-url", p.nats.urls())
-	d := &dispatcherProc{proc: proc, url: "http://" + proc.logged(p.t, "dispatcher ready", 90*time.Second)["listen"].(string)}
-	p.mu.Lock()
-	p.dispatchers[name] = d
-	p.mu.Unlock()
-	return d
+	procs := make([]*process, len(names))
+	for i, name := range names {
+		procs[i] = launch(p.t, "dispatcher-"+name, "dispatcher", nil, "--config", filepath.Join(p.dir, "dispatcher.yaml"),
+			"--policy", filepath.Join(p.dir, "policy.yaml"), "--listen", "127.0.0.1:0", "--data-dir", filepath.Join(p.dir, "d-"+name),
+			"--nats-url", p.nats.urls())
+	}
+	for i, name := range names {
+		d := &dispatcherProc{proc: procs[i], url: "http://" + procs[i].logged(p.t, "dispatcher ready", 90*time.Second)["listen"].(string)}
+		p.mu.Lock()
+		p.dispatchers[name] = d
+		p.mu.Unlock()
+	}
 }
 
-// startWorker starts worker id on dataDir (its private containerd lives there), with extra environment.
-func (p *pool) startWorker(id, dataDir string, env []string) *workerProc {
+// workerSpec is a worker to start: its id, its data dir (its private containerd lives there) and extra
+// environment.
+type workerSpec struct {
+	id, dataDir string
+	env         []string
+}
+
+// startWorkers starts the workers, all at once, and waits until each is ready.
+func (p *pool) startWorkers(specs ...workerSpec) []*workerProc {
 	p.t.Helper()
-	proc := launch(p.t, "worker-"+id, "worker", env, "--config", filepath.Join(p.dir, "worker.yaml"), "--id", id,
-		"--data-dir", dataDir, "--workspaces", p.workspaces, "--nats-url", p.nats.urls(), "--listen", "127.0.0.1:0")
-	proc.logged(p.t, "worker ready", 90*time.Second)
-	w := &workerProc{id: id, dataDir: dataDir, proc: proc}
-	p.mu.Lock()
-	p.workers[id] = w
-	if !strings.Contains(strings.Join(p.dataDirs, "\n"), dataDir) {
-		p.dataDirs = append(p.dataDirs, dataDir)
+	ws := make([]*workerProc, len(specs))
+	for i, s := range specs {
+		proc := launch(p.t, "worker-"+s.id, "worker", s.env, "--config", filepath.Join(p.dir, "worker.yaml"), "--id", s.id,
+			"--data-dir", s.dataDir, "--workspaces", p.workspaces, "--nats-url", p.nats.urls(), "--listen", "127.0.0.1:0")
+		ws[i] = &workerProc{id: s.id, dataDir: s.dataDir, proc: proc}
 	}
-	p.mu.Unlock()
-	return w
+	for _, w := range ws {
+		w.proc.logged(p.t, "worker ready", 90*time.Second)
+		p.mu.Lock()
+		p.workers[w.id] = w
+		if !strings.Contains(strings.Join(p.dataDirs, "\n"), w.dataDir) {
+			p.dataDirs = append(p.dataDirs, w.dataDir)
+		}
+		p.mu.Unlock()
+	}
+	return ws
 }
 
 // dispatcherURLs lists the live dispatchers' URLs, in a stable order.

@@ -165,7 +165,7 @@ func TestUpdateStateConcurrently(t *testing.T) {
 // TestServerClock: a client whose own clock is off by an hour still reads the server's time.
 func TestServerClock(t *testing.T) {
 	skewed := func() time.Time { return time.Now().Add(time.Hour) }
-	c, _ := jstest.Connect(t, nil, jetstream.WithLocalClock(skewed))
+	c, _ := jstest.Provisioned(t, nil, jetstream.WithLocalClock(skewed))
 	if off := c.Now().Sub(time.Now()); off > 2*time.Second || off < -2*time.Second {
 		t.Fatalf("the server's time is %s from the real one", off)
 	}
@@ -258,7 +258,7 @@ func TestExhaustedAndStale(t *testing.T) {
 // TestLeaseLapsedButNotRemoved: a lease whose last write is older than its TTL, by the server's clock, is
 // gone for readers even while the server still keeps it, and the next holder takes it over.
 func TestLeaseLapsedButNotRemoved(t *testing.T) {
-	c, url := jstest.Connect(t, nil)
+	c, url := jstest.Provisioned(t, nil)
 	ctx := context.Background()
 	nc, err := nats.Connect(url)
 	if err != nil {

@@ -21,7 +21,7 @@ func connect(t *testing.T) *jetstream.Conn {
 
 func connectWith(t *testing.T, edit func(*jetstream.Config)) *jetstream.Conn {
 	t.Helper()
-	c, _ := jstest.Connect(t, edit)
+	c, _ := jstest.Provisioned(t, edit)
 	return c
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -15,9 +16,19 @@ import (
 // kept as long as the records (ResultTTL) and replicated like them. Objects are named with
 // queue.OutputName.
 
+// outputPutTimeout bounds a PutOutput whose ctx has no deadline. Without one, nats.go waits its default
+// five seconds for each chunk's acknowledgement, which a loaded server (or one electing a leader) misses.
+const outputPutTimeout = 2 * time.Minute
+
 // PutOutput stores what r yields under name, replacing any object of that name, and returns its size. It
-// streams: r is read in chunks, never held whole.
+// streams: r is read in chunks, never held whole. It gives up when ctx ends, or after outputPutTimeout
+// when ctx has no deadline.
 func (c *Conn) PutOutput(ctx context.Context, name string, r io.Reader) (int64, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, outputPutTimeout)
+		defer cancel()
+	}
 	info, err := c.outs.Put(ctx, jetstream.ObjectMeta{Name: name}, r)
 	if err != nil {
 		return 0, fmt.Errorf("store output %s: %w", name, err)

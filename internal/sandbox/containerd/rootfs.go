@@ -87,12 +87,18 @@ func prepareHostRootFS(dir string, uid, gid uint32) (*hostRootFS, error) {
 		}
 		r.mounts = append(r.mounts, roBind(host, host))
 	}
+	// Mount points for the CA bundles of calls with trusted CAs (trust.go).
+	for _, p := range []string{caBundlePath, caExtraPath} {
+		if err := ensureMountPoint(dir, p, false); err != nil {
+			return nil, err
+		}
+	}
 	files := map[string]string{
 		"passwd":        fmt.Sprintf("root:x:0:0:root:/root:/usr/sbin/nologin\nsandbox:x:%d:%d:toolpool sandbox:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n", uid, gid),
 		"group":         fmt.Sprintf("root:x:0:\nsandbox:x:%d:\nnogroup:x:65534:\n", gid),
 		"hosts":         "127.0.0.1\tlocalhost toolpool\n::1\tlocalhost ip6-localhost ip6-loopback\n",
 		"hostname":      "toolpool\n",
-		"resolv.conf":   "# toolpool sandboxes have no DNS; web access goes through the web_fetch tool\n",
+		"resolv.conf":   "# toolpool sandboxes have no DNS: web access goes through the egress proxy (HTTP_PROXY, when policy grants network) or the web_fetch tool\n",
 		"nsswitch.conf": "passwd: files\ngroup: files\nhosts: files dns\n",
 		"os-release":    "NAME=toolpool-sandbox\nID=toolpool\n",
 	}

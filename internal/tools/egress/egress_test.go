@@ -121,8 +121,8 @@ func (f fakeResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Ad
 	return out, nil
 }
 
-// startProxy serves a proxy on a unix socket until the test ends and returns a client that uses it.
-func startProxy(t *testing.T, p *Proxy) *http.Client {
+// serveOnSocket serves p on a unix socket until the test ends and returns the socket's path.
+func serveOnSocket(t *testing.T, p *Proxy) string {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "egress.sock")
 	l, err := net.Listen("unix", sock)
@@ -138,6 +138,13 @@ func startProxy(t *testing.T, p *Proxy) *http.Client {
 			t.Errorf("Serve: %v", err)
 		}
 	})
+	return sock
+}
+
+// startProxy serves a proxy on a unix socket until the test ends and returns a client that uses it.
+func startProxy(t *testing.T, p *Proxy) *http.Client {
+	t.Helper()
+	sock := serveOnSocket(t, p)
 	return &http.Client{
 		Transport: &http.Transport{
 			Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: "proxy"}),
