@@ -850,7 +850,7 @@ func (w *Worker) complete(r *call.Result, c *call.Call, ro runOutcome, runErr, c
 	case o.QuotaExceeded:
 		r.Status = call.StatusError
 		r.Error = &call.ErrorInfo{Type: call.ErrQuota, Message: fmt.Sprintf("the workspace grew past its quota of %s (it uses %s) and the call was stopped; later calls that add files are refused until files are deleted to bring it under the quota",
-			formatBytes(w.workspaces.Quota()), formatBytes(o.WorkspaceBytes))}
+			workspace.FormatBytes(w.workspaces.Quota()), workspace.FormatBytes(o.WorkspaceBytes))}
 		r.Output += "\n[" + r.Error.Message + "]"
 	case o.OOMKilled:
 		r.Status = call.StatusError

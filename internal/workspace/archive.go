@@ -294,7 +294,7 @@ func (c *checker) check(raw rawEntry) (*entry, error) {
 		}
 		c.bytes += raw.size
 		if c.bytes > c.limits.Bytes {
-			return nil, &Error{Type: TypeTooLarge, Msg: fmt.Sprintf("the archive holds more than %s of files, the limit: split it, or leave large files out", formatBytes(c.limits.Bytes))}
+			return nil, &Error{Type: TypeTooLarge, Msg: fmt.Sprintf("the archive holds more than %s of files, the limit: split it, or leave large files out", FormatBytes(c.limits.Bytes))}
 		}
 	case 'l':
 		e.link = raw.link

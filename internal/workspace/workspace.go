@@ -173,6 +173,26 @@ func (m *Manager) prepareTenant(tenant string) error {
 	return nil
 }
 
+// lockTenant takes the tenant's lock, which operations that count against its limits hold.
+func (m *Manager) lockTenant(ctx context.Context, tenant string) (*lock, error) {
+	if err := m.prepareTenant(tenant); err != nil {
+		return nil, err
+	}
+	return acquire(ctx, filepath.Join(m.metaDir(tenant), ".tenant.lock"), true)
+}
+
+// lockForLimits takes the tenant's lock, then workspace name's exclusively; release both.
+func (m *Manager) lockForLimits(ctx context.Context, tenant, name string) (tl, l *lock, err error) {
+	if tl, err = m.lockTenant(ctx, tenant); err != nil {
+		return nil, nil, err
+	}
+	if l, err = m.lockWorkspace(ctx, tenant, name, true); err != nil {
+		tl.release()
+		return nil, nil, err
+	}
+	return tl, l, nil
+}
+
 // lockWorkspace takes the workspace's lock and marks it used.
 func (m *Manager) lockWorkspace(ctx context.Context, tenant, name string, exclusive bool) (*lock, error) {
 	if err := m.prepareTenant(tenant); err != nil {
@@ -245,18 +265,11 @@ func (m *Manager) Create(ctx context.Context, tenant, name string, f *os.File) (
 	if err := checkNames(tenant, name); err != nil {
 		return Info{}, err
 	}
-	if err := m.prepareTenant(tenant); err != nil {
-		return Info{}, err
-	}
-	tl, err := acquire(ctx, filepath.Join(m.metaDir(tenant), ".tenant.lock"), true)
+	tl, l, err := m.lockForLimits(ctx, tenant, name)
 	if err != nil {
 		return Info{}, err
 	}
 	defer tl.release()
-	l, err := m.lockWorkspace(ctx, tenant, name, true)
-	if err != nil {
-		return Info{}, err
-	}
 	defer l.release()
 	if ok, err := m.exists(tenant, name); err != nil || ok {
 		if err == nil {
@@ -560,7 +573,7 @@ func (m *Manager) checkLimits(tenant string, addWorkspaces int, addBytes int64) 
 		if i == 5 {
 			break
 		}
-		largest = append(largest, fmt.Sprintf("%s (%s with its snapshots)", u.name, formatBytes(u.bytes)))
+		largest = append(largest, fmt.Sprintf("%s (%s with its snapshots)", u.name, FormatBytes(u.bytes)))
 	}
 	if addWorkspaces > 0 && m.cfg.MaxWorkspaces > 0 && len(names)+addWorkspaces > m.cfg.MaxWorkspaces {
 		return &Error{Type: call.ErrQuota, Msg: fmt.Sprintf("tenant %s has %d workspaces, its limit: remove one you no longer need (DELETE /v1/workspaces/{name}, or toolpool ws rm NAME) before creating another; the largest: %s",
@@ -568,7 +581,7 @@ func (m *Manager) checkLimits(tenant string, addWorkspaces int, addBytes int64) 
 	}
 	if m.cfg.MaxBytes > 0 && total+addBytes > m.cfg.MaxBytes {
 		return &Error{Type: call.ErrQuota, Msg: fmt.Sprintf("tenant %s's workspaces and snapshots use %s and this would add %s, over its limit of %s: remove workspaces or snapshots you no longer need (DELETE /v1/workspaces/{name}); the largest: %s",
-			tenant, formatBytes(total), formatBytes(addBytes), formatBytes(m.cfg.MaxBytes), strings.Join(largest, ", "))}
+			tenant, FormatBytes(total), FormatBytes(addBytes), FormatBytes(m.cfg.MaxBytes), strings.Join(largest, ", "))}
 	}
 	return nil
 }
@@ -662,15 +675,11 @@ func (m *Manager) Snapshot(ctx context.Context, tenant, name, snap string) (Info
 	if err := checkNames(tenant, name, snap); err != nil {
 		return Info{}, err
 	}
-	tl, err := acquire(ctx, filepath.Join(m.metaDir(tenant), ".tenant.lock"), true)
+	tl, l, err := m.lockForLimits(ctx, tenant, name)
 	if err != nil {
 		return Info{}, err
 	}
 	defer tl.release()
-	l, err := m.lockWorkspace(ctx, tenant, name, true)
-	if err != nil {
-		return Info{}, err
-	}
 	defer l.release()
 	src, err := m.openWorkspace(tenant, name)
 	if err != nil {
@@ -735,7 +744,7 @@ func (m *Manager) Fork(ctx context.Context, tenant, name, snap, to string) (Info
 			return Info{}, err
 		}
 	}
-	tl, err := acquire(ctx, filepath.Join(m.metaDir(tenant), ".tenant.lock"), true)
+	tl, err := m.lockTenant(ctx, tenant)
 	if err != nil {
 		return Info{}, err
 	}
@@ -931,8 +940,8 @@ func (m *Manager) idle(tenant, name string) bool {
 	return m.cfg.Now().Sub(st.ModTime()) > m.cfg.IdleTTL
 }
 
-// formatBytes renders n in the largest binary unit that keeps it at least 1, with one decimal.
-func formatBytes(n int64) string {
+// FormatBytes renders n in the largest binary unit that keeps it at least 1, with one decimal.
+func FormatBytes(n int64) string {
 	const unit = 1024
 	if n < unit {
 		return fmt.Sprintf("%d bytes", n)
