@@ -119,6 +119,10 @@ func TestWorkspaceAPI(t *testing.T) {
 	if res.Status != call.StatusOK || !strings.Contains(res.Output, "internal/call/call.go") {
 		t.Fatalf("grep in seeded workspace: %s %s", res.Status, res.Output)
 	}
+	// go vet on the seeded tree, in a call (offline: only packages whose imports are all in the standard
+	// library can be vetted without a module cache).
+	res = s.shell(t, "dev-token", "repo", "HOME=/tmp GOCACHE=/tmp/gocache GOPROXY=off /usr/local/go/bin/go vet ./internal/call/ && echo vet-ok", map[string]any{"timeout_ms": 120000}).result(t)
+	t.Logf("go vet through a call: status %s, exit %v, %d ms: %.300s", res.Status, res.ExitCode, res.Timing.TotalMS, res.Output)
 	res = s.do(t, http.MethodPost, "/v1/calls", "dev-token", map[string]any{"tool": "edit_file", "workspace": "repo",
 		"args": map[string]any{"path": "internal/call/call.go", "old_string": "package call\n", "new_string": "package call\n\n// changed by an agent\n"}}).result(t)
 	if res.Status != call.StatusOK {
