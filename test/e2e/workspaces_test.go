@@ -130,7 +130,10 @@ func TestWorkspaceAPI(t *testing.T) {
 			res = s.do(t, http.MethodGet, "/v1/calls/"+res.ID+"?wait=90s", "dev-token", nil).result(t)
 		}
 	}
-	t.Logf("go vet through a call: status %s, exit %v, run %d ms: %.300s", res.Status, res.ExitCode, res.Timing.RunMS, res.Output)
+	if res.Status != call.StatusOK || !strings.Contains(res.Output, "vet-ok") {
+		t.Logf("note: go vet through a call did not pass (a loaded host may time it out): %s: %.300s", res.Status, res.Output)
+	}
+	t.Logf("go vet through a call: status %s, run %d ms: %.300s", res.Status, res.Timing.RunMS, res.Output)
 	res = s.do(t, http.MethodPost, "/v1/calls", "dev-token", map[string]any{"tool": "edit_file", "workspace": "repo",
 		"args": map[string]any{"path": "internal/call/call.go", "old_string": "package call\n", "new_string": "package call\n\n// changed by an agent\n"}}).result(t)
 	if res.Status != call.StatusOK {
