@@ -5,9 +5,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/toolpool/toolpool/internal/call"
+	"github.com/toolpool/toolpool/internal/policy"
 )
 
 // Roles a token can carry.
@@ -32,6 +34,19 @@ type Token struct {
 type Tenant struct {
 	Name   string  `yaml:"name"`
 	Tokens []Token `yaml:"tokens"`
+	// Posture is how much the tenant's agents may do without a person: interactive (the default),
+	// autonomous or read-only (policy.Posture, docs/policy.md).
+	Posture string `yaml:"posture,omitempty"`
+}
+
+// Ceilings are the most any request may ask for, whatever policy allows: a request above one is
+// refused with 422. Timeouts and output are clamped instead (MaxTimeout, MaxOutputBytes), and the
+// decision says so. Zero means "no ceiling" for that field.
+type Ceilings struct {
+	MemoryBytes int64 `yaml:"memory_bytes"`
+	CPUMillis   int64 `yaml:"cpu_millis"`
+	PIDs        int64 `yaml:"pids"`
+	TmpBytes    int64 `yaml:"tmp_bytes"`
 }
 
 // Config configures the HTTP API.
@@ -55,6 +70,8 @@ type Config struct {
 	// MaxUploadBytes bounds one upload to a workspace (an archive, or a file); it travels through the
 	// output store in chunks, never in one message. Zero means the default, 1 GiB.
 	MaxUploadBytes int64 `yaml:"max_upload_bytes"`
+	// Ceilings bound the resources a request may ask for (memory_bytes, cpu_millis, pids, tmp_bytes).
+	Ceilings Ceilings `yaml:"ceilings"`
 }
 
 // DefaultConfig returns the defaults.
@@ -68,6 +85,7 @@ func DefaultConfig() Config {
 		QueueTimeout:   10 * time.Minute,
 		ApprovalTTL:    time.Hour,
 		MaxUploadBytes: 1 << 30,
+		Ceilings:       Ceilings{MemoryBytes: 2 << 30, CPUMillis: 4000, PIDs: 1024, TmpBytes: 1 << 30},
 	}
 }
 
@@ -88,6 +106,9 @@ func (c *Config) Validate() error {
 		seen[t.Name] = true
 		if len(t.Tokens) == 0 {
 			return fmt.Errorf("tenant %q has no tokens", t.Name)
+		}
+		if _, err := policy.ParsePosture(t.Posture); err != nil {
+			return fmt.Errorf("tenant %q: %w", t.Name, err)
 		}
 		for j, tok := range t.Tokens {
 			h, err := tok.hash()
@@ -120,6 +141,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("max_output_bytes %d is below 1024", c.MaxOutputBytes)
 	case c.MaxUploadBytes < 0:
 		return fmt.Errorf("max_upload_bytes %d is negative", c.MaxUploadBytes)
+	case c.Ceilings.MemoryBytes < 0 || c.Ceilings.CPUMillis < 0 || c.Ceilings.PIDs < 0 || c.Ceilings.TmpBytes < 0:
+		return errors.New("ceilings must not be negative: write a positive number, or 0 for no ceiling")
 	}
 	return nil
 }
@@ -142,4 +165,25 @@ func (t Token) hash() (string, error) {
 	default:
 		return "", errors.New("give token, or sha256 as 64 hex digits")
 	}
+}
+
+// check refuses a request that asks for more than a ceiling allows, with a 422 that says how much it
+// may ask for.
+func (c Ceilings) check(req *callRequest) *requestError {
+	for _, f := range []struct {
+		name       string
+		asked, max int64
+		unit       string
+	}{
+		{"memory_bytes", req.MemoryBytes, c.MemoryBytes, "bytes"},
+		{"cpu_millis", req.CPUMillis, c.CPUMillis, "thousandths of a CPU"},
+		{"pids", req.PIDs, c.PIDs, "processes"},
+		{"tmp_bytes", req.TmpBytes, c.TmpBytes, "bytes"},
+	} {
+		if f.max > 0 && f.asked > f.max {
+			return &requestError{code: http.StatusUnprocessableEntity, typ: call.ErrInvalidParams,
+				msg: fmt.Sprintf("%s %d is above this server's ceiling of %d %s: ask for at most %d, or leave %s out for the default", f.name, f.asked, f.max, f.unit, f.max, f.name)}
+		}
+	}
+	return nil
 }

@@ -97,6 +97,7 @@ type Server struct {
 	recorder    Recorder
 	rules       RuleBook
 	onRuleAdded func()
+	postures    map[string]policy.Posture // by tenant
 	outputs     Outputs
 	transfers   Transfers
 }
@@ -159,8 +160,10 @@ func New(cfg Config, deps Deps, opts ...Option) (*Server, error) {
 		return nil, errors.New("new dispatcher: store, publisher, tools, policy, approvals and log are all required")
 	}
 	s := &Server{cfg: cfg, store: deps.Store, pub: deps.Publisher, tools: deps.Tools, policy: deps.Policy,
-		approvals: deps.Approvals, log: deps.Log, now: time.Now, tokens: map[[32]byte]principal{}}
+		approvals: deps.Approvals, log: deps.Log, now: time.Now, tokens: map[[32]byte]principal{},
+		postures: map[string]policy.Posture{}}
 	for _, t := range cfg.Tenants {
+		s.postures[t.Name], _ = policy.ParsePosture(t.Posture) // validated above
 		for _, tok := range t.Tokens {
 			h, _ := tok.hash() // validated above
 			var key [32]byte
@@ -238,6 +241,9 @@ type callRequest struct {
 	DeadlineMS     *int64          `json:"deadline_ms"`
 	OutputBytes    int64           `json:"output_bytes"`
 	MemoryBytes    int64           `json:"memory_bytes"`
+	CPUMillis      int64           `json:"cpu_millis"`
+	PIDs           int64           `json:"pids"`
+	TmpBytes       int64           `json:"tmp_bytes"`
 	Wait           *bool           `json:"wait"`
 	IdempotencyKey string          `json:"idempotency_key"`
 	Tools          json.RawMessage `json:"tools"`
@@ -291,7 +297,7 @@ func describeJSONError(err error) string {
 	case errors.Is(err, io.EOF):
 		return "the body is empty"
 	case strings.HasPrefix(err.Error(), "json: unknown field"):
-		return strings.TrimPrefix(err.Error(), "json: ") + " (known: tool, args, workspace, timeout_ms, deadline_ms, output_bytes, memory_bytes, wait, idempotency_key, tools)"
+		return strings.TrimPrefix(err.Error(), "json: ") + " (known: tool, args, workspace, timeout_ms, deadline_ms, output_bytes, memory_bytes, cpu_millis, pids, tmp_bytes, wait, idempotency_key, tools)"
 	}
 	return err.Error()
 }
@@ -361,13 +367,16 @@ func (s *Server) admit(ctx context.Context, p principal, req *callRequest) (*cal
 	if req.DeadlineMS != nil && *req.DeadlineMS <= 0 {
 		return nil, none, badRequest("deadline_ms must be a positive number of milliseconds, got %d", *req.DeadlineMS)
 	}
-	if req.OutputBytes < 0 || req.MemoryBytes < 0 {
-		return nil, none, badRequest("output_bytes and memory_bytes must not be negative")
+	if req.OutputBytes < 0 || req.MemoryBytes < 0 || req.CPUMillis < 0 || req.PIDs < 0 || req.TmpBytes < 0 {
+		return nil, none, badRequest("output_bytes, memory_bytes, cpu_millis, pids and tmp_bytes must not be negative")
+	}
+	if rerr := s.cfg.Ceilings.check(req); rerr != nil {
+		return nil, none, rerr
 	}
 	facts := tool.Facts(req.Args)
 	dec := s.policy.Decide(ctx, policy.Request{
-		Tenant: p.tenant, Tool: tool.Name, Kind: string(tool.Kind), RequestTools: requestTools,
-		Facts: policy.Facts{Paths: facts.Paths, Command: facts.Command, URL: facts.URL},
+		Tenant: p.tenant, Tool: tool.Name, Kind: string(tool.Kind), RequestTools: requestTools, Posture: s.postures[p.tenant],
+		Facts: policy.Facts{Paths: facts.Paths, Command: facts.Command, Env: facts.Env, Cwd: facts.Cwd, URL: facts.URL},
 	})
 	c := &call.Call{
 		ID: call.NewID(), Tenant: p.tenant, Workspace: req.Workspace, Tool: tool.Name, Args: req.Args,
@@ -376,6 +385,9 @@ func (s *Server) admit(ctx context.Context, p principal, req *callRequest) (*cal
 		TraceParent: tracing.Inject(ctx),
 	}
 	c.ArgsDigest = argsDigest(req.Args)
+	if c.Args, err = tool.WithPolicy(req.Args, dec.Limits.DeniedGlobs); err != nil {
+		return nil, none, badRequest("%v", err)
+	}
 	if req.IdempotencyKey != "" {
 		c.ID = idempotentID(p.tenant, req.IdempotencyKey)
 	}
@@ -384,12 +396,14 @@ func (s *Server) admit(ctx context.Context, p principal, req *callRequest) (*cal
 		queueTimeout = min(queueTimeout, time.Duration(*req.DeadlineMS)*time.Millisecond)
 	}
 	c.Deadline = c.CreatedAt.Add(queueTimeout)
-	c.Limits = s.limits(req, tool, dec.Limits)
+	c.Limits, c.Decision.Clamped = s.limits(req, tool, dec.Limits)
 	return c, dec, nil
 }
 
-// limits clamps what the request asked for to what policy and config allow.
-func (s *Server) limits(req *callRequest, tool *tools.Tool, pl policy.Limits) call.Limits {
+// limits clamps what the request asked for to what policy and config allow, and says what it lowered.
+// Resources above a ceiling never get here (Ceilings.check refuses them).
+func (s *Server) limits(req *callRequest, tool *tools.Tool, pl policy.Limits) (call.Limits, []string) {
+	var clamped []string
 	timeout := s.cfg.DefaultTimeout
 	if tool.DefaultTimeout > 0 {
 		timeout = tool.DefaultTimeout
@@ -397,19 +411,30 @@ func (s *Server) limits(req *callRequest, tool *tools.Tool, pl policy.Limits) ca
 	if req.TimeoutMS != nil {
 		timeout = time.Duration(*req.TimeoutMS) * time.Millisecond
 	}
-	timeout = min(timeout, s.cfg.MaxTimeout)
-	if pl.TimeoutMS > 0 {
-		timeout = min(timeout, time.Duration(pl.TimeoutMS)*time.Millisecond)
+	if timeout > s.cfg.MaxTimeout {
+		timeout = s.cfg.MaxTimeout
+		clamped = append(clamped, fmt.Sprintf("timeout_ms lowered to %d, this server's most", timeout.Milliseconds()))
+	}
+	if pl.TimeoutMS > 0 && timeout > time.Duration(pl.TimeoutMS)*time.Millisecond {
+		timeout = time.Duration(pl.TimeoutMS) * time.Millisecond
+		clamped = append(clamped, fmt.Sprintf("timeout_ms lowered to %d, the policy's most for %s", pl.TimeoutMS, tool.Name))
 	}
 	output := s.cfg.MaxOutputBytes
 	if req.OutputBytes > 0 {
+		if req.OutputBytes > output {
+			clamped = append(clamped, fmt.Sprintf("output_bytes lowered to %d, this server's most", output))
+		}
 		output = min(output, req.OutputBytes)
 	}
-	if pl.OutputBytes > 0 {
-		output = min(output, pl.OutputBytes)
+	if pl.OutputBytes > 0 && output > pl.OutputBytes {
+		if req.OutputBytes > pl.OutputBytes {
+			clamped = append(clamped, fmt.Sprintf("output_bytes lowered to %d, the policy's most for %s", pl.OutputBytes, tool.Name))
+		}
+		output = pl.OutputBytes
 	}
 	return call.Limits{TimeoutMS: timeout.Milliseconds(), OutputBytes: output, MemoryBytes: req.MemoryBytes,
-		Network: pl.Network, AllowedDomains: pl.AllowedDomains, AllowedPorts: pl.AllowedPorts}
+		CPUMillis: req.CPUMillis, PIDs: req.PIDs, TmpBytes: req.TmpBytes,
+		Network: pl.Network, AllowedDomains: pl.AllowedDomains, AllowedPorts: pl.AllowedPorts}, clamped
 }
 
 // argsDigest is what an approval binds to: the SHA-256 of the arguments as received.
