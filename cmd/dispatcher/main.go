@@ -29,6 +29,7 @@ import (
 	"github.com/toolpool/toolpool/internal/queue/jetstream"
 	"github.com/toolpool/toolpool/internal/tools"
 	"github.com/toolpool/toolpool/internal/tracing"
+	"github.com/toolpool/toolpool/internal/workspace"
 )
 
 // config is the dispatcher's whole configuration: defaults, then the YAML file, then flags, then Validate.
@@ -212,7 +213,7 @@ func run(args []string) error {
 	}
 	pol := policy.Default()
 	if cfg.PolicyFile != "" {
-		if pol, err = policy.Load(cfg.PolicyFile, policy.KnownTools(reg.Names()...)); err != nil {
+		if pol, err = policy.Load(cfg.PolicyFile, policy.KnownTools(append(reg.Names(), workspace.Ops...)...)); err != nil {
 			return err
 		}
 	}
@@ -250,7 +251,7 @@ func run(args []string) error {
 	})
 
 	// Policy: hot-reloaded from its file; approve-always rules are shared by every replica through NATS.
-	pstore := policy.NewStore(pol, policy.KnownTools(reg.Names()...))
+	pstore := policy.NewStore(pol, policy.KnownTools(append(reg.Names(), workspace.Ops...)...))
 	if cfg.PolicyFile != "" {
 		go func() {
 			_ = pstore.Watch(ctx, cfg.PolicyFile, 2*time.Second, func(err error) {
@@ -286,6 +287,7 @@ func run(args []string) error {
 		dispatcher.WithRuleBook(rules, nil),
 		dispatcher.WithOutputs(conn),
 		dispatcher.WithLive(conn),
+		dispatcher.WithTransfers(conn),
 		dispatcher.WithClock(conn.Now),
 	)
 	if err != nil {

@@ -8,6 +8,7 @@
 //	toolpool cancel ID
 //	toolpool tools [--format native|openai|anthropic|mcp]
 //	toolpool policy check TOOL [key=value | key:=json]...
+//	toolpool ws create|ls|info|push|pull|snapshot|fork|restore|rm ...
 //
 // It reads the dispatcher's address from $TOOLPOOL_URL (default http://127.0.0.1:8080) and the bearer
 // token from $TOOLPOOL_TOKEN (default dev).
@@ -45,6 +46,8 @@ usage:
   toolpool approvals approve ID [--always --prefix 'git push']   approve one (and, with --always, like it)
   toolpool approvals deny ID                              deny one
   toolpool audit [--since 1h] [--limit N] [--json]        the tenant's audit log
+  toolpool ws create|ls|info|push|pull|snapshot|fork|restore|rm ...
+                                                          manage workspaces (toolpool ws for details)
   toolpool bench [--concurrency 4] [--rate R] [--duration 30s] [--mix shell=8,list=1]
                                                           load test: throughput, latency, final states
 
@@ -88,6 +91,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdAudit(c, args[1:], stdout)
 	case "bench":
 		err = cmdBench(c, args[1:], stdout)
+	case "ws":
+		err = cmdWorkspace(c, args[1:], stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

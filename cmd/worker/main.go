@@ -35,6 +35,7 @@ import (
 	"github.com/toolpool/toolpool/internal/tools/egress"
 	"github.com/toolpool/toolpool/internal/tracing"
 	"github.com/toolpool/toolpool/internal/worker"
+	"github.com/toolpool/toolpool/internal/workspace"
 )
 
 // config is the worker's whole configuration: defaults, then the YAML file, then flags, then Validate.
@@ -58,9 +59,11 @@ type config struct {
 	WorkspaceQuota int64         `yaml:"workspace_quota"`
 	// FullOutputBytes is how much of each stream of a command is kept for reading by range (negative:
 	// none); default 64 MiB.
-	FullOutputBytes int64           `yaml:"full_output_bytes"`
-	Image           string          `yaml:"image"`
-	Metrics         metrics.Options `yaml:"metrics"`
+	FullOutputBytes int64 `yaml:"full_output_bytes"`
+	// Workspaces are the workspace API's lifecycle and limits (docs/workspaces.md).
+	Workspaces workspacesConfig `yaml:"workspaces"`
+	Image      string           `yaml:"image"`
+	Metrics    metrics.Options  `yaml:"metrics"`
 	// Egress is the base rules of every call's egress (which policy narrows), the DNS server and the
 	// credential bindings of the egress proxy.
 	Egress   egress.Config `yaml:"egress"`
@@ -75,6 +78,19 @@ type config struct {
 	// offered, gvisor when gVisor is installed.
 	Runtimes map[string]string `yaml:"runtimes"`
 	GVisor   gvisorConfig      `yaml:"gvisor"`
+}
+
+// workspacesConfig is the worker's part of the workspace API: expiry, per-tenant limits, archive limits.
+type workspacesConfig struct {
+	// IdleTTL removes a workspace (with its snapshots) unused for this long; 0 keeps workspaces forever.
+	IdleTTL time.Duration `yaml:"idle_ttl"`
+	// SweepEvery is how often expired workspaces are looked for (default: a tenth of IdleTTL, at most a
+	// minute).
+	SweepEvery      time.Duration `yaml:"sweep_every"`
+	MaxPerTenant    int           `yaml:"max_per_tenant"`
+	MaxTenantBytes  int64         `yaml:"max_tenant_bytes"`
+	ArchiveMaxFiles int           `yaml:"archive_max_files"`
+	ArchiveMaxBytes int64         `yaml:"archive_max_bytes"`
 }
 
 func defaults() config {
@@ -390,10 +406,21 @@ func run(args []string) (retErr error) {
 		Heartbeat: cfg.Heartbeat, Lease: lease, AckWait: conn.AckWait(), MaxDeliver: conn.MaxDeliver(), Now: conn.Now,
 		WorkspaceQuota: cfg.WorkspaceQuota, Image: cfg.Image, EgressDir: filepath.Join(cfg.DataDir, "egress"), Egress: gateway,
 		FullOutputBytes: cfg.FullOutputBytes, SpoolDir: filepath.Join(cfg.DataDir, "spool"),
+		Workspaces: workspace.Config{
+			IdleTTL: cfg.Workspaces.IdleTTL, MaxWorkspaces: cfg.Workspaces.MaxPerTenant, MaxBytes: cfg.Workspaces.MaxTenantBytes,
+			Archive: workspace.Limits{Files: cfg.Workspaces.ArchiveMaxFiles, Bytes: cfg.Workspaces.ArchiveMaxBytes},
+		},
 	}, tracing.TraceRuntime(metrics.ObserveRuntime(rt, wm)), store, reg, log,
-		worker.WithLeases(conn), worker.WithOutputs(conn), worker.WithCreator(audited), worker.WithLive(conn))
+		worker.WithLeases(conn), worker.WithOutputs(conn), worker.WithCreator(audited), worker.WithLive(conn), worker.WithTransfers(conn))
 	if err != nil {
 		return err
+	}
+	if ttl := cfg.Workspaces.IdleTTL; ttl > 0 {
+		every := cfg.Workspaces.SweepEvery
+		if every <= 0 {
+			every = min(ttl/10, time.Minute)
+		}
+		go sweepWorkspaces(ctx, w, every, log)
 	}
 
 	mux := http.NewServeMux()
@@ -453,6 +480,26 @@ func consumeDraining(ctx context.Context, grace time.Duration, kill <-chan struc
 	err := consume(ctx, runCtx)
 	close(consumed)
 	return err
+}
+
+// sweepWorkspaces removes expired workspaces every interval until ctx ends.
+func sweepWorkspaces(ctx context.Context, w *worker.Worker, every time.Duration, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		removed, err := w.SweepWorkspaces(ctx)
+		for _, name := range removed {
+			log.Info("workspace expired and removed", "workspace", name)
+		}
+		if err != nil && ctx.Err() == nil {
+			log.Warn("sweep expired workspaces", "error", err)
+		}
+	}
 }
 
 // testClockSkewEnv, when set to a duration ("90s", "-10m"), skews this worker's local clock: the cluster

@@ -81,6 +81,9 @@ type Config struct {
 	QueueTimeout time.Duration `yaml:"queue_timeout"`
 	// ApprovalTTL is how long a call waits for approval before it ends expired.
 	ApprovalTTL time.Duration `yaml:"approval_ttl"`
+	// MaxUploadBytes bounds one upload to a workspace (an archive, or a file); it travels through the
+	// output store in chunks, never in one message. Zero means the default, 1 GiB.
+	MaxUploadBytes int64 `yaml:"max_upload_bytes"`
 	// Ceilings bound the resources a request may ask for (memory_bytes, cpu_millis, pids, tmp_bytes).
 	Ceilings Ceilings `yaml:"ceilings"`
 }
@@ -96,6 +99,7 @@ func DefaultConfig() Config {
 		MaxOutputBytes:     1 << 20,
 		QueueTimeout:       10 * time.Minute,
 		ApprovalTTL:        time.Hour,
+		MaxUploadBytes:     1 << 30,
 		Ceilings:           Ceilings{MemoryBytes: 2 << 30, CPUMillis: 4000, PIDs: 1024, TmpBytes: 1 << 30},
 	}
 }
@@ -160,6 +164,8 @@ func (c *Config) Validate() error {
 		return errors.New("queue_timeout must be positive")
 	case c.MaxOutputBytes < 1024:
 		return fmt.Errorf("max_output_bytes %d is below 1024", c.MaxOutputBytes)
+	case c.MaxUploadBytes < 0:
+		return fmt.Errorf("max_upload_bytes %d is negative", c.MaxUploadBytes)
 	case c.Ceilings.MemoryBytes < 0 || c.Ceilings.CPUMillis < 0 || c.Ceilings.PIDs < 0 || c.Ceilings.TmpBytes < 0:
 		return errors.New("ceilings must not be negative: write a positive number, or 0 for no ceiling")
 	case c.DefaultOutputBytes < 1024 || c.DefaultOutputBytes > c.MaxOutputBytes:

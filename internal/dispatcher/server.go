@@ -104,6 +104,7 @@ type Server struct {
 	postures    map[string]policy.Posture // by tenant
 	outputs     Outputs
 	live        Live
+	transfers   Transfers
 }
 
 type principal struct {
@@ -157,6 +158,9 @@ type Deps struct {
 
 // New returns a Server.
 func New(cfg Config, deps Deps, opts ...Option) (*Server, error) {
+	if cfg.MaxUploadBytes == 0 {
+		cfg.MaxUploadBytes = DefaultConfig().MaxUploadBytes
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("validate dispatcher config: %w", err)
 	}
@@ -200,6 +204,7 @@ func New(cfg Config, deps Deps, opts ...Option) (*Server, error) {
 	mux.Handle("GET /v1/approvals", s.auth(s.approver(s.listApprovals)))
 	mux.Handle("POST /v1/approvals/{id}", s.auth(s.approver(s.decideApproval)))
 	mux.Handle("GET /v1/audit", s.auth(s.readAudit))
+	s.routeWorkspaces(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no endpoint %s %s: see GET /v1/tools, POST /v1/calls, GET /v1/calls/{id}", r.Method, r.URL.Path))
 	})

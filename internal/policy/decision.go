@@ -23,7 +23,8 @@ type Facts struct {
 type Request struct {
 	Tenant string
 	Tool   string
-	// Kind is the tool's kind: read, edit, delete, move, search, execute, fetch or other. Empty means the
+	// Kind is the tool's kind: read, edit, delete, move, search, execute, fetch or other, or a workspace
+	// operation's (workspace_create, workspace_delete, ...). Empty means the
 	// built-in kind of a known tool, or "other".
 	Kind  string
 	Facts Facts

@@ -46,7 +46,8 @@ var injectionExempt = map[string]bool{
 	"GO111MODULE": true, "GOWORK": true, "GOTESTSUM_FORMAT": true,
 	"PYTHONUNBUFFERED": true, "PYTHONDONTWRITEBYTECODE": true, "PYTHONHASHSEED": true,
 	"PYTHONIOENCODING": true, "PYTHONUTF8": true, "PYTHONWARNINGS": true, "PYTHONFAULTHANDLER": true,
-	"NODE_ENV": true, "NODE_NO_WARNINGS": true,
+	"NODE_ENV": true, "NODE_NO_WARNINGS": true, "GIT_TERMINAL_PROMPT": true, "npm_config_update_notifier": true,
+	"NPM_CONFIG_UPDATE_NOTIFIER": true,
 }
 
 // injectionVar reports whether setting the variable can make a program load or run other code, or

@@ -23,6 +23,7 @@ import (
 	"github.com/toolpool/toolpool/internal/sandbox"
 	"github.com/toolpool/toolpool/internal/tools"
 	"github.com/toolpool/toolpool/internal/tools/egress"
+	"github.com/toolpool/toolpool/internal/workspace"
 )
 
 // Store is the durable record of each call, updated by compare-and-set.
@@ -107,6 +108,9 @@ type Config struct {
 	// refuses every call that needs egress.
 	EgressDir string
 	Egress    *egress.Gateway
+	// Workspaces configures the workspace operations (idle TTL, per-tenant limits, archive limits); its
+	// Dir, UID and GID are the fields above.
+	Workspaces workspace.Config
 }
 
 // Validate checks the configuration, and that the worker's timing fits the queue's.
@@ -159,6 +163,8 @@ type Worker struct {
 	log        *slog.Logger
 	now        func() time.Time
 	workspaces *Workspaces
+	wsm        *workspace.Manager
+	transfers  Transfers
 }
 
 // New returns a Worker.
@@ -194,7 +200,13 @@ func New(cfg Config, rt sandbox.Runtime, store Store, reg *tools.Registry, log *
 	if err != nil {
 		return nil, err
 	}
-	w := &Worker{cfg: cfg, runtime: rt, store: store, tools: reg, log: log, now: cfg.Now, workspaces: workspaces}
+	wcfg := cfg.Workspaces
+	wcfg.Dir, wcfg.UID, wcfg.GID = cfg.WorkspacesDir, cfg.UID, cfg.GID
+	wsm, err := workspace.New(wcfg)
+	if err != nil {
+		return nil, err
+	}
+	w := &Worker{cfg: cfg, runtime: rt, store: store, tools: reg, log: log, now: cfg.Now, workspaces: workspaces, wsm: wsm}
 	for _, o := range opts {
 		o(w)
 	}
@@ -736,6 +748,10 @@ func retry(ctx context.Context, until time.Time, first, most time.Duration, try 
 // run plans the call's process and runs it in a fresh container. A command's full output is gathered
 // while it runs and stored, named by the call and claim, before run returns.
 func (w *Worker) run(ctx context.Context, c *call.Call, claim uint64) (runOutcome, error) {
+	if workspace.IsOp(c.Tool) {
+		out, failed := w.runWorkspaceOp(ctx, c)
+		return runOutcome{planErr: failed, wsOutput: out}, nil
+	}
 	tool, ok := w.tools.Lookup(c.Tool)
 	if !ok {
 		return runOutcome{planErr: &call.ErrorInfo{Type: call.ErrNotFound, Message: fmt.Sprintf("unknown tool %q", c.Tool)}}, nil
@@ -778,6 +794,13 @@ func (w *Worker) run(ctx context.Context, c *call.Call, claim uint64) (runOutcom
 	if inv.Runner {
 		spec.Mounts = append(spec.Mounts, sandbox.Mount{Source: w.cfg.RunnerBinary, Destination: tools.RunnerPath})
 	}
+	// Calls hold the workspace shared: they run alongside each other, never alongside a workspace
+	// operation (an upload, snapshot or delete), on this worker or any other sharing the directory.
+	release, err := w.wsm.Hold(ctx, c.Tenant, c.Workspace)
+	if err != nil {
+		return runOutcome{}, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
+	}
+	defer release()
 	finishEgress, err := w.withEgress(ctx, c, inv, &spec)
 	if err != nil {
 		return runOutcome{}, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
@@ -835,6 +858,8 @@ type runOutcome struct {
 	streams map[string]*call.Stream
 	stored  []string
 	egress  []call.EgressConn
+	// wsOutput is a workspace operation's JSON output.
+	wsOutput string
 }
 
 // complete fills r with the final state of a call that ran (or failed to plan).
@@ -843,6 +868,10 @@ func (w *Worker) complete(r *call.Result, c *call.Call, ro runOutcome, runErr, c
 	r.Timing.TotalMS = r.FinishedAt.Sub(c.CreatedAt).Milliseconds()
 	if ro.planErr != nil {
 		r.Fail(call.StatusError, ro.planErr.Type, ro.planErr.Message)
+		return
+	}
+	if ro.wsOutput != "" {
+		r.Status, r.Output = call.StatusOK, ro.wsOutput
 		return
 	}
 	o := ro.out
@@ -892,7 +921,7 @@ func (w *Worker) complete(r *call.Result, c *call.Call, ro runOutcome, runErr, c
 	case o.QuotaExceeded:
 		r.Status = call.StatusError
 		r.Error = &call.ErrorInfo{Type: call.ErrQuota, Message: fmt.Sprintf("the workspace grew past its quota of %s (it uses %s) and the call was stopped; later calls that add files are refused until files are deleted to bring it under the quota",
-			formatBytes(w.workspaces.Quota()), formatBytes(o.WorkspaceBytes))}
+			workspace.FormatBytes(w.workspaces.Quota()), workspace.FormatBytes(o.WorkspaceBytes))}
 		r.Output += "\n[" + r.Error.Message + "]"
 	case o.OOMKilled:
 		r.Status = call.StatusError

@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolpool/toolpool/internal/call"
 	"github.com/toolpool/toolpool/internal/sandbox"
+	"github.com/toolpool/toolpool/internal/workspace"
 )
 
 // WorkspacesConfig configures Workspaces.
@@ -127,10 +128,10 @@ type QuotaError struct {
 func (e *QuotaError) Error() string {
 	if e.TooDeep {
 		return fmt.Sprintf("workspace %q nests directories deeper than %d levels, so its size cannot be checked against its quota of %s: calls into it are refused until the deep directories are removed",
-			e.Workspace, sandbox.MaxTreeDepth, formatBytes(e.Quota))
+			e.Workspace, sandbox.MaxTreeDepth, workspace.FormatBytes(e.Quota))
 	}
 	return fmt.Sprintf("workspace %q uses %s, over its quota of %s: calls into it are refused until files are deleted to bring it under the quota, or an operator raises the quota",
-		e.Workspace, formatBytes(e.Used), formatBytes(e.Quota))
+		e.Workspace, workspace.FormatBytes(e.Used), workspace.FormatBytes(e.Quota))
 }
 
 // Prepare creates Dir/<tenant>/<workspace> if needed (mode 0755, owned by the sandbox user when this
@@ -221,18 +222,4 @@ func validateNames(tenant, workspace string) error {
 		return err
 	}
 	return call.ValidateName("workspace", workspace)
-}
-
-// formatBytes renders n in the largest binary unit that keeps it at least 1, with one decimal.
-func formatBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d bytes", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit && exp < 4; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTP"[exp])
 }

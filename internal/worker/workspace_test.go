@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/toolpool/toolpool/internal/workspace"
 )
 
 const testUID, testGID = 65532, 65532
@@ -232,7 +234,7 @@ func TestPrepareTooDeep(t *testing.T) {
 
 func TestFormatBytes(t *testing.T) {
 	for n, want := range map[int64]string{0: "0 bytes", 1023: "1023 bytes", 1024: "1.0 KiB", 5 << 20: "5.0 MiB", 3 << 29: "1.5 GiB", 2 << 40: "2.0 TiB"} {
-		if got := formatBytes(n); got != want {
+		if got := workspace.FormatBytes(n); got != want {
 			t.Errorf("formatBytes(%d) = %q, want %q", n, got, want)
 		}
 	}

@@ -123,6 +123,10 @@ version: 1
 default_action: allow
 paths:
   allowed_roots: [/]
+# The package managers are pointed at the test's origin by GOPROXY, GOFLAGS, GIT_* and npm_config_*,
+# which policy otherwise asks about (they can make a program run other code): this test is of egress.
+builtin_asks:
+  code-injection-env: allow
 tools:
   run_shell:
     network: true

@@ -1,0 +1,295 @@
+package main
+
+import (
+	"archive/tar"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"text/tabwriter"
+	"time"
+
+	"github.com/toolpool/toolpool/internal/workspace"
+)
+
+const wsUsage = `usage:
+  toolpool ws create NAME [--from DIR|ARCHIVE]   a new workspace, empty or seeded (tar, tar.gz, zip)
+  toolpool ws ls                                 your workspaces: size, files, last use, expiry
+  toolpool ws info NAME                          one workspace, with its snapshots
+  toolpool ws push NAME DIR|ARCHIVE [--path P]   upload a directory or an archive into path P
+  toolpool ws pull NAME [--path P] [-o OUT]      download the tree (or P) as tar.gz (default NAME.tar.gz)
+  toolpool ws pull NAME --file F [-o OUT]        download one file (default: standard output)
+  toolpool ws snapshot NAME [SNAPSHOT]           save a snapshot
+  toolpool ws fork NAME NEW [--snapshot S]       copy a workspace (or its snapshot S) to NEW
+  toolpool ws restore NAME SNAPSHOT              bring a snapshot back
+  toolpool ws rm NAME                            delete a workspace and its snapshots
+`
+
+func cmdWorkspace(c *client, args []string, stdout io.Writer) error {
+	if len(args) == 0 {
+		return fmt.Errorf("%w: name a ws command\n%s", errUsage, wsUsage)
+	}
+	ctx := context.Background()
+	flags, pos := splitFlags(args[1:])
+	fs := flag.NewFlagSet("ws "+args[0], flag.ContinueOnError)
+	from := fs.String("from", "", "seed from this directory or archive")
+	dest := fs.String("path", "", "a path inside the workspace")
+	out := fs.String("o", "", "write the download here")
+	file := fs.String("file", "", "download this one file")
+	snap := fs.String("snapshot", "", "fork this snapshot")
+	if err := fs.Parse(flags); err != nil {
+		return err
+	}
+	need := func(n int, what string) error {
+		if len(pos) != n {
+			return fmt.Errorf("%w: toolpool ws %s %s\n%s", errUsage, args[0], what, wsUsage)
+		}
+		return nil
+	}
+	var v json.RawMessage
+	switch args[0] {
+	case "create":
+		if err := need(1, "NAME"); err != nil {
+			return err
+		}
+		if *from == "" {
+			if _, err := c.do(ctx, http.MethodPut, "/v1/workspaces/"+url.PathEscape(pos[0]), nil, &v); err != nil {
+				return err
+			}
+			return printWorkspace(stdout, v)
+		}
+		return c.upload(ctx, http.MethodPut, "/v1/workspaces/"+url.PathEscape(pos[0]), *from, stdout)
+	case "push":
+		if err := need(2, "NAME DIR|ARCHIVE"); err != nil {
+			return err
+		}
+		return c.upload(ctx, http.MethodPost, "/v1/workspaces/"+url.PathEscape(pos[0])+"/files?path="+url.QueryEscape(*dest), pos[1], stdout)
+	case "ls":
+		var list struct {
+			Workspaces []workspace.Info `json:"workspaces"`
+		}
+		if _, err := c.do(ctx, http.MethodGet, "/v1/workspaces", nil, &list); err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(stdout, 2, 8, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tFILES\tBYTES\tSNAPSHOTS\tLAST USED\tEXPIRES")
+		for _, w := range list.Workspaces {
+			exp := "never"
+			if !w.ExpiresAt.IsZero() {
+				exp = w.ExpiresAt.Format(time.RFC3339)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\n", w.Name, w.Files, w.Bytes, len(w.Snapshots), w.LastUsedAt.Format(time.RFC3339), exp)
+		}
+		return tw.Flush()
+	case "info", "rm":
+		if err := need(1, "NAME"); err != nil {
+			return err
+		}
+		method := http.MethodGet
+		if args[0] == "rm" {
+			method = http.MethodDelete
+		}
+		if _, err := c.do(ctx, method, "/v1/workspaces/"+url.PathEscape(pos[0]), nil, &v); err != nil {
+			return err
+		}
+		return printWorkspace(stdout, v)
+	case "snapshot", "fork", "restore":
+		body := map[string]string{}
+		switch args[0] {
+		case "snapshot":
+			if len(pos) == 2 {
+				body["snapshot"] = pos[1]
+				pos = pos[:1]
+			}
+			if err := need(1, "NAME [SNAPSHOT]"); err != nil {
+				return err
+			}
+		case "fork":
+			if err := need(2, "NAME NEW [--snapshot S]"); err != nil {
+				return err
+			}
+			body["to"], body["snapshot"] = pos[1], *snap
+		case "restore":
+			if err := need(2, "NAME SNAPSHOT"); err != nil {
+				return err
+			}
+			body["snapshot"] = pos[1]
+		}
+		if _, err := c.do(ctx, http.MethodPost, "/v1/workspaces/"+url.PathEscape(pos[0])+"/"+args[0], body, &v); err != nil {
+			return err
+		}
+		return printWorkspace(stdout, v)
+	case "pull":
+		if err := need(1, "NAME"); err != nil {
+			return err
+		}
+		path := "/v1/workspaces/" + url.PathEscape(pos[0]) + "/archive?path=" + url.QueryEscape(*dest)
+		target := *out
+		if *file != "" {
+			path = "/v1/workspaces/" + url.PathEscape(pos[0]) + "/files/" + (&url.URL{Path: *file}).EscapedPath()
+		} else if target == "" {
+			target = pos[0] + ".tar.gz"
+		}
+		return c.download(ctx, path, target, stdout)
+	}
+	return fmt.Errorf("%w: unknown ws command %q\n%s", errUsage, args[0], wsUsage)
+}
+
+func printWorkspace(w io.Writer, v json.RawMessage) error {
+	var pretty any
+	if err := json.Unmarshal(v, &pretty); err != nil {
+		return fmt.Errorf("decode response: %w", err)
+	}
+	b, _ := json.MarshalIndent(pretty, "", "  ")
+	_, err := fmt.Fprintln(w, string(b))
+	return err
+}
+
+// upload sends src (a directory, tarred on the fly, or an archive file as it is) to path.
+func (c *client) upload(ctx context.Context, method, path, src string, stdout io.Writer) error {
+	st, err := os.Stat(src)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	var body io.Reader
+	if st.IsDir() {
+		pr, pw := io.Pipe()
+		go func() { pw.CloseWithError(tarDir(src, pw)) }()
+		body = pr
+	} else {
+		f, err := os.Open(src)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		body = f
+	}
+	resp, err := c.raw(ctx, method, path, body)
+	if err != nil {
+		return err
+	}
+	return printWorkspace(stdout, resp)
+}
+
+// tarDir writes the tree under dir as tar.gz: directories, regular files and symlinks as links.
+func tarDir(dir string, w io.Writer) error {
+	zw := gzip.NewWriter(w)
+	tw := tar.NewWriter(zw)
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if rel == "." {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		var link string
+		switch {
+		case info.Mode()&fs.ModeSymlink != 0:
+			if link, err = os.Readlink(p); err != nil {
+				return err
+			}
+		case !info.Mode().IsRegular() && !info.IsDir():
+			return nil // sockets, FIFOs, devices stay behind
+		}
+		h, err := tar.FileInfoHeader(info, link)
+		if err != nil {
+			return err
+		}
+		h.Name = filepath.ToSlash(rel)
+		if info.IsDir() {
+			h.Name += "/"
+		}
+		h.Uid, h.Gid, h.Uname, h.Gname = 0, 0, "", ""
+		h.Mode &= 0o777
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if info.Mode().IsRegular() {
+			f, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			_, err = io.Copy(tw, f)
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("archive %s: %w", dir, err)
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	return zw.Close()
+}
+
+// raw sends body as is and returns a 2xx response's body.
+func (c *client) raw(ctx context.Context, method, path string, body io.Reader) (json.RawMessage, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return nil, fmt.Errorf("build request: %w", err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Content-Type", "application/octet-stream")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("reach dispatcher at %s (is it running? set TOOLPOOL_URL): %w", c.base, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("read response: %w", err)
+	}
+	if resp.StatusCode >= 300 {
+		return nil, apiErrorOf(resp.StatusCode, data)
+	}
+	return data, nil
+}
+
+// download streams a 200 response's body to target ("" for stdout).
+func (c *client) download(ctx context.Context, path, target string, stdout io.Writer) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
+	if err != nil {
+		return fmt.Errorf("build request: %w", err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("reach dispatcher at %s (is it running? set TOOLPOOL_URL): %w", c.base, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		data, _ := io.ReadAll(resp.Body)
+		return apiErrorOf(resp.StatusCode, data)
+	}
+	w := stdout
+	if target != "" {
+		f, err := os.Create(target)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		w = f
+	}
+	n, err := io.Copy(w, resp.Body)
+	if err != nil {
+		return fmt.Errorf("download: %w", err)
+	}
+	if target != "" {
+		fmt.Fprintf(stdout, "wrote %d bytes to %s\n", n, target)
+	}
+	return nil
+}

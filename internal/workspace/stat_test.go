@@ -1,0 +1,5 @@
+package workspace
+
+import "syscall"
+
+type syscallStat = syscall.Stat_t
