@@ -242,11 +242,22 @@ func isBoolFlag(a string) bool {
 }
 
 func cmdCall(c *client, args []string, stdout, stderr io.Writer) (int, error) {
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		return 2, fmt.Errorf("%w: toolpool call TOOL [--workspace WS] [key=value]...", errUsage)
+	// Flags may come before TOOL too (toolpool call --follow run_shell ...).
+	var lead []string
+	for len(args) > 0 && strings.HasPrefix(args[0], "-") {
+		n := 1
+		if !isBoolFlag(args[0]) && !strings.Contains(args[0], "=") {
+			n = 2
+		}
+		n = min(n, len(args))
+		lead, args = append(lead, args[:n]...), args[n:]
+	}
+	if len(args) == 0 {
+		return 2, fmt.Errorf("%w: toolpool call TOOL [--workspace WS] [--follow] [--json] [--no-wait] [--timeout D] [key=value | key:=json]...", errUsage)
 	}
 	tool := args[0]
 	flagArgs, pairs := splitFlags(args[1:])
+	flagArgs = append(lead, flagArgs...)
 	fs := flag.NewFlagSet("call", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	ws := fs.String("workspace", "default", "workspace name")

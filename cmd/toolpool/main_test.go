@@ -313,14 +313,21 @@ func TestCall(t *testing.T) {
 			w.WriteHeader(http.StatusNotFound)
 		}
 	}))
-	code, stdout, stderr := cli("call", "run_shell", "command=echo hi", "env:={\"A\":\"1\"}", "--workspace", "ws1", "--timeout", "2s", "--idempotency-key", "k1")
-	if code != 0 || stdout != "hi\n" || !strings.Contains(stderr, "[ok · exit 0 · 12 ms · c_1]") {
-		t.Errorf("exit %d stdout %q stderr %q", code, stdout, stderr)
-	}
-	want := map[string]any{"tool": "run_shell", "workspace": "ws1", "timeout_ms": float64(2000), "idempotency_key": "k1",
-		"args": map[string]any{"command": "echo hi", "env": map[string]any{"A": "1"}}}
-	if mustJSON(t, posted) != mustJSON(t, want) || polls != 2 {
-		t.Errorf("posted %s after %d polls, want %s after 2", mustJSON(t, posted), polls, mustJSON(t, want))
+	// Flags go after TOOL or before it, to the same request.
+	for _, args := range [][]string{
+		{"call", "run_shell", "command=echo hi", "env:={\"A\":\"1\"}", "--workspace", "ws1", "--timeout", "2s", "--idempotency-key", "k1"},
+		{"call", "--workspace", "ws1", "--timeout=2s", "--idempotency-key", "k1", "run_shell", "command=echo hi", "env:={\"A\":\"1\"}"},
+	} {
+		posted, polls = nil, 0
+		code, stdout, stderr := cli(args...)
+		if code != 0 || stdout != "hi\n" || !strings.Contains(stderr, "[ok · exit 0 · 12 ms · c_1]") {
+			t.Errorf("%q: exit %d stdout %q stderr %q", args, code, stdout, stderr)
+		}
+		want := map[string]any{"tool": "run_shell", "workspace": "ws1", "timeout_ms": float64(2000), "idempotency_key": "k1",
+			"args": map[string]any{"command": "echo hi", "env": map[string]any{"A": "1"}}}
+		if mustJSON(t, posted) != mustJSON(t, want) || polls != 2 {
+			t.Errorf("%q: posted %s after %d polls, want %s after 2", args, mustJSON(t, posted), polls, mustJSON(t, want))
+		}
 	}
 	for _, tc := range []struct {
 		name string
