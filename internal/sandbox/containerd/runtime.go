@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -39,9 +40,18 @@ type Config struct {
 	// RuntimeName is the containerd runtime handler: io.containerd.runc.v2 (default), or another shim such
 	// as io.containerd.runsc.v1 (gVisor) or io.containerd.kata.v2. docs/security.md says what each adds.
 	RuntimeName string
-	// RuntimeBinary is the OCI runtime executable the runc shim runs, for New's version check; empty means
-	// "runc" on PATH, which is what the shim runs unless containerd's config says otherwise.
+	// RuntimeBinary is the OCI runtime the runc shim runs (its BinaryName option): "runc", "crun" or a path;
+	// empty means what the shim runs by default ("runc" on PATH). RuntimeBinaryAuto picks crun when it is
+	// installed and works on this host (see Warnings), runc otherwise. Other runtime handlers (gVisor, Kata)
+	// ignore it.
 	RuntimeBinary string
+	// ShimGroups, when positive, spreads the containers over that many runc shims (the shim's group
+	// annotation) instead of starting one shim per container: a shim is a long-lived process of its own,
+	// so grouping saves a process start per call and the memory of a shim per pooled container. A shim
+	// that dies takes its group's containers with it. Ignored by other runtime handlers.
+	ShimGroups int
+	// Pool configures the warm pool; its zero value is no pool.
+	Pool PoolConfig
 	// StateDir holds the prepared root filesystem and the per-call FIFOs; the worker owns it.
 	StateDir string
 	// UID and GID run every sandbox process.
@@ -83,8 +93,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("state dir %q must be an absolute path", c.StateDir)
 	case c.UID == 0 || c.GID == 0:
 		return errors.New("sandbox uid and gid must not be 0: sandboxes never run as root")
+	case c.ShimGroups < 0:
+		return errors.New("shim groups must not be negative")
 	}
-	return nil
+	return c.Pool.validate()
 }
 
 const (
@@ -114,6 +126,10 @@ type Runtime struct {
 
 	mu     sync.Mutex
 	active map[string]bool // ids of the calls Run is running or removing, which RemoveOrphans leaves alone
+
+	pool      *pool         // nil without Config.Pool
+	shimGroup atomic.Uint64 // the next container's shim group (ShimGroups)
+	started   time.Time     // names this Runtime's root, slots and shim groups
 
 	trustMu      sync.Mutex
 	trustWritten map[string]bool // the CA bundles written under StateDir/ca, by name
@@ -147,7 +163,8 @@ func New(ctx context.Context, cfg Config) (_ *Runtime, retErr error) {
 	// A fresh root for every Runtime: a crashed worker's containers may still be running (or, worse, being
 	// created by runc, which writes mount points into its root) on the old one until RemoveOrphans has
 	// removed them, and then it removes the old roots too.
-	rootfs, err := prepareHostRootFS(filepath.Join(cfg.StateDir, fmt.Sprintf("%s%d", rootfsPrefix, time.Now().UnixNano())), cfg.UID, cfg.GID)
+	started := time.Now()
+	rootfs, err := prepareHostRootFS(filepath.Join(cfg.StateDir, fmt.Sprintf("%s%d", rootfsPrefix, started.UnixNano())), cfg.UID, cfg.GID)
 	if err != nil {
 		return nil, fmt.Errorf("prepare host root: %w", err)
 	}
@@ -155,25 +172,44 @@ func New(ctx context.Context, cfg Config) (_ *Runtime, retErr error) {
 	if err := os.MkdirAll(fifos, 0o700); err != nil {
 		return nil, fmt.Errorf("create fifo dir: %w", err)
 	}
-	warnings := runtimeWarnings(ctx, cfg.RuntimeName, cfg.RuntimeBinary)
-	return &Runtime{cfg: cfg, client: client, rootfs: rootfs, fifos: fifos, warnings: warnings, active: map[string]bool{}, trustWritten: map[string]bool{},
-		cleanupSlots: make(chan struct{}, maxPendingCleanups)}, nil
+	var warnings []string
+	cfg.RuntimeBinary, warnings = resolveRuntimeBinary(cfg.RuntimeName, cfg.RuntimeBinary)
+	warnings = append(warnings, runtimeWarnings(ctx, cfg.RuntimeName, cfg.RuntimeBinary)...)
+	r := &Runtime{cfg: cfg, client: client, rootfs: rootfs, fifos: fifos, warnings: warnings, active: map[string]bool{}, trustWritten: map[string]bool{},
+		cleanupSlots: make(chan struct{}, maxPendingCleanups), started: started}
+	if cfg.Pool.MaxSize > 0 {
+		if err := r.startPool(ctx, started); err != nil {
+			return nil, fmt.Errorf("start pool: %w", err)
+		}
+	}
+	return r, nil
 }
+
+// OCIRuntime names the OCI runtime the shim runs ("runc", "crun", a path), "" when the handler decides.
+func (r *Runtime) OCIRuntime() string { return r.cfg.RuntimeBinary }
 
 // Warnings returns what New found that an operator should fix but that does not stop the worker, such as a
 // runc older than MinRuncVersion. The caller logs them.
 func (r *Runtime) Warnings() []string { return slices.Clone(r.warnings) }
 
-// Close waits for the removal of the containers of finished calls, then releases the connection to
-// containerd. It is idempotent.
+// Close drains the pool (destroying every container that waits in it), waits for the removal of the
+// containers of finished calls, then releases the connection to containerd. Call it once no Run is in
+// progress. It is idempotent.
 func (r *Runtime) Close() error {
 	if r.client == nil {
 		return nil
 	}
+	var errs []error
+	if r.pool != nil {
+		errs = append(errs, r.closePool())
+	}
 	r.WaitCleanups()
-	err := r.client.Close()
+	if r.pool != nil {
+		errs = append(errs, r.pool.removeSlotsDir())
+	}
+	errs = append(errs, r.client.Close())
 	r.client = nil
-	return err
+	return errors.Join(errs...)
 }
 
 // Ready reports whether containerd answers.
@@ -238,13 +274,29 @@ func capLimits(l, c sandbox.Limits) sandbox.Limits {
 }
 
 // Run implements sandbox.Runtime. Limits are the Spec's, with Config.Defaults for zero fields, capped by
-// Config.Ceiling.
-func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (out sandbox.Outcome, err error) {
+// Config.Ceiling. With a pool (Config.Pool), a call that the pool can serve runs in a container created
+// ahead of it (Outcome.Warm); every other call runs in a container created for it, and Outcome.ColdReason
+// says why. Either way the container is fresh, hardened alike, and serves this call only.
+func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Outcome, error) {
 	lim := capLimits(mergeLimits(spec.Limits, r.cfg.Defaults), r.cfg.Ceiling)
 	ctx = namespaces.WithNamespace(ctx, r.cfg.Namespace)
+	if r.pool == nil {
+		return r.runCold(ctx, spec, lim)
+	}
+	out, reason, err := r.runWarm(ctx, spec, lim)
+	if reason == "" {
+		return out, err
+	}
+	out, err = r.runCold(ctx, spec, lim)
+	out.ColdReason = reason
+	return out, err
+}
+
+// runCold runs spec in a container created for it.
+func (r *Runtime) runCold(ctx context.Context, spec sandbox.Spec, lim sandbox.Limits) (out sandbox.Outcome, err error) {
 	began := time.Now()
 	out.WorkspaceBytes = -1
-	if err := r.begin(spec.ID); err != nil {
+	if err := r.begin(spec.ID, true); err != nil {
 		return out, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
 	}
 	// Until the container exists, this Run releases the id; after, the container's removal does.
@@ -262,7 +314,7 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (out sandbox.Outco
 	mounts := r.rootfs.mounts
 	rootPath := r.rootfs.path
 	containerOpts := []containerd.NewContainerOpts{
-		containerd.WithRuntime(r.cfg.RuntimeName, nil),
+		containerd.WithRuntime(r.cfg.RuntimeName, r.runtimeOptions()),
 		containerd.WithContainerLabels(map[string]string{labelWorker: r.cfg.WorkerID}),
 	}
 	if spec.Image != "" {
@@ -290,16 +342,17 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (out sandbox.Outco
 	if err != nil {
 		return out, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
 	}
-	containerOpts = append(containerOpts, containerd.WithNewSpec(r.hardenedSpec(argv, cwd, spec, lim, rootPath, mounts)...))
+	containerOpts = append(containerOpts, containerd.WithNewSpec(r.specOpts(argv, cwd, spec, lim, rootPath, mounts)...))
 	container, err := r.client.NewContainer(ctx, spec.ID, containerOpts...)
 	if err != nil {
 		return out, fmt.Errorf("%w: create container %s: %w", sandbox.ErrNotStarted, spec.ID, err)
 	}
+	out.ContainerID = spec.ID
 	var task containerd.Task
 	owned = false
 	// The container is removed after Run returns: the call's result need not wait for it (it was about a
 	// third of a short call's latency). The id stays taken, and RemoveOrphans spares it, until it is gone.
-	defer func() { r.removeLater(ctx, spec.ID, container, task) }()
+	defer func() { r.removeLater(ctx, spec.ID, container, task, nil) }()
 
 	stdout, stderr := sandbox.NewCapWriter(lim.OutputBytes), sandbox.NewCapWriter(lim.OutputBytes)
 	var stdin io.Reader
@@ -327,20 +380,37 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (out sandbox.Outco
 	if err := task.Start(ctx); err != nil {
 		return out, fmt.Errorf("%w: start task %s: %w", startError(err), spec.ID, err)
 	}
-	started := time.Now()
-	out.SandboxTime = started.Sub(began)
+	p := startedCall{task: task, exitCh: exitCh, callIO: callIO, stdout: stdout, stderr: stderr, at: time.Now()}
+	out.SandboxTime = p.at.Sub(began)
 	if spec.Stdin != nil {
-		// The shim keeps the stdin FIFO open until told otherwise: close it once everything is written, so
-		// the process reads EOF.
-		go func() {
-			select {
-			case <-stdinDone:
-				_ = task.CloseIO(waitCtx, containerd.WithStdinCloser)
-			case <-waitCtx.Done():
-			}
-		}()
+		go closeStdinAfter(waitCtx, task, stdinDone)
 	}
+	return out, r.supervise(ctx, p, spec, lim, &out)
+}
 
+// closeStdinAfter closes the task's standard input once done is closed (everything was written): the shim
+// keeps the stdin FIFO open until told otherwise, and the process reads EOF only then.
+func closeStdinAfter(ctx context.Context, task containerd.Task, done <-chan struct{}) {
+	select {
+	case <-done:
+		_ = task.CloseIO(ctx, containerd.WithStdinCloser)
+	case <-ctx.Done():
+	}
+}
+
+// startedCall is a call's process after Start: what supervise needs to see it to its end.
+type startedCall struct {
+	task           containerd.Task
+	exitCh         <-chan containerd.ExitStatus
+	callIO         cio.IO
+	stdout, stderr *sandbox.CapWriter
+	at             time.Time // when it started
+}
+
+// supervise waits for a started call's process to end, or ends it (killing every process of the
+// container) at the timeout, when the workspace grows past its quota, or when ctx is cancelled. It then
+// fills out with how the process ended, its output and usage, and the workspace's size. It blocks.
+func (r *Runtime) supervise(ctx context.Context, p startedCall, spec sandbox.Spec, lim sandbox.Limits, out *sandbox.Outcome) (err error) {
 	timer := time.NewTimer(lim.Timeout)
 	defer timer.Stop()
 	measure := lim.WorkspaceBytes > 0 && spec.WorkspaceDir != ""
@@ -351,31 +421,31 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (out sandbox.Outco
 	}
 	var status containerd.ExitStatus
 	select {
-	case status = <-exitCh:
+	case status = <-p.exitCh:
 	case <-timer.C:
 		out.TimedOut = true
-		status, err = r.kill(ctx, task, exitCh)
+		status, err = r.kill(ctx, p.task, p.exitCh)
 	case <-overQuota:
 		out.QuotaExceeded = true
-		status, err = r.kill(ctx, task, exitCh)
+		status, err = r.kill(ctx, p.task, p.exitCh)
 	case <-ctx.Done():
-		status, err = r.kill(ctx, task, exitCh)
+		status, err = r.kill(ctx, p.task, p.exitCh)
 		err = errors.Join(ctx.Err(), err)
 	}
 	stopWatch()
-	out.RunTime = time.Since(started)
+	out.RunTime = time.Since(p.at)
 	// containerd's Delete cancels the IO copy before waiting for it, which drops whatever the FIFOs still
 	// hold. The shim closes its end once every writer in the container is gone, so wait for our copy to
 	// reach EOF first: that is what keeps the output of a killed process.
-	r.drain(callIO)
-	out.Stdout, out.Stderr = stdout.Captured(), stderr.Captured()
+	r.drain(p.callIO)
+	out.Stdout, out.Stderr = p.stdout.Captured(), p.stderr.Captured()
 	if status.Error() != nil {
 		err = errors.Join(err, fmt.Errorf("wait task %s: %w", spec.ID, status.Error()))
 	}
 	code := status.ExitCode()
 	out.ExitCode = int(code)
 	out.Signal = signalName(code)
-	r.collectUsage(ctx, task, &out)
+	r.collectUsage(ctx, p.task, out)
 	if !out.OOMKilled && !out.TimedOut && !out.QuotaExceeded && ctx.Err() == nil && out.Signal == "SIGKILL" &&
 		out.MaxRSSBytes >= lim.MemoryBytes-lim.MemoryBytes/16 {
 		// The cgroup's OOM counter is missing (an old kernel or shim): a SIGKILL nobody sent, at the
@@ -390,7 +460,7 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (out sandbox.Outco
 			out.WorkspaceBytes, out.QuotaExceeded = n, true
 		}
 	}
-	return out, err
+	return err
 }
 
 // watchWorkspace measures dir until stop is called and closes the returned channel once it is over quota
@@ -428,11 +498,15 @@ func watchWorkspace(dir string, quota int64) (over <-chan struct{}, stop func())
 const maxPendingCleanups = 32
 
 // removeLater removes a finished call's container and task in the background, on a fresh bounded
-// context, then releases the call id. Config.OnCleanup hears how long it took and whether it failed.
-func (r *Runtime) removeLater(ctx context.Context, id string, container containerd.Container, task containerd.Task) {
+// context, runs then (when not nil), then releases the id. Config.OnCleanup hears how long it took and
+// whether it failed.
+func (r *Runtime) removeLater(ctx context.Context, id string, container containerd.Container, task containerd.Task, then func() error) {
 	remove := func() {
 		began := time.Now()
 		err := r.remove(ctx, container, task)
+		if then != nil {
+			err = errors.Join(err, then())
+		}
 		r.end(id)
 		if r.cfg.OnCleanup != nil {
 			r.cfg.OnCleanup(time.Since(began), err)
@@ -456,8 +530,9 @@ func (r *Runtime) removeLater(ctx context.Context, id string, container containe
 // they check that nothing is left; Close calls it.
 func (r *Runtime) WaitCleanups() { r.cleanups.Wait() }
 
-// begin marks call id as running, so that RemoveOrphans leaves it alone, and creates its FIFO directory.
-func (r *Runtime) begin(id string) error {
+// begin marks id (a call's, or a pooled container's) as running, so that RemoveOrphans leaves it alone, and
+// creates its FIFO directory when fifos is set.
+func (r *Runtime) begin(id string, fifos bool) error {
 	if id == "" || id != filepath.Base(id) || id[0] == '.' {
 		return fmt.Errorf("call id %q: it must be a plain file name", id)
 	}
@@ -466,8 +541,10 @@ func (r *Runtime) begin(id string) error {
 	if r.active[id] {
 		return fmt.Errorf("call id %s: a call with this id is running", id)
 	}
-	if err := os.Mkdir(r.fifoDir(id), 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-		return fmt.Errorf("create fifo dir: %w", err)
+	if fifos {
+		if err := os.Mkdir(r.fifoDir(id), 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("create fifo dir: %w", err)
+		}
 	}
 	r.active[id] = true
 	return nil

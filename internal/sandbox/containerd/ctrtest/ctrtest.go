@@ -95,11 +95,15 @@ func NewRuntime(t testing.TB, cfg containerd.Config) (*containerd.Runtime, *cont
 
 // NewRuntimeOn returns a Runtime on the containerd at cfg.Address, closed when the test ends, with the
 // same defaults as NewRuntime. An empty cfg.RuntimeName is taken from TOOLPOOL_TEST_RUNTIME when set, so
-// that the sandbox suite can be run against another runtime handler (io.containerd.runsc.v1).
+// that the sandbox suite can be run against another runtime handler (io.containerd.runsc.v1), and an empty
+// cfg.RuntimeBinary from TOOLPOOL_TEST_RUNTIME_BINARY (crun), the OCI runtime the runc shim runs.
 func NewRuntimeOn(t testing.TB, cfg containerd.Config) *containerd.Runtime {
 	t.Helper()
 	if cfg.RuntimeName == "" {
 		cfg.RuntimeName = os.Getenv("TOOLPOOL_TEST_RUNTIME")
+	}
+	if cfg.RuntimeBinary == "" {
+		cfg.RuntimeBinary = os.Getenv("TOOLPOOL_TEST_RUNTIME_BINARY")
 	}
 	if cfg.StateDir == "" {
 		cfg.StateDir = filepath.Join(ShortTempDir(t), "state")
