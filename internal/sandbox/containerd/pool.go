@@ -18,6 +18,7 @@ import (
 
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/cio"
+	"github.com/containerd/containerd/oci"
 	"github.com/containerd/containerd/snapshots"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -386,7 +387,11 @@ func (p *pool) plan(now time.Time) (discard []*slot) {
 	defer p.mu.Unlock()
 	budget := p.cfg.MaxSize
 	if p.cfg.MemoryBytes > 0 {
-		budget = min(budget, int(p.cfg.MemoryBytes/max(p.slotBytes, 1)))
+		fits := int(p.cfg.MemoryBytes / max(p.slotBytes, 1))
+		if p.memBytes == 0 {
+			fits = max(fits, 1) // nothing measured yet: one container, to learn what one holds
+		}
+		budget = min(budget, fits)
 	}
 	if p.disabled != "" {
 		budget = 0
@@ -520,20 +525,11 @@ func (r *Runtime) createSlot(ctx context.Context, key profileKey) (_ *slot, retE
 		mounts, rootPath = nil, ""
 		opts = append(opts, containerd.WithNewSnapshot(id, img, snapshots.WithLabels(map[string]string{labelWorker: r.cfg.WorkerID})))
 	}
-	mounts, err := callMounts(mounts, sandbox.Spec{WorkspaceDir: s.hostDir,
-		Mounts: []sandbox.Mount{{Source: r.pool.cfg.InitBinary, Destination: r.pool.cfg.InitPath}}}, lim)
+	specOpts, err := r.slotSpec(id, lim, rootPath, mounts, s.hostDir)
 	if err != nil {
 		return nil, err
 	}
-	for i := range mounts {
-		if mounts[i].Destination == workspaceDir {
-			// The slot: read-only itself, a slave of the host's slot directory, so that the workspace the
-			// host mounts there at claim time appears here, and nothing mounted here could go back.
-			mounts[i].Options = []string{"bind", "ro", "nosuid", "nodev", "rslave"}
-		}
-	}
-	opts = append(opts, containerd.WithNewSpec(r.specOpts([]string{r.pool.cfg.InitPath, sandboxinit.Command}, "/",
-		sandbox.Spec{ID: id}, lim, rootPath, mounts)...))
+	opts = append(opts, containerd.WithNewSpec(specOpts...))
 	s.container, err = r.client.NewContainer(ctx, id, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("create container %s: %w", id, err)
@@ -549,6 +545,25 @@ func (r *Runtime) createSlot(ctx context.Context, key profileKey) (_ *slot, retE
 	}
 	s.created = time.Now()
 	return s, nil
+}
+
+// slotSpec returns the spec options of pooled container id: those of a cold call (hardenedSpec, through
+// callMounts), whose process is the init in "/", whose extra mount is the init binary and whose
+// workspace is the slot directory hostDir, read-only and a slave of the host's mount, so that the
+// workspace the host mounts there at claim time appears in the container and nothing mounted in the
+// container could go back.
+func (r *Runtime) slotSpec(id string, lim sandbox.Limits, rootPath string, base []specs.Mount, hostDir string) ([]oci.SpecOpts, error) {
+	mounts, err := callMounts(base, sandbox.Spec{WorkspaceDir: hostDir,
+		Mounts: []sandbox.Mount{{Source: r.pool.cfg.InitBinary, Destination: r.pool.cfg.InitPath}}}, lim)
+	if err != nil {
+		return nil, err
+	}
+	for i := range mounts {
+		if mounts[i].Destination == workspaceDir {
+			mounts[i].Options = []string{"bind", "ro", "nosuid", "nodev", "rslave"}
+		}
+	}
+	return r.specOpts([]string{r.pool.cfg.InitPath, sandboxinit.Command}, "/", sandbox.Spec{ID: id}, lim, rootPath, mounts), nil
 }
 
 // discardSlot destroys a container that served no call, in the background (see removeLater).
