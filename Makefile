@@ -5,8 +5,15 @@ BIN := bin
 GOFLAGS_BUILD := -trimpath -ldflags "-s -w"
 PKGS := ./...
 TEST_TIMEOUT ?= 40m
+# CONTAINER_PKGS are the packages whose tests start containers. make test runs them after the others, one
+# package at a time (-p 1): go test otherwise runs as many packages at once as there are CPUs, and the escape
+# suite's fork bomb, 2 GiB output flood and memory hog would share the cores with the end-to-end suite's
+# timing checks.
+CONTAINER_PKGS := ./internal/sandbox/containerd/... ./test/e2e/...
+# FUZZTIME is how long make test (and make fuzz) runs each fuzz target.
+FUZZTIME ?= 20s
 
-.PHONY: all deps build run test test-unit bench lint helm fmt clean
+.PHONY: all deps build run test test-unit fuzz bench lint helm fmt clean
 
 all: build
 
@@ -22,17 +29,24 @@ build:
 run: deps build
 	@bash scripts/run.sh
 
-## test: every test, unit and integration, against real NATS and containerd, with the race detector
+## test: every test, unit and integration, against real NATS and containerd, with the race detector; then
+## every fuzz target for FUZZTIME
 test: deps
 	$(GO) vet $(PKGS)
 	@bash scripts/check-fmt.sh
 	@bash scripts/check-observability.sh
 	@bash scripts/check-helm.sh
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list $(PKGS) | grep -v -e /internal/sandbox/containerd -e /test/e2e)
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -p 1 $(CONTAINER_PKGS)
+	@FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh
 
-## test-unit: the tests that need neither root nor containerd
+## test-unit: the tests that need neither root nor containerd (-short skips the others, CI=true or not)
 test-unit:
 	$(GO) test -race -count=1 -short $(PKGS)
+
+## fuzz: every fuzz target for FUZZTIME (default 20s) each; a failing input lands in testdata/fuzz/ to commit
+fuzz:
+	@FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh
 
 ## bench: sandbox and end-to-end benchmarks (speed and memory targets are measured here)
 bench: deps

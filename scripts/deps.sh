@@ -5,6 +5,7 @@ set -euo pipefail
 missing=()
 command -v containerd >/dev/null || missing+=(containerd)
 command -v containerd-shim-runc-v2 >/dev/null || missing+=(containerd)
+command -v ctr >/dev/null || missing+=(containerd)   # the fault tests list containers with it
 command -v runc >/dev/null || missing+=(runc)
 command -v curl >/dev/null || missing+=(curl)
 [ -x /usr/bin/git ] && [ -x /usr/lib/git-core/git-http-backend ] || missing+=(git)

@@ -62,7 +62,9 @@ func FuzzShellDecide(f *testing.F) {
 	})
 }
 
-// reprint parses a shell line and prints it back; ok is false when it does not parse or is empty.
+// reprint parses a shell line and prints it back; ok is false when it does not parse, or when it or its
+// printing is empty: a line of only a form feed parses as a statement but prints as nothing, and an empty
+// part would vanish from the compound built of it while still counting, alone, as a part to compare with.
 func reprint(src string) (string, bool) {
 	if len(src) > 4096 {
 		return "", false
@@ -75,7 +77,8 @@ func reprint(src string) (string, bool) {
 	if err := syntax.NewPrinter().Print(&b, f); err != nil {
 		return "", false
 	}
-	return strings.TrimRight(b.String(), "\n"), true
+	out := strings.TrimRight(b.String(), "\n")
+	return out, strings.TrimSpace(out) != ""
 }
 
 func checkDecision(t *testing.T, cmd string, d Decision) {

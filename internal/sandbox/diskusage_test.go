@@ -43,11 +43,11 @@ func TestDiskUsage(t *testing.T) {
 			must(t, f.Truncate(1<<40))
 			must(t, f.Close())
 		}, want: func(t *testing.T, dir string) int64 {
-			if n := allocated(t, dir) + allocated(t, filepath.Join(dir, "sparse")); n < 1<<20 {
-				return n
+			n := allocated(t, dir) + allocated(t, filepath.Join(dir, "sparse"))
+			if n >= 1<<20 {
+				t.Logf("NOT TRIED: the filesystem of %s allocated %d bytes for a hole (no sparse files): checked only that DiskUsage agrees with it", dir, n)
 			}
-			t.Fatal("this filesystem does not support sparse files")
-			return 0
+			return n
 		}},
 		{name: "hard links count once", build: func(t *testing.T, dir string) {
 			must(t, os.WriteFile(filepath.Join(dir, "f"), make([]byte, 1<<20), 0o644))

@@ -88,7 +88,8 @@ type Outcome struct {
 	QuotaExceeded bool
 	Stdout        Captured
 	Stderr        Captured
-	// MaxRSSBytes is the peak memory of the container's cgroup; CPUTime its CPU time.
+	// MaxRSSBytes is the peak memory of the container's cgroup (on cgroup v2 before Linux 5.19, which keeps
+	// no peak, its usage at the end); CPUTime its CPU time.
 	MaxRSSBytes int64
 	CPUTime     time.Duration
 	// WorkspaceBytes is the workspace's size on disk when the call ended, measured without following

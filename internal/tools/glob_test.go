@@ -2,6 +2,7 @@ package tools
 
 import (
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -99,20 +100,70 @@ func TestMatchSegs(t *testing.T) {
 
 func splitPath(p string) []string { return strings.Split(p, "/") }
 
+// FuzzGlob checks the glob matcher against properties that a walk over the workspace relies on: it agrees
+// with a plain recursive matcher built on path.Match (one pattern segment per path segment, "**" for any
+// number of segments, each brace alternative on its own); without braces or "**" it is path.Match on the
+// whole path (but that a character class never matches "/"); and it never prunes a directory below which a path matches (matchPrefix holds for every
+// ancestor of a match), so glob cannot miss a file the pattern names.
 func FuzzGlob(f *testing.F) {
 	f.Add("**/*.{go,ts}", "a/b/c.go")
 	f.Add("a/[b-", "a/b")
 	f.Add("{{{a}}}", "a")
+	f.Add("src/**/x.go", "src/deep/er/x.go")
+	f.Add("a/**/b/**", "a/b")
+	f.Add("**/x/**/*.md", "p/x/q/r/y.md")
+	f.Add("*/?", "ab/c")
+	f.Add("./a//b/.", "a/b")
+	f.Add(`\*/[!a]`, "*/b")
 	f.Fuzz(func(t *testing.T, pattern, p string) {
 		g, err := compileGlob(pattern)
 		if err != nil {
 			return
 		}
 		segs := strings.Split(p, "/")
-		if len(segs) > 20 {
-			return
+		if len(segs) > 8 || len(g.alts) > 8 {
+			return // the reference matcher is exponential in "**"
 		}
-		g.match(segs)
-		g.matchPrefix(segs)
+		got := g.match(segs)
+		want := false
+		for _, alt := range g.alts {
+			if len(alt) > 8 {
+				return
+			}
+			want = want || refMatch(alt, segs)
+		}
+		if got != want {
+			t.Fatalf("compileGlob(%q).match(%q) = %v; the reference matcher says %v (alternatives %q)", pattern, p, got, want, g.alts)
+		}
+		// path.Match's character classes may match "/" ("[^0]" matches "/"), the glob's never do (it matches
+		// segment by segment): with a class in the pattern only a glob match must be a path.Match match.
+		if !strings.ContainsAny(pattern, "{}") && !strings.Contains(pattern, "**") {
+			pm, err := path.Match(path.Clean(pattern), p)
+			if err == nil && (got && !pm || !got && pm && !strings.Contains(pattern, "[")) {
+				t.Fatalf("compileGlob(%q).match(%q) = %v; path.Match(%q, %q) = %v", pattern, p, got, path.Clean(pattern), p, pm)
+			}
+		}
+		if got {
+			for k := 1; k < len(segs); k++ {
+				if !g.matchPrefix(segs[:k]) {
+					t.Fatalf("%q matches %q, but matchPrefix(%q) prunes the directory it is in", pattern, p, strings.Join(segs[:k], "/"))
+				}
+			}
+		}
 	})
+}
+
+// refMatch is the plain recursive matcher FuzzGlob compares with: pattern segments against path segments,
+// "**" for zero or more of them, path.Match for every other.
+func refMatch(pat, segs []string) bool {
+	switch {
+	case len(pat) == 0:
+		return len(segs) == 0
+	case pat[0] == "**":
+		return refMatch(pat[1:], segs) || len(segs) > 0 && refMatch(pat, segs[1:])
+	case len(segs) == 0:
+		return false
+	}
+	ok, _ := path.Match(pat[0], segs[0])
+	return ok && refMatch(pat[1:], segs[1:])
 }

@@ -42,7 +42,8 @@ func TestEndToEnd(t *testing.T) {
 	})
 
 	t.Run("timeout keeps what was printed", func(t *testing.T) {
-		r := s.shell(t, "dev-token", "ws1", "echo started; sleep 60", map[string]any{"timeout_ms": 500})
+		// 2 s leave a loaded host time to start the shell and print before the timeout.
+		r := s.shell(t, "dev-token", "ws1", "echo started; sleep 60", map[string]any{"timeout_ms": 2000})
 		res := r.result(t)
 		if r.code != http.StatusOK || res.Status != call.StatusTimeout || !strings.Contains(res.Output, "started") || res.Error.Type != call.ErrTimeout {
 			t.Fatalf("HTTP %d: %s", r.code, r.body)

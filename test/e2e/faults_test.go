@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/toolpool/toolpool/internal/call"
+	"github.com/toolpool/toolpool/internal/sandbox/containerd/ctrtest"
 )
 
 // The fault tests run mutating calls that append one line to their own file in the workspace, then stay
@@ -85,18 +86,41 @@ func (s *stack) finalStates(t *testing.T, ids []string) map[call.Status]int {
 	return counts
 }
 
-// assertNothingLeft checks that the worker's containerd holds no container and that no process of a call
-// survives.
-func (s *stack) assertNothingLeft(t *testing.T, sleepMarker string) {
+// startFaultStack starts a stack for the fault tests, which also need ctr (it comes with containerd) to
+// list the worker's containers: checked up front, so that a host without it fails (CI=true) or skips at
+// once, not on a timeout.
+func startFaultStack(t *testing.T) *stack {
+	t.Helper()
+	ctrtest.RequirePrograms(t, "ctr")
+	return startStackWith(t, stackOptions{policy: permissivePolicy, workerConfig: faultWorkerConfig, extraConfig: faultQueueConfig})
+}
+
+// assertNothingLeft checks that the worker's containerd holds no container and that nothing of the calls
+// ids is left on the host: no cgroup directory in any hierarchy and no process in their cgroups. It looks
+// only at this stack's containerd and calls (other tests on the host use the same namespace name).
+func (s *stack) assertNothingLeft(t *testing.T, ids []string) {
 	t.Helper()
 	sock := filepath.Join(s.dataDir, "w", "containerd", "containerd.sock")
-	waitFor(t, 30*time.Second, "no containers and no call processes left", func() bool {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var left []string
 		out, err := exec.Command("ctr", "-a", sock, "-n", "toolpool", "containers", "ls", "-q").CombinedOutput()
 		if err != nil || strings.TrimSpace(string(out)) != "" {
-			return false
+			left = append(left, fmt.Sprintf("containers: %q (%v)", out, err))
 		}
-		return len(processesWith("sleep "+sleepMarker)) == 0
-	})
+		for _, id := range ids {
+			if cg, err := ctrtest.ContainerCgroup("toolpool", id); err != nil || !cg.Empty() {
+				left = append(left, fmt.Sprintf("%s (%v)", cg, err))
+			}
+		}
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("left behind 30s after the calls ended: %s", strings.Join(left, "; "))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // processesWith lists the pids whose command line contains s.
@@ -115,7 +139,7 @@ func processesWith(s string) []string {
 // TestWorkerKilledMidCall: kill -9 of a worker running mutating calls. They end lost, never run twice, and
 // the restarted worker clears what the dead one left.
 func TestWorkerKilledMidCall(t *testing.T) {
-	s := startStackWith(t, stackOptions{policy: permissivePolicy, workerConfig: faultWorkerConfig, extraConfig: faultQueueConfig})
+	s := startFaultStack(t)
 	ids := s.submit(t, 4, "41.25")
 	s.waitRunning(t, 4)
 	s.worker.kill9(t)
@@ -124,7 +148,7 @@ func TestWorkerKilledMidCall(t *testing.T) {
 	if counts[call.StatusLost] != 4 {
 		t.Fatalf("final states %v, want 4 lost", counts)
 	}
-	s.assertNothingLeft(t, "41.25")
+	s.assertNothingLeft(t, ids)
 	// The restarted worker serves new calls.
 	if r := s.shell(t, "dev-token", "faults", "echo alive", nil); r.result(t).Stdout != "alive\n" {
 		t.Fatalf("after restart: %s", r.body)
@@ -134,7 +158,7 @@ func TestWorkerKilledMidCall(t *testing.T) {
 // TestDispatcherRestartMidCall: the dispatcher (and its embedded NATS) restarts while calls run. Every
 // call finishes once, and its result is readable from the new dispatcher.
 func TestDispatcherRestartMidCall(t *testing.T) {
-	s := startStackWith(t, stackOptions{policy: permissivePolicy, workerConfig: faultWorkerConfig, extraConfig: faultQueueConfig})
+	s := startFaultStack(t)
 	ids := s.submit(t, 4, "2.75")
 	s.waitRunning(t, 4)
 	s.dispatcher.stop(t)
@@ -143,7 +167,7 @@ func TestDispatcherRestartMidCall(t *testing.T) {
 	if counts[call.StatusOK] != 4 {
 		t.Fatalf("final states %v, want 4 ok", counts)
 	}
-	s.assertNothingLeft(t, "2.75")
+	s.assertNothingLeft(t, ids)
 }
 
 // TestExternalNATSRestart: with an external NATS server, the server restarts while calls run.
@@ -161,6 +185,7 @@ func TestExternalNATSRestart(t *testing.T) {
 		})
 		return p
 	}
+	ctrtest.RequirePrograms(t, "ctr")
 	nats := startNATS()
 	s := startStackWith(t, stackOptions{policy: permissivePolicy, workerConfig: faultWorkerConfig, extraConfig: faultQueueConfig,
 		natsURL: fmt.Sprintf("nats://127.0.0.1:%d", port)})
@@ -177,13 +202,13 @@ func TestExternalNATSRestart(t *testing.T) {
 	if r := s.shell(t, "dev-token", "faults", "echo after", nil); r.result(t).Stdout != "after\n" {
 		t.Fatalf("after restart: %s", r.body)
 	}
-	s.assertNothingLeft(t, "2.5")
+	s.assertNothingLeft(t, ids)
 }
 
 // TestContainerdDiesUnderWorker: the worker's private containerd is killed while calls run. Those calls end
 // once (with an error), containerd comes back, and the worker serves again with nothing left behind.
 func TestContainerdDiesUnderWorker(t *testing.T) {
-	s := startStackWith(t, stackOptions{policy: permissivePolicy, workerConfig: faultWorkerConfig, extraConfig: faultQueueConfig})
+	s := startFaultStack(t)
 	ids := s.submit(t, 3, "43.5")
 	s.waitRunning(t, 3)
 	config := filepath.Join(s.dataDir, "w", "containerd", "config.toml")
@@ -199,6 +224,7 @@ func TestContainerdDiesUnderWorker(t *testing.T) {
 	s.worker.waitLog(t, "restarted private containerd", 30*time.Second)
 	counts := s.finalStates(t, ids)
 	t.Logf("final states after containerd died: %v", counts)
+	// The calls sleep 43.5 s and their containerd died under them: none can have finished normally.
 	total := 0
 	for st, n := range counts {
 		if !st.Terminal() {
@@ -206,10 +232,10 @@ func TestContainerdDiesUnderWorker(t *testing.T) {
 		}
 		total += n
 	}
-	if total != 3 || counts[call.StatusOK] == 3 {
-		t.Fatalf("final states %v: the calls cannot have finished normally", counts)
+	if total != 3 || counts[call.StatusOK] != 0 {
+		t.Fatalf("final states %v: want 3 final states, none ok", counts)
 	}
-	s.assertNothingLeft(t, "43.5")
+	s.assertNothingLeft(t, ids)
 	if r := s.shell(t, "dev-token", "faults", "echo back", nil); r.result(t).Stdout != "back\n" {
 		t.Fatalf("after containerd restart: %s", r.body)
 	}

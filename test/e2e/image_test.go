@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -11,16 +12,39 @@ import (
 	"github.com/toolpool/toolpool/internal/sandbox/containerd/ctrtest"
 )
 
-// TestImageRootedWorker: an OCI image imported with `worker import-image` replaces the host's read-only
-// view as every call's root. The image here has no shell at all: file tools still work (the runner is
-// mounted in), and run_shell fails because the image has no /bin/sh, which proves the root is the image's.
+// imageMarkerTool is a custom tool whose program exists only in the test image: it prints the image's
+// marker file.
+const imageMarkerTool = `
+tools:
+  custom:
+    - name: read_image_marker
+      description: Print /etc/image-marker of the call's root.
+      kind: read
+      schema: {type: object, additionalProperties: false}
+      command: ["/bin/imgcat", "/etc/image-marker"]
+`
+
+// TestImageRootedWorker: an OCI image imported with ` + "`worker import-image`" + ` replaces the host's read-only
+// view as every call's root. The image has no shell: file tools still work (the runner is mounted in),
+// run_shell fails because the image has no /bin/sh, and a custom tool reads a file only the image holds.
 func TestImageRootedWorker(t *testing.T) {
-	s := startStackWith(t, stackOptions{policy: permissivePolicy})
+	s := startStackWith(t, stackOptions{policy: permissivePolicy, extraConfig: imageMarkerTool, workerConfig: imageMarkerTool})
+	imgcat := filepath.Join(t.TempDir(), "imgcat")
+	build := exec.Command("go", "build", "-trimpath", "-o", imgcat, "./testdata/imgcat")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build imgcat: %v\n%s", err, out)
+	}
+	imgcatBin, err := os.ReadFile(imgcat)
+	if err != nil {
+		t.Fatal(err)
+	}
 	const name = "docker.io/toolpool/bare:test"
 	tarball := filepath.Join(t.TempDir(), "bare.tar")
 	ctrtest.WriteImageTar(t, tarball, name, []ctrtest.ImageFile{
 		{Path: "tmp", Mode: 0o1777}, {Path: "workspace", Mode: 0o755}, {Path: ".toolpool", Mode: 0o755},
 		{Path: "proc", Mode: 0o755}, {Path: "dev", Mode: 0o755}, {Path: "sys", Mode: 0o755}, {Path: "etc", Mode: 0o755},
+		{Path: "bin", Mode: 0o755}, {Path: "bin/imgcat", Mode: 0o755, Data: imgcatBin},
 		{Path: "etc/image-marker", Mode: 0o644, Data: []byte("from the image\n")},
 	})
 	out, err := exec.Command(filepath.Join(binaries(t), "worker"), "import-image", "--data-dir", filepath.Join(s.dataDir, "w"), "--file", tarball).CombinedOutput()
@@ -28,9 +52,13 @@ func TestImageRootedWorker(t *testing.T) {
 		t.Fatalf("worker import-image: %v\n%s", err, out)
 	}
 	s.worker.stop(t)
-	s.opts.workerConfig = "image: " + name + "\n"
+	s.opts.workerConfig = imageMarkerTool + "image: " + name + "\n"
 	s.startWorker(t)
 
+	m := s.do(t, http.MethodPost, "/v1/calls", "dev-token", map[string]any{"tool": "read_image_marker", "workspace": "img", "args": map[string]any{}}).result(t)
+	if m.Status != call.StatusOK || m.Stdout != "from the image\n" {
+		t.Fatalf("the call's root is not the image's: %s %q %q", m.Status, m.Stdout, m.Stderr)
+	}
 	w := s.do(t, http.MethodPost, "/v1/calls", "dev-token", map[string]any{"tool": "write_file", "workspace": "img",
 		"args": map[string]any{"path": "a.txt", "content": "in the image\n"}}).result(t)
 	l := s.do(t, http.MethodPost, "/v1/calls", "dev-token", map[string]any{"tool": "list_files", "workspace": "img",

@@ -123,7 +123,7 @@ func TestPolicyApprovalsAudit(t *testing.T) {
 		if r.code != http.StatusAccepted {
 			t.Fatalf("approve always: HTTP %d %s", r.code, r.body)
 		}
-		deadline := time.Now().Add(10 * time.Second)
+		deadline := time.Now().Add(30 * time.Second)
 		for {
 			next := post("dev-token", shellCall("mkdir -p c/d"))
 			got := next.result(t)
@@ -187,17 +187,17 @@ func TestPolicyHotReload(t *testing.T) {
 		}
 	}
 	write(permissivePolicy + "tools:\n  run_shell:\n    enabled: false\n")
-	waitFor(t, 15*time.Second, "run_shell disabled", func() bool { return !hasTool("run_shell") })
+	waitFor(t, 30*time.Second, "run_shell disabled", func() bool { return !hasTool("run_shell") })
 	if r := s.shell(t, "dev-token", "ws", "true", nil); r.code != http.StatusUnprocessableEntity {
 		t.Fatalf("disabled tool ran: HTTP %d %s", r.code, r.body)
 	}
 	write("version: 1\ndefault_action: allow\ntools:\n  run_shell:\n    enabled: maybe\n")
-	s.dispatcher.waitLog(t, "reload policy: keeping the previous one", 15*time.Second)
+	s.dispatcher.waitLog(t, "reload policy: keeping the previous one", 30*time.Second)
 	if hasTool("run_shell") {
 		t.Fatal("an invalid policy file changed the policy")
 	}
 	write(permissivePolicy)
-	waitFor(t, 15*time.Second, "run_shell enabled again", func() bool { return hasTool("run_shell") })
+	waitFor(t, 30*time.Second, "run_shell enabled again", func() bool { return hasTool("run_shell") })
 }
 
 // waitFor polls cond until it holds or the timeout passes.

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -94,6 +95,7 @@ type suite struct {
 	hostPID   int    // a host process running as the sandbox's own uid
 	blockDev  string // major:minor of the block device holding /
 	namespace string
+	stateDir  string // the runtime's StateDir, which holds the calls' FIFOs
 	// heapGrowth is how far this process's heap grew above where it was, at its peak, during the last run.
 	heapGrowth int64
 	imageOnce  sync.Once
@@ -116,8 +118,8 @@ func newSuite(t *testing.T) *suite {
 		k, v, _ := strings.Cut(hostCanary, "=")
 		t.Setenv(k, v) // before the daemon starts, so containerd and every shim carry it
 	}
-	s := &suite{probe: buildProbe(t), namespace: "toolpool-test"}
-	s.rt, s.daemon = ctrtest.NewRuntime(t, containerd.Config{})
+	s := &suite{probe: buildProbe(t), namespace: "toolpool-test", stateDir: filepath.Join(ctrtest.ShortTempDir(t), "state")}
+	s.rt, s.daemon = ctrtest.NewRuntime(t, containerd.Config{Namespace: s.namespace, StateDir: s.stateDir})
 	if err := s.rt.EnsureMountPoint(probePath, false); err != nil {
 		t.Fatal(err)
 	}
@@ -253,22 +255,17 @@ func (s *suite) spec(ws, cmd string, lim sandbox.Limits) sandbox.Spec {
 	}
 }
 
-// assertGone checks that nothing of container id is left on the host: no cgroup in any hierarchy and no
-// process.
+// assertGone checks that nothing of container id is left on the host (see assertGone).
 func (s *suite) assertGone(t *testing.T, id string) {
 	t.Helper()
-	s.rt.WaitCleanups() // containers are removed after Run returns
-	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", s.namespace, id))
-	if len(dirs) > 0 {
-		t.Errorf("cgroups of %s left behind: %v", id, dirs)
-	}
+	assertGone(t, s.rt, s.stateDir, s.namespace, id)
 }
 
 // escapeCase is one attempt to break the sandbox and the safe outcome it must end in.
 type escapeCase struct {
 	name string
-	// setup prepares the host side (files in the workspace) and returns the command to run under /bin/sh.
-	cmd    func(s *suite, ws string) string
+	// cmd prepares the host side (files in the workspace) and returns the command to run under /bin/sh.
+	cmd    func(t *testing.T, s *suite, ws string) string
 	cwd    string // the call's working directory; empty means /workspace
 	limits sandbox.Limits
 	// safe asserts the outcome that proves the boundary held.
@@ -277,8 +274,8 @@ type escapeCase struct {
 	attack func(t *testing.T, s *suite, ws string)
 }
 
-func static(cmd string) func(*suite, string) string {
-	return func(*suite, string) string { return cmd }
+func static(cmd string) func(*testing.T, *suite, string) string {
+	return func(*testing.T, *suite, string) string { return cmd }
 }
 
 // lines asserts that stdout is exactly want, line by line.
@@ -309,6 +306,8 @@ func oneOf(want ...string) func(*testing.T, *suite, string, sandbox.Outcome) {
 func TestEscape(t *testing.T) {
 	s := newSuite(t)
 	p := probePath
+	var compat struct{ hostRuns386, hostX32 string } // what the host's kernel answers outside the sandbox
+	var alive *aliveFIFO                             // the background processes' FIFO
 	cases := []escapeCase{
 		// --- Identity and privilege.
 		{name: "runs unprivileged with seccomp and no_new_privs",
@@ -319,7 +318,7 @@ func TestEscape(t *testing.T) {
 			// The host plants a setuid-root copy of the probe in the workspace. Every mount is nosuid and the
 			// process has no_new_privs, and either alone keeps the euid; this case cannot tell which held
 			// (no mount here lacks nosuid), so TestSpecHardening checks both are set.
-			cmd: func(s *suite, ws string) string {
+			cmd: func(t *testing.T, s *suite, ws string) string {
 				copyFile(t, s.probe, filepath.Join(ws, "suid-probe"), 0o4755, 0, 0)
 				return "ls -ln /workspace/suid-probe | cut -c1-10; /workspace/suid-probe whoami"
 			},
@@ -350,28 +349,51 @@ func TestEscape(t *testing.T) {
 			safe: lines("EPERM", "EPERM", "OK")},
 		{name: "vsock reaches past the network namespace", cmd: static(p + " socket vsock stream 0"), safe: lines("EPERM")},
 		{name: "32-bit and x32 system calls",
-			// The host runs 32-bit binaries (IA32 emulation); the sandbox's filter admits only the native
-			// ABI, so a 32-bit program dies on its first system call (SIGSYS). The filter's answer to a
-			// foreign ABI kills the calling thread, which leaves a multi-threaded program hung until its
-			// timeout: hence the timeout around the x32 attempt. Kernels built without the x32 ABI (this
-			// one included) refuse it anyway; the case checks only that it never succeeds.
-			cmd: func(s *suite, ws string) string {
+			// The sandbox's filter admits only the native ABI. A 32-bit program dies on its first system
+			// call (SIGSYS) where the kernel runs 32-bit programs; a kernel without IA32 emulation refuses
+			// to load it at all (ENOEXEC), which is as safe but leaves the filter untried, and the case says
+			// so. An x32 system call is refused by the filter (which kills the calling thread) whether or
+			// not the kernel was built with x32. The host's own answers, outside the sandbox, say what the
+			// kernel can do.
+			cmd: func(t *testing.T, s *suite, ws string) string {
 				if runtime.GOARCH != "amd64" {
 					return "echo 'not amd64: no compat ABI to try'"
 				}
-				copyFile(t, buildProbeFor(t, "386"), filepath.Join(ws, "probe386"), 0o755, ctrtest.SandboxUID, ctrtest.SandboxGID)
-				return "/workspace/probe386 whoami; echo rc=$?; timeout 2 " + p + " x32_getpid; echo x32=$?"
+				probe386 := buildProbeFor(t, "386")
+				compat.hostRuns386 = hostAnswer(t, probe386, "whoami")
+				compat.hostX32 = hostAnswer(t, s.probe, "x32_getpid")
+				copyFile(t, probe386, filepath.Join(ws, "probe386"), 0o755, ctrtest.SandboxUID, ctrtest.SandboxGID)
+				return "/workspace/probe386 whoami; echo rc=$?; " + p + " x32_getpid; echo x32=$?"
 			},
 			safe: func(t *testing.T, _ *suite, _ string, out sandbox.Outcome) {
 				if runtime.GOARCH != "amd64" {
 					t.Skip("the compat ABI case is for amd64")
 				}
-				got := out.Stdout.String()
-				if !strings.HasPrefix(got, "rc=159\n") || !strings.Contains(out.Stderr.String(), "Bad system call") {
-					t.Errorf("stdout %q stderr %q; want the 32-bit program killed by SIGSYS", got, out.Stderr.String())
+				stdout, stderr := out.Stdout.String(), out.Stderr.String()
+				got := strings.Split(strings.TrimSpace(stdout), "\n")
+				if len(got) != 3 || got[2] != "x32=0" {
+					t.Fatalf("stdout %q stderr %q: want the 32-bit exit status, then the x32 probe's answer", stdout, stderr)
 				}
-				if strings.Contains(got, "OK") || strings.Contains(got, "uid=") || !strings.Contains(got, "x32=") || strings.Contains(got, "x32=0") {
-					t.Errorf("stdout %q: a compat system call succeeded", got)
+				ran386 := !strings.Contains(compat.hostRuns386, "exec format error")
+				switch {
+				case got[0] == "rc=159" && strings.Contains(stderr, "Bad system call"):
+					t.Logf("the 32-bit program was killed by SIGSYS (on the host it answers %q)", compat.hostRuns386)
+				case !ran386 && got[0] == "rc=126" && strings.Contains(stderr, "Exec format error"):
+					t.Logf("NOT TRIED: this kernel cannot run 32-bit programs (on the host too: %q), so the filter's refusal "+
+						"of the 32-bit ABI is not exercised here; checked only that the program did not run", compat.hostRuns386)
+				default:
+					t.Errorf("%s, stderr %q (on the host: %q); want the 32-bit program killed by SIGSYS, or refused by a kernel that cannot run it", got[0], stderr, compat.hostRuns386)
+				}
+				switch got[1] {
+				case "KILLED":
+					t.Logf("the filter killed the thread that made an x32 system call (on the host: %s)", compat.hostX32)
+				case "OK":
+					t.Errorf("an x32 system call succeeded in the sandbox (on the host: %s)", compat.hostX32)
+				default:
+					if !errnoName.MatchString(got[1]) {
+						t.Errorf("the x32 probe answered %q, not an errno", got[1])
+					}
+					t.Logf("the x32 system call was refused with %s (on the host: %s)", got[1], compat.hostX32)
 				}
 			}},
 		{name: "rare socket families",
@@ -382,7 +404,7 @@ func TestEscape(t *testing.T) {
 			safe: lines("EPERM")},
 		// --- Processes.
 		{name: "host processes are invisible",
-			cmd: func(s *suite, _ string) string {
+			cmd: func(_ *testing.T, s *suite, _ string) string {
 				return fmt.Sprintf("ls -d /proc/[0-9]* | wc -l; tr '\\0' ' ' < /proc/1/cmdline; echo; %s kill0 %d", p, s.hostPID)
 			},
 			safe: func(t *testing.T, s *suite, _ string, out sandbox.Outcome) {
@@ -401,26 +423,22 @@ func TestEscape(t *testing.T) {
 				}
 			}},
 		{name: "ptrace a host process of the same uid",
-			cmd:  func(s *suite, _ string) string { return fmt.Sprintf("%s ptrace_attach %d", p, s.hostPID) },
+			cmd:  func(_ *testing.T, s *suite, _ string) string { return fmt.Sprintf("%s ptrace_attach %d", p, s.hostPID) },
 			safe: lines("ESRCH")},
 		{name: "read the host's /proc/1/environ",
 			cmd:  static(`tr '\0' '\n' < /proc/1/environ | grep -c HOME=/tmp; cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | grep -c TOOLPOOL_HOST_CANARY`),
 			safe: lines("1", "0")},
 		{name: "fork bomb", cmd: static(`b(){ b | b & }; b; sleep 60`), limits: sandbox.Limits{PIDs: 64, Timeout: 3 * time.Second},
+			// run has already checked that no process of the bomb is left (its cgroup is empty and gone).
 			safe: func(t *testing.T, s *suite, ws string, out sandbox.Outcome) {
 				if !out.TimedOut || out.Signal != "SIGKILL" {
 					t.Errorf("timedOut %v signal %q; the bomb should end by the timeout's kill", out.TimedOut, out.Signal)
-				}
-				if out.CleanupTime > 10*time.Second {
-					t.Errorf("cleanup took %s", out.CleanupTime)
 				}
 				began := time.Now()
 				if after := s.run(t, ws, "echo fine", sandbox.Limits{}); after.Stdout.String() != "fine\n" {
 					t.Errorf("the next call printed %q", after.Stdout.String())
 				}
-				if d := time.Since(began); d > 5*time.Second {
-					t.Errorf("the next call took %s: the host is still busy", d)
-				}
+				t.Logf("the next call took %s", time.Since(began))
 			}},
 		{name: "pids limit", cmd: static(p + " fork_until_refused"), limits: sandbox.Limits{PIDs: 32},
 			safe: func(t *testing.T, _ *suite, _ string, out sandbox.Outcome) {
@@ -431,20 +449,18 @@ func TestEscape(t *testing.T) {
 				}
 			}},
 		{name: "background process outlives the call",
-			cmd: static(`(setsid sh -c 'while :; do date +%s%N > /workspace/alive; sleep 0.05; done' &); nohup sleep 1000 >/dev/null 2>&1 & ` +
-				`while [ ! -s /workspace/alive ]; do sleep 0.01; done; exit 0`),
-			safe: func(t *testing.T, _ *suite, ws string, out sandbox.Outcome) {
+			// The daemons hold a FIFO of the workspace open for writing: once the call is over, the host
+			// reads end of file from it only when every one of them is dead.
+			cmd: func(t *testing.T, _ *suite, ws string) string {
+				alive = newAliveFIFO(t, ws, "alive.fifo")
+				return `(setsid sh -c 'while :; do date +%s%N > /workspace/alive; echo x; sleep 0.05; done' >/workspace/alive.fifo &); ` +
+					`nohup sleep 1000 >/workspace/alive.fifo 2>&1 & while [ ! -s /workspace/alive ]; do sleep 0.01; done; exit 0`
+			},
+			safe: func(t *testing.T, _ *suite, _ string, out sandbox.Outcome) {
 				if out.ExitCode != 0 || out.TimedOut {
 					t.Fatalf("exit %d timedOut %v", out.ExitCode, out.TimedOut)
 				}
-				before, err := os.ReadFile(filepath.Join(ws, "alive"))
-				if err != nil {
-					t.Fatalf("the daemon never ran: %v", err)
-				}
-				time.Sleep(300 * time.Millisecond) // six of the daemon's periods: a survivor would have written
-				if after, _ := os.ReadFile(filepath.Join(ws, "alive")); string(after) != string(before) {
-					t.Errorf("a background process outlived the call: %q then %q", before, after)
-				}
+				alive.assertWritersGone(t, 10*time.Second)
 			}},
 		// --- Memory, CPU, files.
 		{name: "memory hog", cmd: static(p + " alloc 1024"), limits: sandbox.Limits{MemoryBytes: 64 << 20},
@@ -452,8 +468,16 @@ func TestEscape(t *testing.T) {
 				if !out.OOMKilled || out.ExitCode != 137 || out.Signal != "SIGKILL" {
 					t.Errorf("oom %v exit %d signal %q; want an OOM kill", out.OOMKilled, out.ExitCode, out.Signal)
 				}
-				if out.MaxRSSBytes < 48<<20 || out.MaxRSSBytes > 64<<20 {
-					t.Errorf("peak memory %d MiB, want near the 64 MiB limit", out.MaxRSSBytes>>20)
+				// The peak reaches the limit and stays there, but for the pages the kernel charges past it
+				// while it kills (at most a few per CPU).
+				const limit = 64 << 20
+				switch known, why := ctrtest.PeakMemoryKnown(); {
+				case !known:
+					t.Logf("NOT CHECKED: this host reports no peak memory (%s); reported %d bytes", why, out.MaxRSSBytes)
+				case out.MaxRSSBytes < limit*3/4 || out.MaxRSSBytes > limit+limit/64:
+					t.Errorf("peak memory %d bytes (%s), want near the %d-byte limit", out.MaxRSSBytes, why, limit)
+				default:
+					t.Logf("peak memory %d bytes of a %d-byte limit (%s)", out.MaxRSSBytes, limit, why)
 				}
 				if strings.Contains(out.Stdout.String(), "allocated all") {
 					t.Errorf("the hog got all it asked for: %q", out.Stdout.String())
@@ -510,17 +534,21 @@ func TestEscape(t *testing.T) {
 					t.Errorf("workspace is %d bytes (%v), reported %d; want over the quota and reported", n, err, out.WorkspaceBytes)
 				}
 			}},
-		{name: "output flood", cmd: static(`head -c 2G /dev/zero; echo; echo END`), limits: sandbox.Limits{OutputBytes: 64 << 10},
+		{name: "output flood", cmd: static(`head -c 2G /dev/zero; echo; echo END`),
+			// Over 2^31 bytes, so that no 32-bit count survives it. It takes 15 to 25 s on a 2-core VM with
+			// little else running, and 140 s with a load average of 30 (1.8 GB in 120 s was measured): the
+			// timeout leaves twice that. A flood cut by the timeout fails.
+			limits: sandbox.Limits{OutputBytes: 64 << 10, Timeout: 300 * time.Second},
 			safe: func(t *testing.T, s *suite, _ string, out sandbox.Outcome) {
 				if out.ExitCode != 0 || out.TimedOut {
-					t.Errorf("exit %d timedOut %v: the flood was not drained", out.ExitCode, out.TimedOut)
+					t.Errorf("exit %d timedOut %v after %s: the flood was not drained", out.ExitCode, out.TimedOut, out.RunTime)
 				}
 				// The worker keeps 64 KiB of 2 GiB; its heap (which also serves this test's NATS and HTTP
 				// servers) must not grow with the flood.
 				if s.heapGrowth > 16<<20 {
 					t.Errorf("the heap grew by %d MiB while the call printed 2 GiB", s.heapGrowth>>20)
 				}
-				t.Logf("heap growth during a 2 GiB flood: %d KiB", s.heapGrowth>>10)
+				t.Logf("2 GiB drained in %s; heap growth %d KiB", out.RunTime, s.heapGrowth>>10)
 				if want := int64(2<<30 + len("\nEND\n")); out.Stdout.Total != want || !out.Stdout.Truncated() {
 					t.Errorf("total %d truncated %v, want %d and truncated", out.Stdout.Total, out.Stdout.Truncated(), want)
 				}
@@ -530,11 +558,11 @@ func TestEscape(t *testing.T) {
 			}},
 		// --- Network.
 		{name: "connect to the dispatcher's port on the host",
-			cmd: func(s *suite, _ string) string { return p + " connect " + s.httpAddr }, safe: lines("ECONNREFUSED")},
+			cmd: func(_ *testing.T, s *suite, _ string) string { return p + " connect " + s.httpAddr }, safe: lines("ECONNREFUSED")},
 		{name: "connect to NATS on the host",
-			cmd: func(s *suite, _ string) string { return p + " connect " + s.natsAddr }, safe: lines("ECONNREFUSED")},
+			cmd: func(_ *testing.T, s *suite, _ string) string { return p + " connect " + s.natsAddr }, safe: lines("ECONNREFUSED")},
 		{name: "connect to the host's own address",
-			cmd: func(s *suite, _ string) string {
+			cmd: func(_ *testing.T, s *suite, _ string) string {
 				if s.hostIP == "" {
 					return "echo 'no non-loopback address on this host: nothing to try'" // said, not passed silently
 				}
@@ -547,9 +575,9 @@ func TestEscape(t *testing.T) {
 				oneOf("ENETUNREACH")(t, s, "", out)
 			}},
 		{name: "connect to containerd's socket",
-			cmd: func(s *suite, _ string) string { return p + " connect_unix " + s.daemon.Address() }, safe: lines("ENOENT")},
+			cmd: func(_ *testing.T, s *suite, _ string) string { return p + " connect_unix " + s.daemon.Address() }, safe: lines("ENOENT")},
 		{name: "connect to a host abstract unix socket",
-			cmd: func(s *suite, _ string) string { return p + " connect_unix " + s.abstract }, safe: lines("ECONNREFUSED")},
+			cmd: func(_ *testing.T, s *suite, _ string) string { return p + " connect_unix " + s.abstract }, safe: lines("ECONNREFUSED")},
 		{name: "only loopback", cmd: static(`tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '`), safe: lines("lo")},
 		// --- Filesystems, /proc, /sys and devices.
 		{name: "write /proc/sys",
@@ -588,7 +616,7 @@ func TestEscape(t *testing.T) {
 		{name: "open a block device",
 			// The host plants a node for its own root disk in the workspace (as root, mode 0666): the
 			// workspace is mounted nodev, and the device cgroup denies the device as well.
-			cmd: func(s *suite, ws string) string {
+			cmd: func(t *testing.T, s *suite, ws string) string {
 				maj, min, _ := strings.Cut(s.blockDev, ":")
 				a, _ := strconv.Atoi(maj)
 				b, _ := strconv.Atoi(min)
@@ -605,7 +633,7 @@ func TestEscape(t *testing.T) {
 			}},
 		// --- The workspace.
 		{name: "symlinks planted in the workspace lead nowhere on the host",
-			cmd: func(s *suite, ws string) string {
+			cmd: func(t *testing.T, s *suite, ws string) string {
 				// An earlier call left these behind.
 				for name, target := range map[string]string{"root": "/", "shadow": "/etc/shadow", "hostproc": "/proc/1/root"} {
 					if err := os.Symlink(target, filepath.Join(ws, name)); err != nil {
@@ -630,7 +658,7 @@ func TestEscape(t *testing.T) {
 				c.attack(t, s, ws)
 				return
 			}
-			out := s.runIn(t, ws, c.cwd, c.cmd(s, ws), c.limits)
+			out := s.runIn(t, ws, c.cwd, c.cmd(t, s, ws), c.limits)
 			c.safe(t, s, ws, out)
 		})
 	}
@@ -663,9 +691,9 @@ func cwdCases() []escapeCase {
 		link := fmt.Sprintf("fd%d", fd)
 		cases = append(cases, escapeCase{
 			name: "working directory through a planted /proc/self/fd/" + strconv.Itoa(fd),
-			cmd: func(_ *suite, ws string) string {
+			cmd: func(t *testing.T, _ *suite, ws string) string {
 				if err := os.Symlink(fmt.Sprintf("/proc/self/fd/%d", fd), filepath.Join(ws, link)); err != nil {
-					panic(err)
+					t.Fatal(err)
 				}
 				return fromRoot
 			},
@@ -675,9 +703,9 @@ func cwdCases() []escapeCase {
 	}
 	cases = append(cases,
 		escapeCase{name: "working directory through a planted symlink to /",
-			cmd: func(_ *suite, ws string) string {
+			cmd: func(t *testing.T, _ *suite, ws string) string {
 				if err := os.Symlink("/", filepath.Join(ws, "up")); err != nil {
-					panic(err)
+					t.Fatal(err)
 				}
 				return "pwd; " + fromRoot
 			},
@@ -722,6 +750,22 @@ func cwdCases() []escapeCase {
 			}},
 	)
 	return cases
+}
+
+// errnoName is how the probe names a refusal: EPERM, ENOSYS.
+var errnoName = regexp.MustCompile(`^E[A-Z0-9]+$`)
+
+// hostAnswer runs a probe on the host itself, outside any sandbox, and returns what it printed, or why it
+// did not run (such as "exec format error" for a 32-bit program on a kernel without IA32 emulation).
+func hostAnswer(t *testing.T, probe string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, probe, args...).Output()
+	if err != nil {
+		return err.Error()
+	}
+	return strings.TrimSpace(string(out))
 }
 
 // copyFile copies src to dst with mode (which may carry the setuid bit) and owner.

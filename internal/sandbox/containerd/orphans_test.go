@@ -100,10 +100,18 @@ func TestRemoveOrphansAfterCrash(t *testing.T) {
 			otherDone := make(chan sandbox.Outcome, 1)
 			if tt.concurrently {
 				other = ctrtest.NewRuntimeOn(t, containerd.Config{Address: d.Address(), WorkerID: "other-worker"})
+				// The other call runs until the host tells it to end, after the cleanup: it is still running
+				// while RemoveOrphans works, whatever the host's speed.
 				go func() {
-					out, _ := other.Run(context.Background(), shell(ws, "echo other > /workspace/other-started; sleep 3; echo survived", 20*time.Second))
+					out, _ := other.Run(context.Background(), shell(ws, "echo other > /workspace/other-started; "+
+						"while [ ! -e /workspace/other-may-end ]; do sleep 0.05; done; echo survived", 120*time.Second))
 					otherDone <- out
 				}()
+				t.Cleanup(func() { os.WriteFile(filepath.Join(ws, "other-may-end"), nil, 0o644) }) // should the test end early
+				waitFor(t, 30*time.Second, "the other worker's call to start", func() bool {
+					_, err := os.Stat(filepath.Join(ws, "other-started"))
+					return err == nil
+				})
 			}
 
 			helper := exec.Command(os.Args[0])
@@ -116,8 +124,8 @@ func TestRemoveOrphansAfterCrash(t *testing.T) {
 			t.Cleanup(func() { helper.Process.Kill(); helper.Wait() })
 			waitFor(t, 30*time.Second, "the crash helper's call to start", func() bool {
 				if tt.early {
-					b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/pids/toolpool-test", id, "cgroup.procs"))
-					return err == nil && len(strings.Fields(string(b))) > 0
+					cg, err := ctrtest.ContainerCgroup("toolpool-test", id)
+					return err == nil && len(cg.PIDs) > 0
 				}
 				_, err := os.Stat(filepath.Join(ws, "started"))
 				return err == nil
@@ -142,14 +150,15 @@ func TestRemoveOrphansAfterCrash(t *testing.T) {
 			if err != nil {
 				t.Fatalf("RemoveOrphans: %v", err)
 			}
-			if n != 1 && !tt.early {
+			// The container record exists before its task has a process, so even the early crash leaves one.
+			if n != 1 {
 				t.Errorf("removed %d containers, want 1", n)
 			}
 			if ids, err := rt.Containers(ctx); err != nil || len(ids) != 0 {
 				t.Errorf("containers left: %v %v", ids, err)
 			}
-			if dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*/toolpool-test", id)); len(dirs) > 0 {
-				t.Errorf("cgroups left: %v", dirs)
+			if cg, err := ctrtest.ContainerCgroup("toolpool-test", id); err != nil || !cg.Empty() {
+				t.Errorf("left behind (%v): %s", err, cg)
 			}
 			if entries, _ := os.ReadDir(filepath.Join(stateDir, "fifo")); len(entries) > 0 {
 				t.Errorf("fifo dirs left: %d", len(entries))
@@ -167,12 +176,12 @@ func TestRemoveOrphansAfterCrash(t *testing.T) {
 				}
 			})
 			waitFor(t, 10*time.Second, "the shim of "+id+" to exit", func() bool { return !processWith("containerd-shim", "-id "+id+" ") })
-			if processWith("sleep 4711") {
-				t.Errorf("the call's process outlived the cleanup")
-			}
 			if tt.concurrently {
-				if out := <-otherDone; !strings.Contains(out.Stdout.String(), "survived") {
-					t.Errorf("another worker's call was disturbed: %+v", out)
+				if err := os.WriteFile(filepath.Join(ws, "other-may-end"), nil, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				if out := <-otherDone; out.Stdout.String() != "survived\n" || out.ExitCode != 0 {
+					t.Errorf("another worker's call was disturbed: exit %d stdout %q stderr %q", out.ExitCode, out.Stdout.String(), out.Stderr.String())
 				}
 			}
 		})
@@ -222,16 +231,24 @@ func processWith(words ...string) bool {
 	return false
 }
 
-// waitFor polls cond until it holds or the deadline passes.
+// waitFor polls cond until it holds, and fails the test if it does not within the deadline.
 func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
 	t.Helper()
+	if !eventually(within, cond) {
+		t.Fatalf("timed out after %s waiting for %s", within, what)
+	}
+}
+
+// eventually polls cond until it holds (true) or the deadline passes (false).
+func eventually(within time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(within)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
+			return false
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	return true
 }
 
 // TestRemoveOrphansSparesRunningCalls runs RemoveOrphans (as a worker does when its containerd comes back)
@@ -240,10 +257,17 @@ func TestRemoveOrphansSparesRunningCalls(t *testing.T) {
 	rt, d := ctrtest.NewRuntime(t, containerd.Config{})
 	image := probeImage(t, d.Address())
 	specs := map[string]sandbox.Spec{
-		"host root": shell(workspace(t), "echo started > /workspace/started; sleep 1; echo survived", 20*time.Second),
-		"image": {ID: newID("img"), Image: image, WorkspaceDir: workspace(t), Argv: []string{"/bin/probe", "mark_sleep", "/workspace/started", "1"},
-			Limits: sandbox.Limits{Timeout: 20 * time.Second}},
+		// Each call runs until the host releases it, after RemoveOrphans: they are running while it works.
+		"host root": shell(workspace(t), "echo started > /workspace/started; while [ ! -e /workspace/release ]; do sleep 0.05; done; echo survived", 120*time.Second),
+		"image": {ID: newID("img"), Image: image, WorkspaceDir: workspace(t), Argv: []string{"/bin/probe", "mark_wait", "/workspace/started", "/workspace/release"},
+			Limits: sandbox.Limits{Timeout: 120 * time.Second}},
 	}
+	release := func() {
+		for _, spec := range specs {
+			os.WriteFile(filepath.Join(spec.WorkspaceDir, "release"), nil, 0o644)
+		}
+	}
+	t.Cleanup(release) // should the test end early
 	type result struct {
 		name string
 		out  sandbox.Outcome
@@ -266,6 +290,7 @@ func TestRemoveOrphansSparesRunningCalls(t *testing.T) {
 	if err != nil || n != 0 {
 		t.Errorf("RemoveOrphans = %d, %v; want 0 and no error", n, err)
 	}
+	release()
 	for range specs {
 		r := <-results
 		if r.err != nil || r.out.ExitCode != 0 || r.out.TimedOut {

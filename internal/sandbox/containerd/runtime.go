@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -648,8 +649,13 @@ func (r *Runtime) collectUsage(ctx context.Context, task containerd.Task, out *s
 			out.OOMKilled = true
 		}
 	case *cgroup2stats.Metrics:
-		if s.Memory != nil {
-			out.MaxRSSBytes = int64(s.Memory.Usage)
+		// cgroup v2's stats carry no peak (containerd's shims report memory.current): read memory.peak
+		// (Linux 5.19 and later) from the cgroup itself, which runc creates at the mount point plus the
+		// spec's cgroupsPath and removes only when the task is deleted, after this.
+		if peak, ok := cgroup2MemoryPeak(cgroup2Root, r.cgroupsPath(task.ID())); ok {
+			out.MaxRSSBytes = peak
+		} else if s.Memory != nil {
+			out.MaxRSSBytes = int64(s.Memory.Usage) // the usage at the end: all an older kernel tells
 		}
 		if s.CPU != nil {
 			out.CPUTime = time.Duration(s.CPU.UsageUsec) * time.Microsecond
@@ -658,6 +664,25 @@ func (r *Runtime) collectUsage(ctx context.Context, task containerd.Task, out *s
 			out.OOMKilled = true
 		}
 	}
+}
+
+// cgroup2Root is where runc's cgroup v2 manager puts a container's cgroup: here, joined with its
+// cgroupsPath (an absolute one, as cgroupsPath returns, is not relative to runc's own cgroup).
+const cgroup2Root = "/sys/fs/cgroup"
+
+// cgroupsPath is the cgroup of call id's container: /<namespace>/<id>, below every hierarchy.
+func (r *Runtime) cgroupsPath(id string) string { return "/" + r.cfg.Namespace + "/" + id }
+
+// cgroup2MemoryPeak reads memory.peak, the most memory the cgroup at cgroupsPath below the cgroup v2 mount
+// root has used since it was created; ok is false when the file is missing (kernels before 5.19) or
+// unreadable.
+func cgroup2MemoryPeak(root, cgroupsPath string) (peak int64, ok bool) {
+	b, err := os.ReadFile(filepath.Join(root, cgroupsPath, "memory.peak"))
+	if err != nil {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return n, err == nil && n >= 0
 }
 
 // remove deletes the task (killing it if it still runs) and the container with its snapshot, on a fresh

@@ -2,12 +2,14 @@ package containerd_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -46,6 +48,85 @@ func shell(ws, cmd string, timeout time.Duration) sandbox.Spec {
 		Limits: sandbox.Limits{Timeout: timeout}}
 }
 
+// assertGone checks that nothing of container id is left on the host once the runtime has removed it: no
+// container record, no FIFO directory in stateDir, no cgroup directory in any hierarchy the host mounts
+// (v1, v2 or both) and no process in its cgroup. The cgroup is given a few seconds to go: the kernel
+// removes a killed process's cgroup membership when the process is reaped.
+func assertGone(t testing.TB, rt *containerd.Runtime, stateDir, namespace, id string) {
+	t.Helper()
+	rt.WaitCleanups() // containers are removed after Run returns
+	if ids, err := rt.Containers(context.Background()); err != nil || slices.Contains(ids, id) {
+		t.Errorf("the container %s is left: %v %v", id, ids, err)
+	}
+	if _, err := os.Lstat(filepath.Join(stateDir, "fifo", id)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the FIFO directory of %s is left (%v)", id, err)
+	}
+	var cg ctrtest.Cgroup
+	var err error
+	if !eventually(5*time.Second, func() bool {
+		cg, err = ctrtest.ContainerCgroup(namespace, id)
+		return err == nil && cg.Empty()
+	}) {
+		t.Errorf("left behind by %s (%v): %s", id, err, cg)
+	}
+}
+
+// aliveFIFO is a FIFO in a workspace that a call's background processes hold open for writing, and that
+// the host holds open for reading. Through it the host sees, without waiting for something not to happen,
+// that they ran (they wrote) and that every one of them is dead (end of file: no writer left).
+type aliveFIFO struct {
+	name string
+	fd   int
+}
+
+// newAliveFIFO creates the FIFO name in workspace ws and opens it for reading without blocking; a process
+// in the container opens it for writing with >/workspace/name.
+func newAliveFIFO(t testing.TB, ws, name string) *aliveFIFO {
+	t.Helper()
+	p := filepath.Join(ws, name)
+	if err := syscall.Mkfifo(p, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(p, ctrtest.SandboxUID, ctrtest.SandboxGID); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := syscall.Open(p, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	return &aliveFIFO{name: name, fd: fd}
+}
+
+// assertWritersGone reads the FIFO until every writer has closed it, for at most within, and fails the test
+// if no writer ever wrote (the check would prove nothing) or if one still holds it at the deadline.
+func (a *aliveFIFO) assertWritersGone(t testing.TB, within time.Duration) {
+	t.Helper()
+	buf := make([]byte, 4096)
+	got := 0
+	deadline := time.Now().Add(within)
+	for {
+		n, err := syscall.Read(a.fd, buf)
+		switch {
+		case n > 0:
+			got += n
+		case errors.Is(err, syscall.EAGAIN): // a writer still holds it open
+			if time.Now().After(deadline) {
+				t.Errorf("a background process outlived the call: %s still has a writer %s after the call ended (read %d bytes)", a.name, within, got)
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		case err == nil: // end of file: no writer is left
+			if got == 0 {
+				t.Errorf("no background process ever wrote to %s: the test did not run what it checks", a.name)
+			}
+			return
+		default:
+			t.Fatalf("read %s: %v", a.name, err)
+		}
+	}
+}
+
 func TestRun(t *testing.T) {
 	rt, _ := ctrtest.NewRuntime(t, containerd.Config{})
 	ws := workspace(t)
@@ -70,7 +151,8 @@ func TestRun(t *testing.T) {
 			wantStdout: "CapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nCapBnd:\t0000000000000000\nNoNewPrivs:\t1\nSeccomp:\t2"},
 		{name: "loopback only", cmd: "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '", wantStdout: "lo\n"},
 		{name: "host tools work", cmd: "ls / >/dev/null && awk 'BEGIN{print 1+1}'", wantStdout: "2\n"},
-		{name: "timeout keeps output", cmd: "echo before; sleep 30", timeout: 300 * time.Millisecond, wantExit: 137, wantStdout: "before\n", timedOut: true},
+		// The timeout leaves a loaded host time to start the shell and print.
+		{name: "timeout keeps output", cmd: "echo before; sleep 30", timeout: 2 * time.Second, wantExit: 137, wantStdout: "before\n", timedOut: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -104,8 +186,10 @@ func TestRun(t *testing.T) {
 func TestOutputSurvivesKill(t *testing.T) {
 	rt, _ := ctrtest.NewRuntime(t, containerd.Config{})
 	ws := workspace(t)
-	// 1.5 MB, far more than a pipe and a FIFO hold, written in one go, then a marker.
-	const flood = `head -c 1500000 /dev/zero | tr '\0' x; echo MARKER; echo ERRMARK >&2; `
+	// 1.5 MB, far more than a pipe and a FIFO hold, written in one go, then a marker; then a file that says
+	// every write returned (the output is in the pipes or read), so that a timeout that came first (a host
+	// too slow to print 1.5 MB within it) is told apart from output the runtime lost.
+	const flood = `head -c 1500000 /dev/zero | tr '\0' x; echo MARKER; echo ERRMARK >&2; touch /workspace/printed-$RUN; `
 	const want = 1500000 + len("MARKER\n")
 	endings := []struct {
 		name     string
@@ -121,12 +205,25 @@ func TestOutputSurvivesKill(t *testing.T) {
 	const runs = 15
 	for _, e := range endings {
 		t.Run(e.name, func(t *testing.T) {
-			for i := range runs {
-				spec := shell(ws, flood+e.tail, e.timeout)
+			timeout := e.timeout
+			for i := 0; i < runs; i++ {
+				spec := shell(ws, flood+e.tail, timeout)
+				run := fmt.Sprintf("%s-%d", spec.ID, i)
+				spec.Env = []string{"RUN=" + run}
 				spec.Limits.OutputBytes = 4 << 20
 				out, err := rt.Run(context.Background(), spec)
 				if err != nil {
 					t.Fatalf("run %d: %v", i, err)
+				}
+				if _, err := os.Stat(filepath.Join(ws, "printed-"+run)); err != nil && e.timedOut {
+					// The timeout struck before the command had printed everything: nothing was tried.
+					if timeout >= 20*time.Second {
+						t.Fatalf("run %d: the host did not print 1.5 MB within %s", i, timeout)
+					}
+					t.Logf("run %d: the host did not print 1.5 MB within %s; trying again with %s", i, timeout, 2*timeout)
+					timeout *= 2
+					i--
+					continue
 				}
 				if out.TimedOut != e.timedOut || out.ExitCode != e.exit {
 					t.Fatalf("run %d: timedOut %v exit %d", i, out.TimedOut, out.ExitCode)
@@ -143,30 +240,27 @@ func TestOutputSurvivesKill(t *testing.T) {
 	}
 }
 
-// TestTimeoutKillsEverything: daemons, setsid and double-forked orphans die with the call.
+// TestTimeoutKillsEverything: daemons, setsid and double-forked orphans die with the call. Each holds a FIFO
+// of the workspace open, so the host sees them run and sees them all gone.
 func TestTimeoutKillsEverything(t *testing.T) {
 	rt, _ := ctrtest.NewRuntime(t, containerd.Config{})
 	ws := workspace(t)
-	cmd := `(setsid sh -c 'while true; do date +%s%N > /workspace/alive; sleep 0.05; done' &) ; nohup sh -c 'sleep 1000' >/dev/null 2>&1 & echo started; sleep 1000`
-	out, err := rt.Run(context.Background(), shell(ws, cmd, 500*time.Millisecond))
+	alive := newAliveFIFO(t, ws, "alive")
+	cmd := `(setsid sh -c 'while true; do echo x; sleep 0.05; done' >/workspace/alive &) ; ` +
+		`nohup sh -c 'echo y; sleep 1000' >/workspace/alive 2>&1 & echo started; sleep 1000`
+	out, err := rt.Run(context.Background(), shell(ws, cmd, 5*time.Second))
 	if err != nil || !out.TimedOut {
 		t.Fatalf("Run: %v, timedOut %v", err, out.TimedOut)
 	}
-	before, err := os.ReadFile(filepath.Join(ws, "alive"))
-	if err != nil {
-		t.Fatalf("the daemon never ran: %v", err)
-	}
-	time.Sleep(300 * time.Millisecond) // long enough for a survivor to write again
-	after, _ := os.ReadFile(filepath.Join(ws, "alive"))
-	if string(before) != string(after) {
-		t.Fatalf("a background process outlived the call: %q then %q", before, after)
-	}
+	alive.assertWritersGone(t, 10*time.Second)
 }
 
-// TestNoLeaks runs many calls, timeouts and failures among them, concurrently, and checks that no container,
-// FIFO, cgroup or mount is left behind.
+// TestNoLeaks runs many calls, timeouts and failures among them, concurrently, and checks that none leaves a
+// container, FIFO, cgroup, process, mount or shim behind. Every check is scoped to this test's own daemon
+// and calls: other tests on the host may share the containerd namespace.
 func TestNoLeaks(t *testing.T) {
-	rt, d := ctrtest.NewRuntime(t, containerd.Config{})
+	stateDir := filepath.Join(ctrtest.ShortTempDir(t), "state")
+	rt, d := ctrtest.NewRuntime(t, containerd.Config{StateDir: stateDir})
 	ws := workspace(t)
 	cmds := []struct {
 		cmd     string
@@ -176,18 +270,21 @@ func TestNoLeaks(t *testing.T) {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 4)
 	errs := make(chan error, n)
+	ids := make([]string, n)
 	for i := range n {
+		c := cmds[i%len(cmds)]
+		timeout := c.timeout
+		if timeout == 0 {
+			timeout = 20 * time.Second
+		}
+		spec := shell(ws, c.cmd, timeout)
+		ids[i] = spec.ID
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			c := cmds[i%len(cmds)]
-			timeout := c.timeout
-			if timeout == 0 {
-				timeout = 20 * time.Second
-			}
-			if _, err := rt.Run(context.Background(), shell(ws, c.cmd, timeout)); err != nil {
+			if _, err := rt.Run(context.Background(), spec); err != nil {
 				errs <- err
 			}
 		}()
@@ -198,52 +295,89 @@ func TestNoLeaks(t *testing.T) {
 		t.Errorf("Run: %v", err)
 	}
 	rt.WaitCleanups()
-	ids, err := rt.Containers(context.Background())
-	if err != nil || len(ids) != 0 {
-		t.Fatalf("containers left: %v %v", ids, err)
+	if got, err := rt.Containers(context.Background()); err != nil || len(got) != 0 {
+		t.Fatalf("containers left: %v %v", got, err)
 	}
-	stateDir := filepath.Dir(filepath.Dir(d.Address()))
-	mountinfo, _ := os.ReadFile("/proc/self/mountinfo")
-	for _, line := range strings.Split(string(mountinfo), "\n") {
-		if strings.Contains(line, stateDir) {
-			t.Errorf("mount left behind: %s", line)
-		}
+	for _, id := range ids {
+		assertGone(t, rt, stateDir, "toolpool-test", id)
 	}
-	if entries, _ := os.ReadDir("/sys/fs/cgroup/memory/toolpool-test"); len(entries) > 0 {
-		var names []string
-		for _, e := range entries {
-			if e.IsDir() {
-				names = append(names, e.Name())
-			}
-		}
-		if len(names) > 0 {
-			t.Errorf("cgroups left behind: %v", names)
-		}
+	// No FIFO anywhere in the runtime's state: each call's FIFOs are in a directory of its own.
+	if entries, err := os.ReadDir(filepath.Join(stateDir, "fifo")); err != nil || len(entries) != 0 {
+		t.Errorf("FIFO directories left: %d (%v)", len(entries), err)
 	}
-	shims, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, p := range shims {
-		b, _ := os.ReadFile(p)
-		if strings.Contains(string(b), "containerd-shim") && strings.Contains(string(b), "toolpool-test") {
-			t.Errorf("shim left running: %s", strings.ReplaceAll(string(b), "\x00", " "))
+	filepath.WalkDir(stateDir, func(p string, e os.DirEntry, err error) error {
+		if err == nil && e.Type()&os.ModeNamedPipe != 0 {
+			t.Errorf("FIFO left: %s", p)
 		}
-	}
-}
-
-// TestWarnings checks that New reports the runc this host runs when it predates MinRuncVersion.
-func TestWarnings(t *testing.T) {
-	rt, _ := ctrtest.NewRuntime(t, containerd.Config{})
-	out, err := exec.Command("runc", "--version").Output()
+		return nil
+	})
+	daemonDir := filepath.Dir(d.Address())
+	mountinfo, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var major, minor, patch int
-	if _, err := fmt.Sscanf(string(out), "runc version %d.%d.%d", &major, &minor, &patch); err != nil {
-		t.Fatalf("parse %q: %v", out, err)
+	for _, line := range strings.Split(string(mountinfo), "\n") {
+		if strings.Contains(line, daemonDir) || strings.Contains(line, stateDir) {
+			t.Errorf("mount left behind: %s", line)
+		}
 	}
-	old := major < 1 || major == 1 && (minor < 2 || minor == 2 && patch < 8 || minor == 3 && patch < 3)
+	waitFor(t, 10*time.Second, "every shim of this test's containerd to exit", func() bool {
+		return !processWith("containerd-shim", "-address "+d.Address()+" ")
+	})
+}
+
+// TestLeakCheckSeesALiveCall proves that the leak checks look where this host keeps a container's cgroups
+// and processes: a running call is seen, by cgroup directory and by process, and is gone once it ends. A
+// check that looks in the wrong place (a cgroup v1 path on a v2 host) would see nothing either way.
+func TestLeakCheckSeesALiveCall(t *testing.T) {
+	stateDir := filepath.Join(ctrtest.ShortTempDir(t), "state")
+	rt, _ := ctrtest.NewRuntime(t, containerd.Config{StateDir: stateDir})
+	ws := workspace(t)
+	spec := shell(ws, "echo started > /workspace/started; exec sleep 600", 60*time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := rt.Run(ctx, spec)
+		done <- err
+	}()
+	waitFor(t, 30*time.Second, "the call to start", func() bool {
+		_, err := os.Stat(filepath.Join(ws, "started"))
+		return err == nil
+	})
+	cg, err := ctrtest.ContainerCgroup("toolpool-test", spec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cg.Existing) == 0 || len(cg.PIDs) == 0 {
+		t.Errorf("the running call is not seen: %s", cg)
+	}
+	if _, err := os.Stat(filepath.Join(stateDir, "fifo", spec.ID)); err != nil {
+		t.Errorf("the running call's FIFO directory is not where the check looks: %v", err)
+	}
+	t.Logf("while it runs: %s", cg)
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("Run: %v, want cancelled", err)
+	}
+	assertGone(t, rt, stateDir, "toolpool-test", spec.ID)
+}
+
+// TestWarnings checks that New reports the runc this host runs exactly when the version check finds it
+// older than MinRuncVersion.
+func TestWarnings(t *testing.T) {
+	rt, _ := ctrtest.NewRuntime(t, containerd.Config{})
+	v, err := containerd.RuncVersion(context.Background(), "runc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := containerd.RuncTooOld(v)
+	if err != nil {
+		t.Fatal(err)
+	}
 	w := rt.Warnings()
-	if old != (len(w) == 1 && strings.Contains(w[0], "CVE-2025-31133")) {
-		t.Errorf("runc %d.%d.%d: warnings %q", major, minor, patch, w)
+	if old != (len(w) == 1 && strings.Contains(w[0], "CVE-2025-31133")) || !old && len(w) != 0 {
+		t.Errorf("runc %s (too old: %v): warnings %q", v, old, w)
 	}
-	t.Logf("warnings: %q", w)
+	t.Logf("runc %s: warnings %q", v, w)
 }

@@ -119,7 +119,7 @@ func (r *Runtime) hardenedSpec(argv []string, cwd string, spec sandbox.Spec, lim
 		withoutCapabilities,
 		oci.WithNoNewPrivileges,
 		withSeccomp,
-		oci.WithCgroup("/"+r.cfg.Namespace+"/"+spec.ID),
+		oci.WithCgroup(r.cgroupsPath(spec.ID)),
 		oci.WithMemoryLimit(uint64(lim.MemoryBytes)),
 		oci.WithMemorySwap(lim.MemoryBytes), // no swap beyond the memory limit
 		oci.WithPidsLimit(lim.PIDs),

@@ -284,8 +284,10 @@ func TestRuncTooOld(t *testing.T) {
 	}{
 		{"1.1.5+ds1", true}, {"1.1.14", true}, {"1.2.0", true}, {"1.2.7", true}, {"1.2.8", false}, {"1.2.9", false},
 		{"1.3.0", true}, {"1.3.2", true}, {"1.3.3", false}, {"1.3.4", false},
-		{"1.4.0-rc.2", true}, {"1.4.0-rc.3", false}, {"1.4.0", false}, {"1.4.1", false}, {"1.5.0", false}, {"2.0.0", false},
-		{"0.9.0", true},
+		{"1.4.0-rc.1", true}, {"1.4.0-rc.2", true}, {"1.4.0-rc.3", false}, {"1.4.0-rc.3+dev", false}, {"1.4.0", false},
+		{"1.4.1", false}, {"1.5.0", false}, {"1.5.0-rc.1", false}, {"2.0.0", false}, {"0.9.0", true},
+		// A pre-release of the first fixed release of a line predates the fix.
+		{"1.2.8-rc.1", true}, {"1.3.3-rc.1", true}, {"1.2.8+ds1", false}, {"1.2.9-rc.1", false},
 	}
 	for _, tt := range tests {
 		old, err := runcTooOld(tt.version)
@@ -318,7 +320,7 @@ func TestRuntimeWarnings(t *testing.T) {
 	tests := []struct {
 		name, runtime, binary, want string
 	}{
-		{name: "debian bookworm", runtime: "io.containerd.runc.v2", binary: fake("runc version 1.1.5+ds1"), want: "runc 1.1.5+ds1 is older than 1.2.8"},
+		{name: "debian bookworm", runtime: "io.containerd.runc.v2", binary: fake("runc version 1.1.5+ds1"), want: "runc 1.1.5+ds1 is too old (production needs 1.2.8 or later"},
 		{name: "supported", runtime: "io.containerd.runc.v2", binary: fake("runc version 1.3.3\ncommit: v1.3.3")},
 		{name: "unparsable", runtime: "io.containerd.runc.v2", binary: fake("what"), want: "cannot tell which runc"},
 		{name: "missing", runtime: "io.containerd.runc.v2", binary: "/nonexistent/runc", want: "cannot tell which runc"},

@@ -11,9 +11,9 @@ import (
 )
 
 // MinRuncVersion is the oldest runc this release supports in production, per release line: 1.2.8, 1.3.3,
-// or any 1.4 and later. Older releases lack the fixes for CVE-2024-45310 (fixed in 1.1.14) and for the
-// 2025 mount races CVE-2025-31133, CVE-2025-52565 and CVE-2025-52881 (fixed in 1.2.8, 1.3.3 and
-// 1.4.0-rc.3). The sandbox never lets runc mount into, or change into, a directory another container can
+// and from 1.4.0-rc.3 on (runcSupported says it in words). Older releases lack the fixes for CVE-2024-45310
+// (fixed in 1.1.14) and for the 2025 mount races CVE-2025-31133, CVE-2025-52565 and CVE-2025-52881 (fixed
+// in 1.2.8, 1.3.3 and 1.4.0-rc.3); a pre-release of a fixed version (1.2.8-rc.1) predates it. The sandbox never lets runc mount into, or change into, a directory another container can
 // write (see callMounts and cwdTrampoline), which closes the paths those CVEs use, but an unpatched runc is
 // still a runc with known escapes: New reports it in Warnings.
 const MinRuncVersion = "1.2.8"
@@ -21,6 +21,9 @@ const MinRuncVersion = "1.2.8"
 // runcFixed lists, per release line, the first release with every fix MinRuncVersion stands for; lines
 // after the last one are fixed from their first release.
 var runcFixed = []struct{ major, minor, patch int }{{1, 2, 8}, {1, 3, 3}}
+
+// runcSupported is MinRuncVersion in words, for the warnings.
+const runcSupported = "1.2.8 or later, 1.3.3 or later on the 1.3 line, 1.4.0-rc.3 or later on the 1.4 line"
 
 var runcVersionRE = regexp.MustCompile(`(?m)^runc version v?(\d+)\.(\d+)\.(\d+)(\S*)`)
 
@@ -58,7 +61,7 @@ func runcTooOld(v string) (bool, error) {
 	}
 	for _, f := range runcFixed {
 		if minor == f.minor {
-			return patch < f.patch, nil
+			return patch < f.patch || patch == f.patch && pre != "", nil
 		}
 	}
 	if minor == 4 && patch == 0 && strings.HasPrefix(pre, "rc.") {
@@ -82,14 +85,14 @@ func runtimeWarnings(ctx context.Context, name, binary string) []string {
 	}
 	v, err := runcVersion(ctx, binary)
 	if err != nil {
-		return []string{fmt.Sprintf("cannot tell which runc the %s shim runs (%v): production needs runc %s or later (1.3.3 on the 1.3 line, any 1.4)", name, err, MinRuncVersion)}
+		return []string{fmt.Sprintf("cannot tell which runc the %s shim runs (%v): production needs runc %s", name, err, runcSupported)}
 	}
 	old, err := runcTooOld(v)
 	if err != nil {
-		return []string{fmt.Sprintf("cannot parse runc version %q: production needs runc %s or later (1.3.3 on the 1.3 line, any 1.4)", v, MinRuncVersion)}
+		return []string{fmt.Sprintf("cannot parse runc version %q: production needs runc %s", v, runcSupported)}
 	}
 	if old {
-		return []string{fmt.Sprintf("runc %s is older than %s (1.3.3 on the 1.3 line, any 1.4): it lacks the fixes for CVE-2024-45310, CVE-2025-31133, CVE-2025-52565 and CVE-2025-52881; the sandbox avoids the mount patterns they exploit, but run a supported runc, or the gVisor runtime, in production", v, MinRuncVersion)}
+		return []string{fmt.Sprintf("runc %s is too old (production needs %s): it lacks the fixes for CVE-2024-45310, CVE-2025-31133, CVE-2025-52565 and CVE-2025-52881; the sandbox avoids the mount patterns they exploit, but run a supported runc, or the gVisor runtime, in production", v, runcSupported)}
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
-// Package ctrtest starts a private containerd for tests, the same way a worker does. Outside CI a machine
-// without root or containerd skips the test; with CI=true it fails it, because a green run that skipped the
-// sandbox tests proves nothing.
+// Package ctrtest starts a private containerd for tests, the same way a worker does, and finds what a
+// container leaves on the host. Under -short every test that needs root or containerd is skipped (that is
+// make test-unit). Otherwise a machine without root or containerd skips the test, unless CI=true, which fails
+// it, because a green run that skipped the sandbox tests proves nothing.
 package ctrtest
 
 import (
@@ -20,10 +21,13 @@ const (
 	SandboxGID = 65532
 )
 
-// Require fails (CI=true) or skips the test unless this process is root and containerd and runc are
-// installed.
+// Require skips the test under -short; otherwise it fails (CI=true) or skips the test unless this process
+// is root and containerd and runc are installed.
 func Require(t testing.TB) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("this test needs root and containerd: skipped under -short")
+	}
 	missing := ""
 	switch {
 	case os.Geteuid() != 0:
@@ -35,6 +39,25 @@ func Require(t testing.TB) {
 	case !onPath("containerd-shim-runc-v2"):
 		missing = "containerd-shim-runc-v2 (apt-get install containerd)"
 	}
+	lack(t, missing)
+}
+
+// RequirePrograms is Require, and also the programs named (such as ctr, which comes with containerd) on
+// PATH: a test checks them up front rather than failing later on an unclear error.
+func RequirePrograms(t testing.TB, names ...string) {
+	t.Helper()
+	Require(t)
+	for _, name := range names {
+		if !onPath(name) {
+			lack(t, name+" on PATH")
+			return
+		}
+	}
+}
+
+// lack fails (CI=true) or skips the test for want of missing; it does nothing when missing is empty.
+func lack(t testing.TB, missing string) {
+	t.Helper()
 	if missing == "" {
 		return
 	}

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -149,9 +150,35 @@ func main() {
 		}
 		report(e)
 	case "x32_getpid":
-		// getpid through the x32 ABI (the syscall number with bit 30 set), on amd64.
-		_, _, e := unix.RawSyscall(0x40000000|39, 0, 0, 0)
-		report(e)
+		// getpid through the x32 ABI (the syscall number with bit 30 set), on amd64, on a thread of its own:
+		// a seccomp filter that kills the calling thread leaves the rest of the program running, and the
+		// thread's disappearance from /proc/self/task is the answer (KILLED), with no timeout to guess.
+		// The main goroutine keeps the main thread, so the attempt runs on another: a killed main thread
+		// stays in /proc/self/task, as a zombie, until the whole process exits.
+		runtime.LockOSThread()
+		tids := make(chan int, 1)
+		answers := make(chan error, 1)
+		go func() {
+			runtime.LockOSThread() // never unlocked: a thread that survives the call is not reused
+			tids <- unix.Gettid()
+			// Syscall, not RawSyscall: the runtime must know this goroutine is in a system call, or a
+			// garbage collection would wait forever for a thread that no longer exists.
+			_, _, e := unix.Syscall(0x40000000|39, 0, 0, 0)
+			answers <- e
+		}()
+		task := fmt.Sprintf("/proc/self/task/%d", <-tids)
+		for {
+			select {
+			case e := <-answers:
+				report(e)
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			if stat, err := os.ReadFile(task + "/stat"); errors.Is(err, os.ErrNotExist) || threadDead(string(stat)) {
+				fmt.Println("KILLED")
+				return
+			}
+		}
 	case "setuid0":
 		report(unix.Setuid(0))
 	case "whoami":
@@ -217,10 +244,28 @@ func main() {
 		}
 		s, _ := strconv.Atoi(arg(1))
 		time.Sleep(time.Duration(s) * time.Second)
+	case "mark_wait":
+		// Write a marker file (the call is running), then wait until the release file exists.
+		if err := os.WriteFile(arg(0), []byte("started\n"), 0o644); err != nil {
+			report(err)
+			os.Exit(1)
+		}
+		for {
+			if _, err := os.Stat(arg(1)); err == nil {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 	default:
 		fmt.Fprintf(os.Stderr, "probe: unknown command %q\n", os.Args[1])
 		os.Exit(2)
 	}
+}
+
+// threadDead reports whether a /proc/PID/task/TID/stat line says the thread has exited (zombie or dead).
+func threadDead(stat string) bool {
+	i := strings.LastIndexByte(stat, ')') // the state follows the command name in parentheses
+	return i >= 0 && (strings.HasPrefix(stat[i:], ") Z") || strings.HasPrefix(stat[i:], ") X"))
 }
 
 // report prints OK for success or the errno's name.
