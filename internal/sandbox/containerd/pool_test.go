@@ -230,7 +230,9 @@ func TestPoolColdReasons(t *testing.T) {
 		want    string
 		wantErr error
 	}{
-		{name: "another mount", edit: func(s *sandbox.Spec) { s.Mounts = append(s.Mounts, sandbox.Mount{Source: other, Destination: "/.toolpool/egress.sock"}) }, want: containerd.ColdMounts},
+		{name: "another mount", edit: func(s *sandbox.Spec) {
+			s.Mounts = append(s.Mounts, sandbox.Mount{Source: other, Destination: "/.toolpool/egress.sock"})
+		}, want: containerd.ColdMounts},
 		{name: "the init binary writable", edit: func(s *sandbox.Spec) { s.Mounts[0].Writable = true }, want: containerd.ColdMounts},
 		// (Not even a certificate: the cold path refuses it, as it would without a pool.)
 		{name: "trusted CAs", edit: func(s *sandbox.Spec) { s.TrustedCAs = []byte("x") }, want: containerd.ColdMounts, wantErr: sandbox.ErrNotStarted},
