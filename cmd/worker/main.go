@@ -29,6 +29,7 @@ import (
 	"github.com/toolpool/toolpool/internal/metrics"
 	"github.com/toolpool/toolpool/internal/queue/jetstream"
 	"github.com/toolpool/toolpool/internal/sandbox/containerd"
+	"github.com/toolpool/toolpool/internal/sandbox/sandboxinit"
 	"github.com/toolpool/toolpool/internal/tools"
 	"github.com/toolpool/toolpool/internal/tools/egress"
 	"github.com/toolpool/toolpool/internal/tracing"
@@ -37,23 +38,28 @@ import (
 
 // config is the worker's whole configuration: defaults, then the YAML file, then flags, then Validate.
 type config struct {
-	ID                string          `yaml:"id"`
-	NATSURL           string          `yaml:"nats_url"`
-	ContainerdAddress string          `yaml:"containerd_address"`
-	ContainerdBinary  string          `yaml:"containerd_binary"`
-	Namespace         string          `yaml:"namespace"`
-	Runtime           string          `yaml:"runtime"`
-	DataDir           string          `yaml:"data_dir"`
-	WorkspacesDir     string          `yaml:"workspaces_dir"`
-	Slots             int             `yaml:"slots"`
-	Listen            string          `yaml:"listen"`
-	UID               uint32          `yaml:"uid"`
-	GID               uint32          `yaml:"gid"`
-	Heartbeat         time.Duration   `yaml:"heartbeat"`
-	DrainTimeout      time.Duration   `yaml:"drain_timeout"`
-	WorkspaceQuota    int64           `yaml:"workspace_quota"`
-	Image             string          `yaml:"image"`
-	Metrics           metrics.Options `yaml:"metrics"`
+	ID                string `yaml:"id"`
+	NATSURL           string `yaml:"nats_url"`
+	ContainerdAddress string `yaml:"containerd_address"`
+	ContainerdBinary  string `yaml:"containerd_binary"`
+	Namespace         string `yaml:"namespace"`
+	Runtime           string `yaml:"runtime"`
+	// RuntimeBinary is the OCI runtime the runc shim runs: "runc", "crun", a path, or "auto" (crun when it
+	// is installed and works on this host, runc otherwise); empty leaves the shim's default, runc.
+	RuntimeBinary string `yaml:"runtime_binary"`
+	// Pool is the warm pool of containers created ahead of their calls.
+	Pool           poolConfig      `yaml:"pool"`
+	DataDir        string          `yaml:"data_dir"`
+	WorkspacesDir  string          `yaml:"workspaces_dir"`
+	Slots          int             `yaml:"slots"`
+	Listen         string          `yaml:"listen"`
+	UID            uint32          `yaml:"uid"`
+	GID            uint32          `yaml:"gid"`
+	Heartbeat      time.Duration   `yaml:"heartbeat"`
+	DrainTimeout   time.Duration   `yaml:"drain_timeout"`
+	WorkspaceQuota int64           `yaml:"workspace_quota"`
+	Image          string          `yaml:"image"`
+	Metrics        metrics.Options `yaml:"metrics"`
 	// Egress is the base rules of every call's egress (which policy narrows), the DNS server and the
 	// credential bindings of the egress proxy.
 	Egress   egress.Config `yaml:"egress"`
@@ -63,6 +69,16 @@ type config struct {
 	} `yaml:"tools"`
 }
 
+// poolConfig is the worker's part of containerd.PoolConfig (the init is the worker's own binary).
+type poolConfig struct {
+	// MaxSize is the most ready containers at once; 0 turns the pool off.
+	MaxSize int `yaml:"max_size"`
+	// MemoryBytes is the memory the ready containers may hold in all; 0 sets no budget beyond MaxSize.
+	MemoryBytes int64 `yaml:"memory_bytes"`
+	// MaxAge is the longest a ready container waits for a call before it is destroyed.
+	MaxAge time.Duration `yaml:"max_age"`
+}
+
 func defaults() config {
 	host, _ := os.Hostname()
 	return config{
@@ -70,6 +86,7 @@ func defaults() config {
 		DataDir: "/var/lib/toolpool/worker", Slots: 4, Listen: "127.0.0.1:9091", UID: 65532, GID: 65532,
 		Heartbeat: 5 * time.Second, DrainTimeout: 30 * time.Second, LogLevel: "info", WorkspaceQuota: 1 << 30,
 		Metrics: metrics.Options{TenantLabel: true, MaxTenants: metrics.DefaultMaxTenants},
+		Pool:    poolConfig{MaxSize: 8, MemoryBytes: 256 << 20, MaxAge: 10 * time.Minute},
 	}
 }
 
@@ -86,6 +103,15 @@ func (c *config) validate() error {
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		errs = append(errs, err)
+	}
+	if c.Pool.MaxSize < 0 || c.Pool.MaxSize > 1024 {
+		errs = append(errs, fmt.Errorf("pool.max_size %d is outside 0..1024 (0 turns the warm pool off)", c.Pool.MaxSize))
+	}
+	if c.Pool.MemoryBytes < 0 {
+		errs = append(errs, fmt.Errorf("pool.memory_bytes %d is negative (0 sets no memory budget)", c.Pool.MemoryBytes))
+	}
+	if c.Pool.MaxAge < 0 {
+		errs = append(errs, fmt.Errorf("pool.max_age %s is negative", c.Pool.MaxAge))
 	}
 	return errors.Join(errs...)
 }
@@ -107,6 +133,9 @@ func main() {
 				os.Exit(2)
 			}
 			os.Exit(tools.RunnerMain(context.Background(), os.Args[2], tools.WorkspaceDir, os.Stdin, os.Stdout))
+		case sandboxinit.Command:
+			// A pooled container's first process: it reads its call's spec and executes it.
+			os.Exit(sandboxinit.Main(os.Stderr))
 		case tools.ForwardCommand:
 			os.Exit(tools.ForwardMain(context.Background(), os.Args[2:], tools.ForwarderAddr, tools.EgressSocket, os.Stderr))
 		case "import-image":
@@ -127,6 +156,8 @@ func loadConfig(fs *flag.FlagSet, args []string) (config, error) {
 	natsURL := fs.String("nats-url", "", "NATS server URL (default nats://127.0.0.1:4222, the dispatcher's embedded server)")
 	ctrd := fs.String("containerd-address", "", "containerd socket; empty starts a private containerd under the data dir")
 	runtimeName := fs.String("runtime", "", "containerd runtime handler (io.containerd.runc.v2, io.containerd.runsc.v1, ...)")
+	runtimeBinary := fs.String("runtime-binary", "", "OCI runtime the runc shim runs: runc, crun, a path, or auto (crun when it works here)")
+	poolSize := fs.Int("pool-size", 0, "most containers kept ready ahead of calls (default 8; 0: no warm pool)")
 	dataDir := fs.String("data-dir", "", "state directory (default /var/lib/toolpool/worker)")
 	wsDir := fs.String("workspaces", "", "workspaces directory (default DATA_DIR/workspaces)")
 	slots := fs.Int("slots", 0, "calls run at once (default 4)")
@@ -154,6 +185,10 @@ func loadConfig(fs *flag.FlagSet, args []string) (config, error) {
 	apply("nats-url", &cfg.NATSURL, *natsURL)
 	apply("containerd-address", &cfg.ContainerdAddress, *ctrd)
 	apply("runtime", &cfg.Runtime, *runtimeName)
+	apply("runtime-binary", &cfg.RuntimeBinary, *runtimeBinary)
+	if set["pool-size"] {
+		cfg.Pool.MaxSize = *poolSize
+	}
 	apply("data-dir", &cfg.DataDir, *dataDir)
 	apply("workspaces", &cfg.WorkspacesDir, *wsDir)
 	apply("listen", &cfg.Listen, *listen)
@@ -253,14 +288,32 @@ func run(args []string) (retErr error) {
 		address = daemon.Address()
 		log.Info("started private containerd", "address", address)
 	}
+	runner, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find own binary for the tool runner: %w", err)
+	}
+	// The tool runner (this binary, mounted at tools.RunnerPath) is also the warm pool's init, so that a
+	// tool call, which mounts it there, can run in a pooled container.
 	rt, err := containerd.New(ctx, containerd.Config{
-		Address: address, Namespace: cfg.Namespace, RuntimeName: cfg.Runtime, StateDir: filepath.Join(cfg.DataDir, "sandbox"),
-		UID: cfg.UID, GID: cfg.GID, WorkerID: cfg.ID, OnCleanup: wm.ObserveCleanup,
+		Address: address, Namespace: cfg.Namespace, RuntimeName: cfg.Runtime, RuntimeBinary: cfg.RuntimeBinary,
+		StateDir: filepath.Join(cfg.DataDir, "sandbox"), UID: cfg.UID, GID: cfg.GID, WorkerID: cfg.ID, OnCleanup: wm.ObserveCleanup,
+		Pool: containerd.PoolConfig{MaxSize: cfg.Pool.MaxSize, MemoryBytes: cfg.Pool.MemoryBytes, MaxAge: cfg.Pool.MaxAge,
+			InitBinary: runner, InitPath: tools.RunnerPath},
 	})
 	if err != nil {
 		return err
 	}
 	defer rt.Close()
+	// Draining a worker drains its pool: no idle containers are kept for calls that will not come.
+	go func() {
+		<-ctx.Done()
+		rt.DrainPool()
+	}()
+	wm.WatchPool(func() metrics.PoolState {
+		st := rt.PoolStats()
+		return metrics.PoolState{Ready: st.Ready, Creating: st.Creating, Target: st.Target, MemoryBytes: st.MemoryBytes,
+			OldestAge: st.OldestAge, Created: st.Created, CreateFailures: st.CreateFailures, Discarded: st.Discarded}
+	})
 	for _, msg := range rt.Warnings() {
 		log.Warn("sandbox runtime needs attention", "warning", msg)
 	}
@@ -295,10 +348,6 @@ func run(args []string) (retErr error) {
 		if err := rt.EnsureMountPoint(p, false); err != nil {
 			return err
 		}
-	}
-	runner, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("find own binary for the tool runner: %w", err)
 	}
 
 	reg, err := tools.NewRegistry(cfg.Tools.Custom...)
@@ -345,7 +394,8 @@ func run(args []string) (retErr error) {
 	}()
 	defer srv.Close()
 
-	log.Info("worker ready", "image", cfg.Image, "slots", cfg.Slots, "nats", cfg.NATSURL, "containerd", address, "runtime", cfg.Runtime, "workspaces", cfg.WorkspacesDir)
+	log.Info("worker ready", "image", cfg.Image, "slots", cfg.Slots, "nats", cfg.NATSURL, "containerd", address, "runtime", cfg.Runtime,
+		"oci_runtime", rt.OCIRuntime(), "pool_size", cfg.Pool.MaxSize, "workspaces", cfg.WorkspacesDir)
 	handle := metrics.InstrumentHandler(cfg.Slots, tracing.TraceHandler(w.Handle), wm)
 	err = consumeDraining(ctx, cfg.DrainTimeout, secondSignal, log, func(fetchCtx, runCtx context.Context) error {
 		return conn.ConsumeWith(fetchCtx, runCtx, cfg.Slots, handle)

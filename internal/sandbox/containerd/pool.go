@@ -103,6 +103,7 @@ const (
 	ColdProfiles = "profiles" // a profile beyond MaxProfiles
 	ColdBroken   = "broken"   // the claimed container failed before the call's program started
 	ColdDisabled = "disabled" // the pool has stopped serving (PoolStats.Disabled)
+	ColdDraining = "draining" // the pool was drained (DrainPool) or the runtime is closing
 )
 
 const (
@@ -236,8 +237,19 @@ func (r *Runtime) startPool(ctx context.Context, started time.Time) error {
 // slotsPrefix names the slots directories in StateDir: slots.<start time in ns>.
 const slotsPrefix = "slots."
 
+// DrainPool stops the warm pool for good: it creates no more containers and destroys every ready one (in
+// the background; Close waits for their removal). Calls that hold a claimed container keep it until they
+// end; later calls run cold (ColdDraining). A worker calls it when it starts draining, so that a worker on
+// its way out holds no idle containers. It blocks until the creations in flight have ended. Without a pool
+// it does nothing; calling it again does nothing.
+func (r *Runtime) DrainPool() {
+	if r.pool != nil {
+		_ = r.closePool()
+	}
+}
+
 // closePool stops the pool and destroys every ready container; Close then waits for their removal. Calls
-// that hold a claimed container keep it until they end.
+// that hold a claimed container keep it until they end. Idempotent.
 func (r *Runtime) closePool() error {
 	p := r.pool
 	p.mu.Lock()
@@ -305,7 +317,7 @@ func (p *pool) take(key profileKey, now time.Time) (s *slot, reason string, expi
 		return nil, ColdDisabled, nil
 	}
 	if p.closed {
-		return nil, ColdEmpty, nil
+		return nil, ColdDraining, nil
 	}
 	pr := p.profiles[key]
 	if pr == nil {
@@ -764,6 +776,9 @@ func (r *Runtime) WaitWarm(ctx context.Context, spec sandbox.Spec) error {
 		r.Prewarm(spec)
 		r.pool.mu.Lock()
 		pr, disabled := r.pool.profiles[key], r.pool.disabled
+		if r.pool.closed {
+			disabled = "it was drained"
+		}
 		n := 0
 		if pr != nil {
 			n = len(pr.ready)

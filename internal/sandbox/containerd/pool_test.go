@@ -139,20 +139,30 @@ func TestPoolLateBinding(t *testing.T) {
 }
 
 // TestPoolIsolation runs calls one after another on the pool, in one workspace: each must run in a
-// container of its own (its own id, namespaces, /tmp and processes) and see nothing of the call before,
-// but for what that call wrote to the workspace.
+// container of its own (its own id, namespaces other than the host's, an empty /tmp, no earlier call's
+// processes or System V IPC objects) and see nothing of the call before, but for what that call wrote to
+// the workspace. (Namespace ids are not compared across calls: the kernel reuses the number of a
+// namespace that is gone, and an earlier call's namespaces are gone with its container.)
 func TestPoolIsolation(t *testing.T) {
 	rt, _, probe := newPooledRuntime(t, containerd.Config{})
 	ws := workspace(t)
+	host := map[string]bool{}
+	for _, n := range []string{"pid", "mnt", "ipc", "uts", "net"} {
+		l, err := os.Readlink("/proc/self/ns/" + n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		host[l] = true
+	}
 	const cmd = `ls -A /tmp | tr '\n' ' '; echo; ls -d /proc/[0-9]* | wc -l; ` +
-		`for n in pid mnt ipc uts net cgroup; do readlink /proc/self/ns/$n; done | tr '\n' ' '; echo; ` +
+		`for n in pid mnt ipc uts net; do readlink /proc/self/ns/$n; done | tr '\n' ' '; echo; ` +
+		`ipcs -m | grep -c '^0x'; ipcmk -M 4096 >/dev/null; ` +
 		`echo $$ > /tmp/mark-$$; (sleep 1000 &) ; cat /workspace/count 2>/dev/null | wc -l; echo x >> /workspace/count`
-	seen := map[string]string{}
 	ids := map[string]bool{}
 	for i := range 4 {
 		out := runWarm(t, rt, warmSpec(probe, ws, cmd))
 		lines := strings.Split(strings.TrimRight(out.Stdout.String(), "\n"), "\n")
-		if len(lines) != 4 {
+		if len(lines) != 5 {
 			t.Fatalf("call %d: stdout %q stderr %q", i, out.Stdout.String(), out.Stderr.String())
 		}
 		if strings.TrimSpace(lines[0]) != "" {
@@ -161,13 +171,19 @@ func TestPoolIsolation(t *testing.T) {
 		if n := strings.TrimSpace(lines[1]); n < "1" || n > "4" || len(n) != 1 {
 			t.Errorf("call %d sees %s processes: an earlier call's are visible", i, n)
 		}
-		for _, ns := range strings.Fields(lines[2]) {
-			if prev, ok := seen[ns]; ok && !strings.HasPrefix(ns, "cgroup:") {
-				t.Errorf("call %d shares namespace %s with %s", i, ns, prev)
+		if ns := strings.Fields(lines[2]); len(ns) != 5 {
+			t.Errorf("call %d: namespaces %q", i, lines[2])
+		} else {
+			for _, n := range ns {
+				if host[n] {
+					t.Errorf("call %d shares namespace %s with the host", i, n)
+				}
 			}
-			seen[ns] = fmt.Sprintf("call %d", i)
 		}
-		if got := strings.TrimSpace(lines[3]); got != fmt.Sprint(i) {
+		if got := strings.TrimSpace(lines[3]); got != "0" {
+			t.Errorf("call %d sees %s shared memory segments: an earlier call's IPC namespace", i, got)
+		}
+		if got := strings.TrimSpace(lines[4]); got != fmt.Sprint(i) {
 			t.Errorf("call %d found %s earlier writes in the workspace, want %d", i, got, i)
 		}
 		if ids[out.ContainerID] {
@@ -186,7 +202,8 @@ func TestPoolBindsLimits(t *testing.T) {
 
 	spec := warmSpec(probe, ws, p+" alloc 1024")
 	spec.Limits.MemoryBytes = 64 << 20
-	if out := runWarm(t, rt, spec); !out.OOMKilled || out.MaxRSSBytes > 64<<20 {
+	// The peak may pass the limit by what the kernel charges while it reclaims (a few pages).
+	if out := runWarm(t, rt, spec); !out.OOMKilled || out.MaxRSSBytes > 65<<20 {
 		t.Errorf("memory: oom %v peak %d MiB exit %d; want an OOM kill at 64 MiB", out.OOMKilled, out.MaxRSSBytes>>20, out.ExitCode)
 	}
 	spec = warmSpec(probe, ws, p+" fork_until_refused")
@@ -199,10 +216,10 @@ func TestPoolBindsLimits(t *testing.T) {
 	if out := runWarm(t, rt, spec); out.CPUTime <= 0 || out.CPUTime > time.Duration(float64(out.RunTime)*0.3) {
 		t.Errorf("cpu: %s of cpu over %s; want at most 0.2 of it", out.CPUTime, out.RunTime)
 	}
-	spec = warmSpec(probe, ws, p+" fds; grep -E 'open files|file size' /proc/self/limits | tr -s ' '")
+	spec = warmSpec(probe, ws, p+" fds; grep -E 'open files|Max file size' /proc/self/limits | tr -s ' ' | sed 's/ *$//'")
 	spec.Limits.NoFile, spec.Limits.WorkspaceBytes = 64, 8<<20
 	out := runWarm(t, rt, spec)
-	want := []string{"Max file size 8388608 8388608 bytes ", "Max open files 64 64 files "}
+	want := []string{"Max file size 8388608 8388608 bytes", "Max open files 64 64 files"}
 	if got := strings.Split(strings.TrimSpace(out.Stdout.String()), "\n"); len(got) != 3 || !strings.HasSuffix(got[0], "EMFILE") || !slices.Equal(got[1:], want) {
 		t.Errorf("rlimits: %q, want EMFILE and %q", got, want)
 	}
@@ -215,7 +232,8 @@ func TestPoolBindsLimits(t *testing.T) {
 
 // TestPoolColdReasons checks which calls the pool does not serve, and that they run cold and say why.
 func TestPoolColdReasons(t *testing.T) {
-	rt, _, probe := newPooledRuntime(t, containerd.Config{Pool: containerd.PoolConfig{MaxSize: 1, MaxProfiles: 2}, Ceiling: sandbox.Limits{NoFile: 2048}})
+	// No ceiling on open files: a pooled container has the default (1024), and a call may ask for more.
+	rt, _, probe := newPooledRuntime(t, containerd.Config{Pool: containerd.PoolConfig{MaxSize: 1, MaxProfiles: 2}})
 	ws := workspace(t)
 	other := filepath.Join(t.TempDir(), "f")
 	if err := os.WriteFile(other, nil, 0o644); err != nil {
@@ -279,14 +297,16 @@ func TestPoolInitMessagesCannotBeForged(t *testing.T) {
 // that container only, is unmounted from the host's slot when the call ends, and a pooled container's
 // /workspace receives mounts from the host but cannot send any back.
 func TestPoolWorkspaceSlot(t *testing.T) {
-	rt, d, probe := newPooledRuntime(t, containerd.Config{})
+	stateDir := filepath.Join(ctrtest.ShortTempDir(t), "state")
+	rt, _, probe := newPooledRuntime(t, containerd.Config{StateDir: stateDir})
 	ws1, ws2 := workspace(t), workspace(t)
 	for ws, name := range map[string]string{ws1: "one", ws2: "two"} {
 		if err := os.WriteFile(filepath.Join(ws, name), nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// Two calls at once, each in its own workspace: each sees its own files only.
+	// Two calls at once, each in its own workspace: each sees its own files only. The second waits for a
+	// ready container only once the first runs, so that both run warm.
 	release := filepath.Join(ws1, "go")
 	var wg sync.WaitGroup
 	outs := make([]sandbox.Outcome, 2)
@@ -301,17 +321,17 @@ func TestPoolWorkspaceSlot(t *testing.T) {
 			defer wg.Done()
 			outs[i], _ = rt.Run(context.Background(), spec)
 		}()
-	}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		r1, _ := filepath.Glob(filepath.Join(ws1, "ready-*"))
-		r2, _ := filepath.Glob(filepath.Join(ws2, "ready-*"))
-		if len(r1) > 0 && len(r2) > 0 || time.Now().After(deadline) {
-			break
+		deadline := time.Now().Add(time.Minute)
+		for {
+			if r, _ := filepath.Glob(filepath.Join(ws, "ready-*")); len(r) > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("call %d never started", i)
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
-	stateDir := filepath.Join(filepath.Dir(filepath.Dir(d.Address())), "state")
 	mounted := slotMounts(t, stateDir)
 	if len(mounted) < 2 {
 		t.Errorf("while two calls run, the slots hold %d workspace mounts: %q", len(mounted), mounted)
@@ -320,11 +340,15 @@ func TestPoolWorkspaceSlot(t *testing.T) {
 		t.Fatal(err)
 	}
 	wg.Wait()
-	for i, want := range []string{"one master ", "two master "} {
-		// Only the workspace's own file, and the workspace mount (the top one at /workspace) a slave of
-		// the host's: the container receives, never sends.
-		if got := outs[i].Stdout.String(); !strings.HasPrefix(got, strings.Fields(want)[0]+" ") || !strings.Contains(got, "master") || strings.Contains(got, "shared") {
-			t.Errorf("call %d: %q, want %q (only its own file, slave mounts)", i, got, want)
+	for i, want := range []string{"one", "two"} {
+		if !outs[i].Warm {
+			t.Errorf("call %d ran cold (%s)", i, outs[i].ColdReason)
+		}
+		// Only the workspace's own file, and no mount at /workspace shared with the host: the container
+		// receives mounts, never sends them (whether the top one shows a master depends on how the host
+		// mounted the workspace's filesystem).
+		if got := outs[i].Stdout.String(); !strings.HasPrefix(got, want+" ") || strings.Contains(got, "shared") {
+			t.Errorf("call %d: %q, want %q and no shared mount", i, got, want)
 		}
 	}
 	if left := slotMounts(t, stateDir); len(left) > 0 {
