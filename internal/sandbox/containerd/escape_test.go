@@ -1,6 +1,7 @@
 package containerd_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -100,7 +101,12 @@ type suite struct {
 	heapGrowth int64
 	imageOnce  sync.Once
 	imageName  string
+	// pooled runs the suite's calls in the warm pool's containers (TOOLPOOL_TEST_POOL=1).
+	pooled bool
 }
+
+// envTestPool, set to 1, runs the escape suite against pooled containers: `make test-escape` does.
+const envTestPool = "TOOLPOOL_TEST_POOL"
 
 // image returns the probe image, imported on first use.
 func (s *suite) image(t *testing.T) string {
@@ -119,7 +125,13 @@ func newSuite(t *testing.T) *suite {
 		t.Setenv(k, v) // before the daemon starts, so containerd and every shim carry it
 	}
 	s := &suite{probe: buildProbe(t), namespace: "toolpool-test", stateDir: filepath.Join(ctrtest.ShortTempDir(t), "state")}
-	s.rt, s.daemon = ctrtest.NewRuntime(t, containerd.Config{Namespace: s.namespace, StateDir: s.stateDir})
+	cfg := containerd.Config{Namespace: s.namespace, StateDir: s.stateDir}
+	if s.pooled = os.Getenv(envTestPool) == "1"; s.pooled {
+		// The probe is the pool's init: every call of the suite mounts it where the pool does, so each one
+		// that the pool can serve runs in a pooled container (runIn checks that it did).
+		cfg.Pool = containerd.PoolConfig{MaxSize: 2, InitBinary: s.probe, InitPath: probePath}
+	}
+	s.rt, s.daemon = ctrtest.NewRuntime(t, cfg)
 	if err := s.rt.EnsureMountPoint(probePath, false); err != nil {
 		t.Fatal(err)
 	}
@@ -207,13 +219,24 @@ func (s *suite) runIn(t *testing.T, ws, cwd, cmd string, lim sandbox.Limits) san
 	t.Helper()
 	spec := s.spec(ws, cmd, lim)
 	spec.Cwd = cwd
+	if s.pooled {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		err := s.rt.WaitWarm(ctx, spec)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 	stop := sampleHeap()
 	out, err := s.rt.Run(context.Background(), spec)
 	s.heapGrowth = stop()
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	s.assertGone(t, spec.ID)
+	if s.pooled && !out.Warm && out.ColdReason != containerd.ColdLimits {
+		t.Errorf("the call ran cold (%s): the pooled suite must run it warm", out.ColdReason)
+	}
+	s.assertGone(t, cmp.Or(out.ContainerID, spec.ID))
 	return out
 }
 
@@ -333,7 +356,7 @@ func TestEscape(t *testing.T) {
 				if err != nil {
 					t.Fatalf("Run: %v", err)
 				}
-				s.assertGone(t, spec.ID)
+				s.assertGone(t, cmp.Or(out.ContainerID, spec.ID))
 				lines("uid=65532 euid=65532 gid=65532 egid=65532 capeff=0000000000000000")(t, s, ws, out)
 			}},
 		// --- Kernel attack surface (seccomp and capabilities).
