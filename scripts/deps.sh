@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs containerd and runc from Debian's packages when they are missing, and the clients the egress
+# Installs containerd, runc and crun (the faster OCI runtime the worker can run through the runc shim) from
+# Debian's packages when they are missing, and the clients the egress
 # tests run inside containers from the host's /usr (git, curl, python3-pip; Node and Go come with the image).
 set -euo pipefail
 missing=()
@@ -7,6 +8,7 @@ command -v containerd >/dev/null || missing+=(containerd)
 command -v containerd-shim-runc-v2 >/dev/null || missing+=(containerd)
 command -v ctr >/dev/null || missing+=(containerd)   # the fault tests list containers with it
 command -v runc >/dev/null || missing+=(runc)
+command -v crun >/dev/null || missing+=(crun)
 command -v curl >/dev/null || missing+=(curl)
 [ -x /usr/bin/git ] && [ -x /usr/lib/git-core/git-http-backend ] || missing+=(git)
 /usr/bin/python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
@@ -21,7 +23,7 @@ fi
 echo "installing ${missing[*]} from Debian's packages..." >&2
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-apt-get install -y -qq --no-install-recommends containerd runc curl ca-certificates prometheus git python3-pip >/dev/null
+apt-get install -y -qq --no-install-recommends containerd runc crun curl ca-certificates prometheus git python3-pip >/dev/null
 # Only promtool is wanted from the prometheus package: do not leave its server running on a systemd host.
 if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
   systemctl disable --now prometheus prometheus-node-exporter >/dev/null 2>&1 || true
@@ -29,3 +31,4 @@ fi
 # The containerd package's own service is not used: toolpool's worker runs a private containerd.
 containerd --version >&2
 runc --version | head -1 >&2
+crun --version | head -1 >&2

@@ -63,7 +63,7 @@ func crunUnusable() string {
 		return ""
 	}
 	if c := strings.TrimSpace(string(b)); c != "" {
-		return fmt.Sprintf("this host mixes cgroup v1 and v2 and its v2 hierarchy holds the %s controller, which crun before 1.9 refuses; mount the v1 hierarchy of it (scripts/deps.sh does) or use runc", c)
+		return fmt.Sprintf("this host mixes cgroup v1 and v2 and its v2 hierarchy holds the %s controller, which crun before 1.9 refuses; boot the host with cgroup v1 or v2 alone, install crun 1.9 or later, or use runc", c)
 	}
 	return ""
 }
