@@ -475,7 +475,11 @@ func (p *pool) toCreate(now time.Time) []profileKey {
 // closed or the profile was forgotten meanwhile).
 func (r *Runtime) fillSlot(ctx context.Context, key profileKey) {
 	p := r.pool
-	s, err := r.createSlot(ctx, key)
+	// A creation runs to its end even when the pool stops meanwhile (closePool waits for it and destroys
+	// what it made): one cut short would leave a task, a shim and a cgroup that no one knows of.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	s, err := r.createSlot(cctx, key)
+	cancel()
 	p.mu.Lock()
 	p.creating--
 	pr := p.profiles[key]

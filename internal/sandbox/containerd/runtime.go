@@ -691,8 +691,20 @@ func (r *Runtime) remove(ctx context.Context, container containerd.Container, ta
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	var errs []error
+	if task == nil {
+		// A creation cut short may have left a task its caller never got.
+		if t, err := container.Task(cctx, nil); err == nil {
+			task = t
+		}
+	}
 	if task != nil {
-		if _, err := task.Delete(cctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+		_, err := task.Delete(cctx, containerd.WithProcessKill)
+		if err != nil && !errdefs.IsNotFound(err) && stopTask(cctx, task) == nil {
+			// The shim refused ("cannot delete a running process"): the kill's exit had not reached it
+			// yet. Once the task reports stopped, delete it again.
+			_, err = task.Delete(cctx)
+		}
+		if err != nil && !errdefs.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("delete task %s: %w", task.ID(), err))
 		}
 	}
@@ -700,6 +712,29 @@ func (r *Runtime) remove(ctx context.Context, container containerd.Container, ta
 		errs = append(errs, fmt.Errorf("delete container %s: %w", container.ID(), err))
 	}
 	return errors.Join(errs...)
+}
+
+// stopTask kills every process of task and waits, until ctx ends, for the shim to report it stopped.
+func stopTask(ctx context.Context, task containerd.Task) error {
+	if err := task.Kill(ctx, syscall.SIGKILL, containerd.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("kill task %s: %w", task.ID(), err)
+	}
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		st, err := task.Status(ctx)
+		if err != nil {
+			return fmt.Errorf("status of task %s: %w", task.ID(), err)
+		}
+		if st.Status == containerd.Stopped {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for task %s to stop: %w", task.ID(), ctx.Err())
+		case <-t.C:
+		}
+	}
 }
 
 // Containers lists the ids of the containers this runtime's worker owns; tests use it to prove that nothing
