@@ -162,6 +162,11 @@ func Main(stderr io.Writer) int {
 		fmt.Fprintf(stderr, "toolpool: cannot change to the working directory %s: it does not exist or is not a directory\n", req.Cwd)
 		return ExitCwd
 	}
+	if req.Cwd != WorkspacePath {
+		// What the cold path's trampoline (`cd` in sh, then exec) leaves in the environment: the logical
+		// working directory, and the one it left.
+		req.Env = setEnv(setEnv(req.Env, "OLDPWD", WorkspacePath), "PWD", req.Cwd)
+	}
 	prog, err := lookPath(req.Argv[0], env(req.Env, "PATH"))
 	if errors.Is(err, unix.ENOENT) {
 		return fail(ExitNoProgram, "exec %s: %v", req.Argv[0], err)
@@ -230,6 +235,17 @@ func closeFrom(fd int) {
 	for i := fd; i < top; i++ {
 		_ = unix.Close(i)
 	}
+}
+
+// setEnv returns list with key set to value (every earlier entry of key removed).
+func setEnv(list []string, key, value string) []string {
+	out := make([]string, 0, len(list)+1)
+	for _, kv := range list {
+		if k, _, _ := strings.Cut(kv, "="); k != key {
+			out = append(out, kv)
+		}
+	}
+	return append(out, key+"="+value)
 }
 
 func env(list []string, key string) string {
