@@ -20,7 +20,10 @@ import (
 // busy; after the fault, every accepted call must have exactly one final state and no file more than one
 // line: no mutating call ran twice.
 
-const faultWorkerConfig = "heartbeat: 300ms\n"
+// faultWorkerConfig turns the warm pool off: the fault tests prove that nothing is left by counting every
+// container of the worker's containerd, and a pool's ready containers are there by design (the pool's own
+// crash recovery is TestPoolOrphansAfterCrash's, in internal/sandbox/containerd).
+const faultWorkerConfig = "heartbeat: 300ms\npool: {max_size: 0}\n"
 const faultQueueConfig = "  queue_timeout: 5m\nqueue:\n  ack_wait: 2s\n"
 
 // appendCall is a mutating call that records its run in count-<n> and then sleeps for sleep seconds. The

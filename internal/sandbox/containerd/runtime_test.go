@@ -269,7 +269,7 @@ func TestNoLeaks(t *testing.T) {
 		pool bool
 	}{
 		{name: "cold", n: 300}, // hundreds of calls, a quarter of them timeouts and a quarter failures
-		{name: "pooled", n: 120, pool: true},
+		{name: "pooled", n: 80, pool: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) { testNoLeaks(t, tc.n, tc.pool) })
 	}
