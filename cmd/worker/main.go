@@ -28,6 +28,7 @@ import (
 	"github.com/toolpool/toolpool/internal/audit"
 	"github.com/toolpool/toolpool/internal/metrics"
 	"github.com/toolpool/toolpool/internal/queue/jetstream"
+	"github.com/toolpool/toolpool/internal/sandbox"
 	"github.com/toolpool/toolpool/internal/sandbox/containerd"
 	"github.com/toolpool/toolpool/internal/sandbox/sandboxinit"
 	"github.com/toolpool/toolpool/internal/tools"
@@ -304,6 +305,9 @@ func run(args []string) (retErr error) {
 		return err
 	}
 	defer rt.Close()
+	// The first call of the usual profile (the worker's root filesystem, default limits) finds a container
+	// ready; other profiles warm up from their first call.
+	rt.Prewarm(sandbox.Spec{Image: cfg.Image})
 	// Draining a worker drains its pool: no idle containers are kept for calls that will not come.
 	go func() {
 		<-ctx.Done()

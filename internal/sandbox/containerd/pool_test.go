@@ -105,6 +105,8 @@ func TestPoolLateBinding(t *testing.T) {
 		{name: "missing working directory", spec: sandbox.Spec{Argv: []string{"pwd"}, Cwd: "/workspace/missing"}, exit: 126,
 			stderr: "toolpool: cannot change to the working directory /workspace/missing: it does not exist or is not a directory\n"},
 		{name: "working directory through a symlink to /", spec: sandbox.Spec{Argv: []string{"pwd"}, Cwd: "/workspace/up/etc"}, exit: 0},
+		{name: "the environment a working directory leaves", exit: 0,
+			spec: sandbox.Spec{Argv: []string{"/bin/sh", "-c", "pwd; env | grep -E '^(OLD)?PWD=' | sort"}, Cwd: "/workspace/up/etc"}},
 	}
 	if err := os.Symlink("/", filepath.Join(ws, "up")); err != nil {
 		t.Fatal(err)
@@ -133,6 +135,9 @@ func TestPoolLateBinding(t *testing.T) {
 				if c.wantErr == nil && (outs[i].ExitCode != c.exit || outs[i].Stderr.String() != c.stderr) {
 					t.Errorf("%s: exit %d stderr %q, want %d %q", name, outs[i].ExitCode, outs[i].Stderr.String(), c.exit, c.stderr)
 				}
+			}
+			if w, c := outs[0].Stdout.String(), outs[1].Stdout.String(); w != c {
+				t.Errorf("warm stdout %q, cold %q: a call can tell where it ran", w, c)
 			}
 		})
 	}
