@@ -608,13 +608,11 @@ func TestPoolRemoveOrphansSparesPool(t *testing.T) {
 	}
 }
 
-// Environment of the pool crash helper, TestPoolCrashHelper run as a child process.
+// Environment of the pool crash helper, TestPoolCrashHelper run as a child process, on top of the crash
+// helper's envAddress, envStateDir and envWorkspace.
 const (
 	envPoolCrash     = "TOOLPOOL_POOL_CRASH_HELPER"
 	envPoolProbe     = "TOOLPOOL_POOL_CRASH_PROBE"
-	envPoolAddress   = "TOOLPOOL_POOL_CRASH_ADDRESS"
-	envPoolStateDir  = "TOOLPOOL_POOL_CRASH_STATE"
-	envPoolWorkspace = "TOOLPOOL_POOL_CRASH_WS"
 	envPoolNamespace = "TOOLPOOL_POOL_CRASH_NS"
 )
 
@@ -626,7 +624,7 @@ func TestPoolCrashHelper(t *testing.T) {
 	}
 	probe := os.Getenv(envPoolProbe)
 	rt, err := containerd.New(context.Background(), containerd.Config{
-		Address: os.Getenv(envPoolAddress), Namespace: os.Getenv(envPoolNamespace), StateDir: os.Getenv(envPoolStateDir),
+		Address: os.Getenv(envAddress), Namespace: os.Getenv(envPoolNamespace), StateDir: os.Getenv(envStateDir),
 		UID: ctrtest.SandboxUID, GID: ctrtest.SandboxGID, WorkerID: "pool-crash-worker", ShimGroups: 1,
 		RuntimeBinary: os.Getenv("TOOLPOOL_TEST_RUNTIME_BINARY"),
 		Pool:          containerd.PoolConfig{MaxSize: 3, InitBinary: probe, InitPath: probePath},
@@ -634,7 +632,7 @@ func TestPoolCrashHelper(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec := warmSpec(probe, os.Getenv(envPoolWorkspace), "echo started > /workspace/started; sleep 4711")
+	spec := warmSpec(probe, os.Getenv(envWorkspace), "echo started > /workspace/started; sleep 4711")
 	spec.Limits.Timeout = 10 * time.Minute
 	for range 3 {
 		rt.Prewarm(spec)
@@ -658,8 +656,8 @@ func TestPoolOrphansAfterCrash(t *testing.T) {
 	}
 	cmd := exec.Command(os.Args[0], "-test.run", "^TestPoolCrashHelper$")
 	ns := fmt.Sprintf("tp-pool-crash-%d", os.Getpid())
-	cmd.Env = append(os.Environ(), envPoolCrash+"=1", envPoolProbe+"="+buildProbe(t), envPoolAddress+"="+d.Address(),
-		envPoolStateDir+"="+stateDir, envPoolWorkspace+"="+ws, envPoolNamespace+"="+ns)
+	cmd.Env = append(os.Environ(), envPoolCrash+"=1", envPoolProbe+"="+buildProbe(t), envAddress+"="+d.Address(),
+		envStateDir+"="+stateDir, envWorkspace+"="+ws, envPoolNamespace+"="+ns)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
