@@ -8,8 +8,9 @@ TEST_TIMEOUT ?= 40m
 # CONTAINER_PKGS are the packages whose tests start containers. make test runs them after the others, one
 # package at a time (-p 1): go test otherwise runs as many packages at once as there are CPUs, and the escape
 # suite's fork bomb, 2 GiB output flood and memory hog would share the cores with the end-to-end suite's
-# timing checks.
-CONTAINER_PKGS := ./internal/sandbox/containerd/... ./test/e2e/...
+# timing checks; the cluster test's three NATS servers, two dispatchers and three workers with theirs; and
+# test/oracle, the policy oracle's corpus run in containers under strace.
+CONTAINER_PKGS := ./internal/sandbox/containerd/... ./test/e2e/... ./test/cluster/... ./test/oracle/...
 # FUZZTIME is how long make test (and make fuzz) runs each fuzz target.
 FUZZTIME ?= 20s
 
@@ -36,7 +37,7 @@ test: deps
 	@bash scripts/check-fmt.sh
 	@bash scripts/check-observability.sh
 	@bash scripts/check-helm.sh
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list $(PKGS) | grep -v -e /internal/sandbox/containerd -e /test/e2e)
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list $(PKGS) | grep -v -e /internal/sandbox/containerd -e /test/e2e -e /test/cluster -e /test/oracle)
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -p 1 $(CONTAINER_PKGS)
 	@FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh
 
@@ -54,9 +55,12 @@ test-escape: deps
 fuzz:
 	@FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh
 
-## bench: sandbox and end-to-end benchmarks (speed and memory targets are measured here)
+## bench: sandbox and end-to-end benchmarks (speed and memory targets are measured here), then `toolpool
+## bench` at concurrency 16 for CLUSTER_BENCH (30s) against the three-server cluster with three workers
+CLUSTER_BENCH ?= 30s
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime 100x -timeout 30m ./internal/sandbox/containerd/ ./test/e2e/
+	TOOLPOOL_CLUSTER_BENCH=$(CLUSTER_BENCH) $(GO) test -count=1 -v -run '^TestClusterBench$$' -timeout 30m ./test/cluster/
 
 lint:
 	$(GO) vet $(PKGS)

@@ -13,6 +13,7 @@ command -v curl >/dev/null || missing+=(curl)
 [ -x /usr/bin/git ] && [ -x /usr/lib/git-core/git-http-backend ] || missing+=(git)
 /usr/bin/python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 command -v promtool >/dev/null || missing+=(prometheus)   # promtool checks the metrics and alert rules
+command -v strace >/dev/null || missing+=(strace)         # the policy oracle traces shells in the sandbox
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi
@@ -23,7 +24,7 @@ fi
 echo "installing ${missing[*]} from Debian's packages..." >&2
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-apt-get install -y -qq --no-install-recommends containerd runc crun curl ca-certificates prometheus git python3-pip >/dev/null
+apt-get install -y -qq --no-install-recommends containerd runc crun curl ca-certificates prometheus git python3-pip strace >/dev/null
 # Only promtool is wanted from the prometheus package: do not leave its server running on a systemd host.
 if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
   systemctl disable --now prometheus prometheus-node-exporter >/dev/null 2>&1 || true

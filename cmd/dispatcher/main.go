@@ -41,7 +41,9 @@ type config struct {
 	LogLevel   string            `yaml:"log_level"`
 	API        dispatcher.Config `yaml:"api"`
 	Queue      jetstream.Config  `yaml:"queue"`
-	Metrics    metrics.Options   `yaml:"metrics"`
+	// Reconciler settles the calls no worker will (every replica runs one).
+	Reconciler dispatcher.ReconcilerConfig `yaml:"reconciler"`
+	Metrics    metrics.Options             `yaml:"metrics"`
 	Tools      struct {
 		Custom []tools.CustomTool `yaml:"custom"`
 	} `yaml:"tools"`
@@ -51,7 +53,8 @@ func defaults() config {
 	return config{
 		Listen: "127.0.0.1:8080", DataDir: "/var/lib/toolpool/dispatcher", NATSListen: "127.0.0.1:4222",
 		NATSSync: "always", LogLevel: "info", API: dispatcher.DefaultConfig(), Queue: jetstream.DefaultConfig(),
-		Metrics: metrics.Options{TenantLabel: true, MaxTenants: metrics.DefaultMaxTenants},
+		Reconciler: dispatcher.DefaultReconcilerConfig(),
+		Metrics:    metrics.Options{TenantLabel: true, MaxTenants: metrics.DefaultMaxTenants},
 	}
 }
 
@@ -70,7 +73,24 @@ func (c *config) validate() error {
 	if err := c.API.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	// A call stays in the queue while it waits and while it runs: the queue must keep it longer than both.
+	if longest := c.API.QueueTimeout + c.API.MaxTimeout; c.Queue.MaxAge <= longest {
+		errs = append(errs, fmt.Errorf("queue max_age %s must be longer than api queue_timeout plus api max_timeout (%s): raise queue.max_age or lower those", c.Queue.MaxAge, longest))
+	}
+	if c.Reconciler.Interval <= 0 || c.Reconciler.Grace <= 0 || c.Reconciler.InFlightAge < 0 {
+		errs = append(errs, errors.New("reconciler interval and grace must be positive, in_flight_age not negative"))
+	}
 	return errors.Join(errs...)
+}
+
+// checkMessageSize refuses a request body limit that would let a call outgrow one queue message.
+func checkMessageSize(maxBody, maxMessage int64) error {
+	const overhead = 16 << 10 // the call's other fields and the message headers
+	if maxBody+overhead > maxMessage {
+		return fmt.Errorf("api max_body_bytes %d leaves no room in the NATS server's max payload of %d bytes (a call's arguments travel in one message): set api.max_body_bytes to at most %d",
+			maxBody, maxMessage, maxMessage-overhead)
+	}
+	return nil
 }
 
 // allowRulesKey names the approve-always rules in the shared state bucket.
@@ -140,8 +160,9 @@ func loadConfig(args []string) (config, error) {
 
 // shareAllowRules keeps pstore's approve-always rules in the state bucket that every replica shares, so
 // that they survive a restart: it applies the stored rules, shortly after it returns, and whatever another
-// replica stores later, until ctx ends; persist stores pstore's rules after one was added here.
-func shareAllowRules(ctx context.Context, conn *jetstream.Conn, pstore *policy.Store, log *slog.Logger) (persist func(), err error) {
+// replica stores later, until ctx ends. The rule book it returns adds a rule to the shared list by
+// compare-and-set, so that replicas adding rules at once keep them all.
+func shareAllowRules(ctx context.Context, conn *jetstream.Conn, pstore *policy.Store, log *slog.Logger) (*dispatcher.SharedRules, error) {
 	if err := conn.WatchState(ctx, allowRulesKey, func(b []byte) {
 		var rules []policy.AllowRule
 		if err := json.Unmarshal(b, &rules); err != nil {
@@ -154,15 +175,7 @@ func shareAllowRules(ctx context.Context, conn *jetstream.Conn, pstore *policy.S
 	}); err != nil {
 		return nil, err
 	}
-	return func() {
-		b, err := json.Marshal(pstore.AllowRules())
-		if err == nil {
-			err = conn.PutState(context.WithoutCancel(ctx), allowRulesKey, b)
-		}
-		if err != nil {
-			log.Error("persist approve-always rules", "error", err)
-		}
-	}, nil
+	return dispatcher.NewSharedRules(conn, allowRulesKey, pstore), nil
 }
 
 func run(args []string) error {
@@ -216,6 +229,9 @@ func run(args []string) error {
 		return err
 	}
 	defer conn.Close()
+	if err := checkMessageSize(cfg.API.MaxBodyBytes, conn.MaxMessage()); err != nil {
+		return err
+	}
 	dm.WatchNATS(conn.Ready)
 	dm.WatchQueue(func(ctx context.Context) (uint64, time.Duration, error) {
 		st, err := conn.State(ctx)
@@ -240,17 +256,19 @@ func run(args []string) error {
 			})
 		}()
 	}
-	persistRules, err := shareAllowRules(ctx, conn, pstore, log)
+	rules, err := shareAllowRules(ctx, conn, pstore, log)
 	if err != nil {
 		return err
 	}
 
 	// The call store, decorated: audit log, then metrics, then tracing (outermost).
 	audited := audit.Wrap(conn, conn, func(err error) { log.Warn("write audit event", "error", err) })
+	store := tracing.TraceStore(metrics.ObserveStore(audited, dm))
+	publisher := tracing.TracePublisher(conn)
 	api, err := dispatcher.New(cfg.API,
 		dispatcher.Deps{
-			Store:     tracing.TraceStore(metrics.ObserveStore(audited, dm)),
-			Publisher: tracing.TracePublisher(conn),
+			Store:     store,
+			Publisher: publisher,
 			Tools:     reg,
 			Policy:    tracing.TracePolicy(pstore),
 			Approvals: conn,
@@ -258,11 +276,26 @@ func run(args []string) error {
 		},
 		dispatcher.WithReadyChecks(conn.Ready),
 		dispatcher.WithAudit(conn, audited),
-		dispatcher.WithRuleBook(pstore, persistRules),
+		dispatcher.WithRuleBook(rules, nil),
+		dispatcher.WithOutputs(conn),
+		dispatcher.WithClock(conn.Now),
 	)
 	if err != nil {
 		return err
 	}
+	rcfg := cfg.Reconciler
+	if rcfg.InFlightAge == 0 {
+		rcfg.InFlightAge = 2 * conn.AckWait()
+	}
+	rcfg.WaitingAge = cfg.API.QueueTimeout
+	reconciler, err := dispatcher.NewReconciler(rcfg, dispatcher.ReconcilerDeps{
+		Store: store, Backlog: conn, LeaseHeld: conn.LeaseHeld, Approvals: conn, Publisher: publisher, Tools: reg,
+		Log: log.With("part", "reconciler"), Now: conn.Now,
+	})
+	if err != nil {
+		return err
+	}
+	go reconciler.Run(ctx)
 	root := http.NewServeMux()
 	root.Handle("GET /metrics", metrics.Handler(promReg))
 	root.Handle("/", tracing.HTTPHandler(dm.InstrumentHTTP(api.Handler())))

@@ -37,14 +37,14 @@ func startReplica(t *testing.T, natsURL string) *replica {
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	pstore := policy.NewStore(policy.Default(), policy.KnownTools(reg.Names()...))
-	persist, err := shareAllowRules(ctx, conn, pstore, log)
+	rules, err := shareAllowRules(ctx, conn, pstore, log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := dispatcher.DefaultConfig()
 	cfg.Tenants = []dispatcher.Tenant{{Name: "acme", Tokens: []dispatcher.Token{{Token: approverToken, Role: dispatcher.RoleApprover}}}}
 	api, err := dispatcher.New(cfg, dispatcher.Deps{Store: conn, Publisher: conn, Tools: reg, Policy: pstore, Approvals: conn, Log: log},
-		dispatcher.WithRuleBook(pstore, persist))
+		dispatcher.WithRuleBook(rules, nil))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -162,11 +162,14 @@ func reportBench(c *client, all []benchResult, elapsed time.Duration, concurrenc
 	counts := map[string]int{}
 	var lat []time.Duration
 	seen := map[string]call.Status{}
-	var problems []string
+	var problems, requestErrors []string
 	for _, r := range all {
 		switch {
 		case r.err != nil:
 			counts["request_error"]++
+			if counts["request_error"] <= 3 {
+				requestErrors = append(requestErrors, r.err.Error())
+			}
 		default:
 			counts[string(r.status)]++
 			lat = append(lat, r.latency)
@@ -206,6 +209,9 @@ func reportBench(c *client, all []benchResult, elapsed time.Duration, concurrenc
 		parts = append(parts, fmt.Sprintf("%s %d", k, counts[k]))
 	}
 	fmt.Fprintf(stdout, "final states %s\n", strings.Join(parts, ", "))
+	for _, e := range requestErrors {
+		fmt.Fprintln(stdout, "request error", e)
+	}
 	if len(problems) > 0 {
 		for _, p := range problems[:min(len(problems), 20)] {
 			fmt.Fprintln(stdout, "PROBLEM", p)

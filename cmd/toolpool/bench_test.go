@@ -100,7 +100,7 @@ func TestBench(t *testing.T) {
 			code: 1, polled: 3, stdout: []string{"PROBLEM call c_1 was ok, now reads error"}},
 		{name: "failed requests fail the bench", args: []string{"--requests", "2"},
 			api:  benchConfig{postErr: http.StatusServiceUnavailable},
-			code: 1, stdout: []string{"final states request_error 2\n", "exactly one final state for 0 of 0 calls"}},
+			code: 1, stdout: []string{"final states request_error 2\n", "request error ", "exactly one final state for 0 of 0 calls"}},
 		{name: "an unknown mix is a usage error", args: []string{"--mix", "shell,compile=2"}, code: 2, noCalls: true},
 		{name: "a weight that is not a number is a usage error", args: []string{"--mix", "shell=many"}, code: 2, noCalls: true},
 		{name: "no concurrency is a usage error", args: []string{"--concurrency", "0"}, code: 2, noCalls: true},

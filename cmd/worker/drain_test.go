@@ -79,8 +79,8 @@ func TestDrain(t *testing.T) {
 				t.Fatal(err)
 			}
 			log := slog.New(slog.NewTextHandler(io.Discard, nil))
-			w, err := worker.New(worker.Config{ID: "worker-1", WorkspacesDir: t.TempDir(), Heartbeat: time.Second, UID: 65532, GID: 65532},
-				rt, conn, reg, log)
+			w, err := worker.New(worker.Config{ID: "worker-1", WorkspacesDir: t.TempDir(), Heartbeat: time.Second, AckWait: conn.AckWait(),
+				MaxDeliver: conn.MaxDeliver(), Now: conn.Now, UID: 65532, GID: 65532}, rt, conn, reg, log, worker.WithLeases(conn))
 			if err != nil {
 				t.Fatal(err)
 			}

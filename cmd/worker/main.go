@@ -49,14 +49,16 @@ type config struct {
 	// is installed and works on this host, runc otherwise); empty leaves the shim's default, runc.
 	RuntimeBinary string `yaml:"runtime_binary"`
 	// Pool is the warm pool of containers created ahead of their calls.
-	Pool           poolConfig      `yaml:"pool"`
-	DataDir        string          `yaml:"data_dir"`
-	WorkspacesDir  string          `yaml:"workspaces_dir"`
-	Slots          int             `yaml:"slots"`
-	Listen         string          `yaml:"listen"`
-	UID            uint32          `yaml:"uid"`
-	GID            uint32          `yaml:"gid"`
-	Heartbeat      time.Duration   `yaml:"heartbeat"`
+	Pool          poolConfig    `yaml:"pool"`
+	DataDir       string        `yaml:"data_dir"`
+	WorkspacesDir string        `yaml:"workspaces_dir"`
+	Slots         int           `yaml:"slots"`
+	Listen        string        `yaml:"listen"`
+	UID           uint32        `yaml:"uid"`
+	GID           uint32        `yaml:"gid"`
+	Heartbeat     time.Duration `yaml:"heartbeat"`
+	// Lease is the TTL of a running call's lease on the NATS server (default three heartbeats).
+	Lease          time.Duration   `yaml:"lease"`
 	DrainTimeout   time.Duration   `yaml:"drain_timeout"`
 	WorkspaceQuota int64           `yaml:"workspace_quota"`
 	Image          string          `yaml:"image"`
@@ -278,6 +280,18 @@ func run(args []string) (retErr error) {
 	promReg := prometheus.NewRegistry()
 	wm := metrics.NewWorker(promReg, cfg.Metrics)
 
+	lease := cfg.Lease
+	if lease == 0 {
+		lease = max(3*cfg.Heartbeat, time.Second)
+	}
+	if lease < time.Second {
+		return fmt.Errorf("lease %s is below 1s, the shortest TTL the NATS server keeps: raise lease", lease)
+	}
+	skew, err := testClockSkew()
+	if err != nil {
+		return err
+	}
+
 	address := cfg.ContainerdAddress
 	var daemon *supervisedDaemon
 	if address == "" {
@@ -321,18 +335,34 @@ func run(args []string) (retErr error) {
 	for _, msg := range rt.Warnings() {
 		log.Warn("sandbox runtime needs attention", "warning", msg)
 	}
+	// The local clock, skewed in tests only (testClockSkewEnv); every judgement of time goes by the NATS
+	// server's clock, which the connection estimates from this one.
+	localClock := func() time.Time { return time.Now().Add(skew) }
+	qcfg := jetstream.DefaultConfig()
+	qcfg.URL, qcfg.Name = cfg.NATSURL, cfg.ID
+	conn, err := connectRetry(ctx, qcfg, log, jetstream.WithLocalClock(localClock))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	// A container whose call's lease is gone is removed, whichever worker made it: a worker killed and
+	// replaced under another id leaves its containers to the replacement.
+	ownerGone := func(ctx context.Context, id string) (bool, error) {
+		held, err := conn.LeaseHeld(ctx, id)
+		return !held, err
+	}
 	removeOrphans := func() {
-		if n, err := rt.RemoveOrphans(ctx); err != nil {
+		if n, err := rt.RemoveOrphansOf(ctx, ownerGone); err != nil {
 			log.Warn("remove orphan containers", "error", err)
 		} else if n > 0 {
 			log.Info("removed orphan containers", "count", n)
 		}
 	}
 	removeOrphans()
-	// A container whose removal failed after its call finished is swept up here (calls in flight are
-	// spared).
+	// A container whose removal failed after its call finished, or whose owner's lease lapsed since, is
+	// swept up here (calls in flight are spared): once per lease.
 	go func() {
-		t := time.NewTicker(5 * time.Minute)
+		t := time.NewTicker(max(lease, time.Second))
 		defer t.Stop()
 		for {
 			select {
@@ -358,24 +388,19 @@ func run(args []string) (retErr error) {
 	if err != nil {
 		return fmt.Errorf("load tools: %w", err)
 	}
-	qcfg := jetstream.DefaultConfig()
-	qcfg.URL, qcfg.Name = cfg.NATSURL, cfg.ID
-	conn, err := connectRetry(ctx, qcfg, log)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
 	wm.WatchNATS(conn.Ready)
 	wm.WatchContainerd(rt.Ready)
 
 	// The decorators, innermost first: audit log and metrics on the store, tracing outermost; metrics and
 	// tracing on the runtime.
-	store := tracing.TraceWorkerStore(metrics.ObserveWorkerStore(
-		audit.Wrap(conn, conn, func(err error) { log.Warn("write audit event", "error", err) }), wm))
+	audited := audit.Wrap(conn, conn, func(err error) { log.Warn("write audit event", "error", err) })
+	store := tracing.TraceWorkerStore(metrics.ObserveWorkerStore(audited, wm))
 	w, err := worker.New(worker.Config{
 		ID: cfg.ID, WorkspacesDir: cfg.WorkspacesDir, RunnerBinary: runner, UID: int(cfg.UID), GID: int(cfg.GID),
-		Heartbeat: cfg.Heartbeat, WorkspaceQuota: cfg.WorkspaceQuota, Image: cfg.Image, EgressDir: filepath.Join(cfg.DataDir, "egress"), Egress: gateway,
-	}, tracing.TraceRuntime(metrics.ObserveRuntime(rt, wm)), store, reg, log)
+		Heartbeat: cfg.Heartbeat, Lease: lease, AckWait: conn.AckWait(), MaxDeliver: conn.MaxDeliver(), Now: conn.Now,
+		WorkspaceQuota: cfg.WorkspaceQuota, Image: cfg.Image, EgressDir: filepath.Join(cfg.DataDir, "egress"), Egress: gateway,
+	}, tracing.TraceRuntime(metrics.ObserveRuntime(rt, wm)), store, reg, log,
+		worker.WithLeases(conn), worker.WithOutputs(conn), worker.WithCreator(audited))
 	if err != nil {
 		return err
 	}
@@ -439,12 +464,28 @@ func consumeDraining(ctx context.Context, grace time.Duration, kill <-chan struc
 	return err
 }
 
+// testClockSkewEnv, when set to a duration ("90s", "-10m"), skews this worker's local clock: the cluster
+// test's clock-skew fault. It is read only here, in main, and never documented for operators.
+const testClockSkewEnv = "TOOLPOOL_TEST_CLOCK_SKEW"
+
+func testClockSkew() (time.Duration, error) {
+	v := os.Getenv(testClockSkewEnv)
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s=%q is not a duration: %w", testClockSkewEnv, v, err)
+	}
+	return d, nil
+}
+
 // connectRetry connects to NATS, retrying while the dispatcher that embeds it is still starting.
-func connectRetry(ctx context.Context, cfg jetstream.Config, log *slog.Logger) (*jetstream.Conn, error) {
+func connectRetry(ctx context.Context, cfg jetstream.Config, log *slog.Logger, opts ...jetstream.Option) (*jetstream.Conn, error) {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		conn, err := jetstream.Connect(cctx, cfg)
+		conn, err := jetstream.Connect(cctx, cfg, opts...)
 		cancel()
 		if err == nil {
 			return conn, nil

@@ -61,6 +61,7 @@ type Limits struct {
 	MemoryBytes int64 `json:"memory_bytes,omitempty"`
 	PIDs        int64 `json:"pids,omitempty"`
 	CPUMillis   int64 `json:"cpu_millis,omitempty"` // CPU quota in thousandths of a core
+	TmpBytes    int64 `json:"tmp_bytes,omitempty"`  // size of the call's /tmp
 	// Network grants the call's container egress. Only policy sets it; requests cannot.
 	Network bool `json:"network,omitempty"`
 	// AllowedDomains, when not nil, is the only domains the call's egress may reach (policy's allowlist);
@@ -76,6 +77,8 @@ type Decision struct {
 	Action string `json:"action"` // allow, ask, deny
 	Rule   string `json:"rule,omitempty"`
 	Reason string `json:"reason,omitempty"`
+	// Clamped says which limits the request asked for were lowered, to what and why.
+	Clamped []string `json:"clamped,omitempty"`
 }
 
 // Call is one tool invocation as it travels from the dispatcher to a worker.
@@ -188,6 +191,11 @@ type Result struct {
 	Deadline   time.Time `json:"deadline,omitzero"`
 	StartedAt  time.Time `json:"started_at,omitzero"`
 	FinishedAt time.Time `json:"finished_at,omitzero"`
+	// Stored names the output fields ("output", "stdout", "stderr") whose content a worker kept in the
+	// output store instead of the record, each with its object's name: no record outgrows a queue message.
+	// The dispatcher fills those fields from the store and answers without Stored, so clients never see
+	// it.
+	Stored map[string]string `json:"stored,omitempty"`
 }
 
 // NewResult returns the envelope of a call that has just been accepted with status s.

@@ -1,7 +1,6 @@
 package dispatcher
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -103,7 +102,7 @@ func (s *Server) decideApproval(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, "invalid_request", "approve always is not available on this dispatcher")
 			return
 		}
-		if err := s.rules.AddAllowRule(p.tenant, pc.Call.Tool, req.ArgvPrefix); err != nil {
+		if err := s.rules.AddAllowRule(r.Context(), p.tenant, pc.Call.Tool, req.ArgvPrefix); err != nil {
 			writeError(w, http.StatusBadRequest, "invalid_request", "add approve-always rule: "+err.Error())
 			return
 		}
@@ -145,19 +144,14 @@ func (s *Server) decideApproval(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.Decision == "approve" {
 		if err := s.pub.Publish(r.Context(), c); err != nil {
-			s.log.Error("publish approved call", "call_id", id, "error", err)
-			res.Fail(call.StatusError, call.ErrInternal, "toolpool could not queue the approved call")
-			res.FinishedAt = s.now().UTC()
-			if cur, gerr := s.store.Get(context.WithoutCancel(r.Context()), id); gerr == nil {
-				_, _ = s.store.Update(context.WithoutCancel(r.Context()), res, cur.Revision)
-			}
-			_ = s.approvals.DeletePending(context.WithoutCancel(r.Context()), p.tenant, id)
-			writeError(w, http.StatusServiceUnavailable, call.ErrInternal, "toolpool could not queue the approved call")
+			// The approval is recorded and the call parked still: the reconciler queues it.
+			s.log.Error("publish approved call; the reconciler queues it later", "call_id", id, "error", err)
+			s.writeCall(r.Context(), w, res)
 			return
 		}
 	}
 	_ = s.approvals.DeletePending(r.Context(), p.tenant, id)
-	writeResult(w, res)
+	s.writeCall(r.Context(), w, res)
 }
 
 func (s *Server) readAudit(w http.ResponseWriter, r *http.Request) {

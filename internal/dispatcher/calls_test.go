@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -493,7 +494,7 @@ func TestPolicyCheck(t *testing.T) {
 				t.Fatalf("HTTP %d %v: %s", r.code, err, r.body)
 			}
 			want := call.Decision{Action: string(tt.decision.Action), Rule: tt.decision.Rule, Reason: tt.decision.Reason}
-			if got.Tool != "run_shell" || got.Decision != want || got.WouldRun != tt.wouldRun {
+			if got.Tool != "run_shell" || !reflect.DeepEqual(got.Decision, want) || got.WouldRun != tt.wouldRun {
 				t.Errorf("got %+v, want decision %+v would_run %v", got, want, tt.wouldRun)
 			}
 			if reqs := h.pol.requests; len(reqs) != 1 || reqs[0].Tenant != "acme" || reqs[0].Kind != "execute" || reqs[0].Facts.Command == "" {

@@ -5,9 +5,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/toolpool/toolpool/internal/call"
+	"github.com/toolpool/toolpool/internal/policy"
 )
 
 // Roles a token can carry.
@@ -26,18 +28,32 @@ type Token struct {
 	Name string `yaml:"name,omitempty"`
 }
 
-// Tenant is one isolated customer: its calls, workspaces and policy are its own.
+// Tenant is one isolated customer: its calls, workspaces and policy are its own. How many calls a tenant
+// may have queued and running is the queue's max_pending_per_tenant, the same for every tenant and
+// enforced by the NATS server itself.
 type Tenant struct {
 	Name   string  `yaml:"name"`
 	Tokens []Token `yaml:"tokens"`
-	// MaxPending and MaxRunning bound the tenant's calls in flight; 0 means the server default.
-	MaxPending int `yaml:"max_pending,omitempty"`
+	// Posture is how much the tenant's agents may do without a person: interactive (the default),
+	// autonomous or read-only (policy.Posture, docs/policy.md).
+	Posture string `yaml:"posture,omitempty"`
+}
+
+// Ceilings are the most any request may ask for, whatever policy allows: a request above one is
+// refused with 422. Timeouts and output are clamped instead (MaxTimeout, MaxOutputBytes), and the
+// decision says so. Zero means "no ceiling" for that field.
+type Ceilings struct {
+	MemoryBytes int64 `yaml:"memory_bytes"`
+	CPUMillis   int64 `yaml:"cpu_millis"`
+	PIDs        int64 `yaml:"pids"`
+	TmpBytes    int64 `yaml:"tmp_bytes"`
 }
 
 // Config configures the HTTP API.
 type Config struct {
 	Tenants []Tenant `yaml:"tenants"`
-	// MaxBodyBytes bounds a request body.
+	// MaxBodyBytes bounds a request body. A call's arguments travel in one queue message, so it must stay
+	// below the NATS server's max payload (1 MiB on a stock server); the dispatcher checks at start.
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 	// DefaultTimeout is a call's timeout when the request names none; MaxTimeout the most a request may ask.
 	DefaultTimeout time.Duration `yaml:"default_timeout"`
@@ -51,18 +67,21 @@ type Config struct {
 	QueueTimeout time.Duration `yaml:"queue_timeout"`
 	// ApprovalTTL is how long a call waits for approval before it ends expired.
 	ApprovalTTL time.Duration `yaml:"approval_ttl"`
+	// Ceilings bound the resources a request may ask for (memory_bytes, cpu_millis, pids, tmp_bytes).
+	Ceilings Ceilings `yaml:"ceilings"`
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{
-		MaxBodyBytes:   8 << 20,
+		MaxBodyBytes:   960 << 10,
 		DefaultTimeout: 60 * time.Second,
 		MaxTimeout:     30 * time.Minute,
 		MaxWait:        5 * time.Minute,
 		MaxOutputBytes: 1 << 20,
 		QueueTimeout:   10 * time.Minute,
 		ApprovalTTL:    time.Hour,
+		Ceilings:       Ceilings{MemoryBytes: 2 << 30, CPUMillis: 4000, PIDs: 1024, TmpBytes: 1 << 30},
 	}
 }
 
@@ -83,6 +102,9 @@ func (c *Config) Validate() error {
 		seen[t.Name] = true
 		if len(t.Tokens) == 0 {
 			return fmt.Errorf("tenant %q has no tokens", t.Name)
+		}
+		if _, err := policy.ParsePosture(t.Posture); err != nil {
+			return fmt.Errorf("tenant %q: %w", t.Name, err)
 		}
 		for j, tok := range t.Tokens {
 			h, err := tok.hash()
@@ -113,6 +135,8 @@ func (c *Config) Validate() error {
 		return errors.New("queue_timeout must be positive")
 	case c.MaxOutputBytes < 1024:
 		return fmt.Errorf("max_output_bytes %d is below 1024", c.MaxOutputBytes)
+	case c.Ceilings.MemoryBytes < 0 || c.Ceilings.CPUMillis < 0 || c.Ceilings.PIDs < 0 || c.Ceilings.TmpBytes < 0:
+		return errors.New("ceilings must not be negative: write a positive number, or 0 for no ceiling")
 	}
 	return nil
 }
@@ -135,4 +159,25 @@ func (t Token) hash() (string, error) {
 	default:
 		return "", errors.New("give token, or sha256 as 64 hex digits")
 	}
+}
+
+// check refuses a request that asks for more than a ceiling allows, with a 422 that says how much it
+// may ask for.
+func (c Ceilings) check(req *callRequest) *requestError {
+	for _, f := range []struct {
+		name       string
+		asked, max int64
+		unit       string
+	}{
+		{"memory_bytes", req.MemoryBytes, c.MemoryBytes, "bytes"},
+		{"cpu_millis", req.CPUMillis, c.CPUMillis, "thousandths of a CPU"},
+		{"pids", req.PIDs, c.PIDs, "processes"},
+		{"tmp_bytes", req.TmpBytes, c.TmpBytes, "bytes"},
+	} {
+		if f.max > 0 && f.asked > f.max {
+			return &requestError{code: http.StatusUnprocessableEntity, typ: call.ErrInvalidParams,
+				msg: fmt.Sprintf("%s %d is above this server's ceiling of %d %s: ask for at most %d, or leave %s out for the default", f.name, f.asked, f.max, f.unit, f.max, f.name)}
+		}
+	}
+	return nil
 }

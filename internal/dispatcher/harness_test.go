@@ -223,7 +223,7 @@ type fakeRuleBook struct {
 	err   error
 }
 
-func (b *fakeRuleBook) AddAllowRule(tenant, tool string, argvPrefix []string) error {
+func (b *fakeRuleBook) AddAllowRule(_ context.Context, tenant, tool string, argvPrefix []string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.err != nil {
@@ -381,22 +381,33 @@ func (r reply) wantError(t *testing.T, code int, typ string, msgs ...string) cal
 }
 
 // finishWith returns an onPublish that records the published call as final with status st, as a worker
-// would.
+// would: in the background, once the dispatcher has recorded the call (it publishes first).
 func (h *harness) finishWith(st call.Status, exit int, errType string) func(c *call.Call) {
 	return func(c *call.Call) {
-		rec, err := h.store.Get(context.Background(), c.ID)
-		if err != nil {
-			h.t.Errorf("worker: %v", err)
-			return
-		}
-		r := rec.Result
-		r.Status, r.ExitCode, r.Worker, r.Output = st, &exit, "w1", "done\n"
-		if errType != "" {
-			r.Error = &call.ErrorInfo{Type: errType, Message: "the tool failed"}
-		}
-		if _, err := h.store.Update(context.Background(), r, rec.Revision); err != nil {
-			h.t.Errorf("worker: %v", err)
-		}
+		done := make(chan struct{})
+		h.t.Cleanup(func() { <-done })
+		go func() {
+			defer close(done)
+			var rec queue.Record
+			var err error
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+				if rec, err = h.store.Get(context.Background(), c.ID); err == nil || time.Now().After(deadline) {
+					break
+				}
+			}
+			if err != nil {
+				h.t.Errorf("worker: %v", err)
+				return
+			}
+			r := rec.Result
+			r.Status, r.ExitCode, r.Worker, r.Output = st, &exit, "w1", "done\n"
+			if errType != "" {
+				r.Error = &call.ErrorInfo{Type: errType, Message: "the tool failed"}
+			}
+			if _, err := h.store.Update(context.Background(), r, rec.Revision); err != nil {
+				h.t.Errorf("worker: %v", err)
+			}
+		}()
 	}
 }
 

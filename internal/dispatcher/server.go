@@ -67,7 +67,13 @@ type Recorder interface {
 
 // RuleBook takes "approve always" rules.
 type RuleBook interface {
-	AddAllowRule(tenant, tool string, argvPrefix []string) error
+	AddAllowRule(ctx context.Context, tenant, tool string, argvPrefix []string) error
+}
+
+// Outputs reads output fields that workers kept outside a call's record (call.Result.Stored).
+type Outputs interface {
+	// ReadOutput returns up to limit bytes of object name from offset on (limit < 0: to the end).
+	ReadOutput(ctx context.Context, name string, offset, limit int64) ([]byte, error)
 }
 
 // ReadyChecker reports whether a dependency can serve.
@@ -91,6 +97,8 @@ type Server struct {
 	recorder    Recorder
 	rules       RuleBook
 	onRuleAdded func()
+	postures    map[string]policy.Posture // by tenant
+	outputs     Outputs
 }
 
 type principal struct {
@@ -112,9 +120,21 @@ func WithAudit(log AuditLog, rec Recorder) Option {
 	return func(s *Server) { s.auditLog, s.recorder = log, rec }
 }
 
-// WithRuleBook lets approvers add "approve always" rules; onAdded runs after each (to persist them).
+// WithRuleBook lets approvers add "approve always" rules; onAdded, when not nil, runs after each.
 func WithRuleBook(rb RuleBook, onAdded func()) Option {
 	return func(s *Server) { s.rules, s.onRuleAdded = rb, onAdded }
+}
+
+// WithOutputs lets the Server answer with outputs that workers stored outside the records; without it such
+// a call's envelope cannot be served (503).
+func WithOutputs(o Outputs) Option {
+	return func(s *Server) { s.outputs = o }
+}
+
+// WithClock makes the Server read the time from now (the queue server's clock, so that deadlines set by
+// one replica are judged the same way by every other and by the workers); default time.Now.
+func WithClock(now func() time.Time) Option {
+	return func(s *Server) { s.now = now }
 }
 
 // Deps are the Server's required collaborators.
@@ -136,8 +156,10 @@ func New(cfg Config, deps Deps, opts ...Option) (*Server, error) {
 		return nil, errors.New("new dispatcher: store, publisher, tools, policy, approvals and log are all required")
 	}
 	s := &Server{cfg: cfg, store: deps.Store, pub: deps.Publisher, tools: deps.Tools, policy: deps.Policy,
-		approvals: deps.Approvals, log: deps.Log, now: time.Now, tokens: map[[32]byte]principal{}}
+		approvals: deps.Approvals, log: deps.Log, now: time.Now, tokens: map[[32]byte]principal{},
+		postures: map[string]policy.Posture{}}
 	for _, t := range cfg.Tenants {
+		s.postures[t.Name], _ = policy.ParsePosture(t.Posture) // validated above
 		for _, tok := range t.Tokens {
 			h, _ := tok.hash() // validated above
 			var key [32]byte
@@ -214,6 +236,9 @@ type callRequest struct {
 	DeadlineMS     *int64          `json:"deadline_ms"`
 	OutputBytes    int64           `json:"output_bytes"`
 	MemoryBytes    int64           `json:"memory_bytes"`
+	CPUMillis      int64           `json:"cpu_millis"`
+	PIDs           int64           `json:"pids"`
+	TmpBytes       int64           `json:"tmp_bytes"`
 	Wait           *bool           `json:"wait"`
 	IdempotencyKey string          `json:"idempotency_key"`
 	Tools          json.RawMessage `json:"tools"`
@@ -267,7 +292,7 @@ func describeJSONError(err error) string {
 	case errors.Is(err, io.EOF):
 		return "the body is empty"
 	case strings.HasPrefix(err.Error(), "json: unknown field"):
-		return strings.TrimPrefix(err.Error(), "json: ") + " (known: tool, args, workspace, timeout_ms, deadline_ms, output_bytes, memory_bytes, wait, idempotency_key, tools)"
+		return strings.TrimPrefix(err.Error(), "json: ") + " (known: tool, args, workspace, timeout_ms, deadline_ms, output_bytes, memory_bytes, cpu_millis, pids, tmp_bytes, wait, idempotency_key, tools)"
 	}
 	return err.Error()
 }
@@ -287,13 +312,17 @@ func (s *Server) postCall(w http.ResponseWriter, r *http.Request) {
 		writeError(w, rerr.code, rerr.typ, rerr.msg)
 		return
 	}
-	res, rerr := s.accept(r.Context(), c, dec)
+	res, rerr := s.accept(r.Context(), c, dec, req.IdempotencyKey != "")
+	if rerr == errNotRecorded {
+		writeResult(w, res)
+		return
+	}
 	if rerr != nil {
 		writeRequestError(w, rerr)
 		return
 	}
 	if res.Status.Terminal() || (req.Wait != nil && !*req.Wait) || res.Status == call.StatusPendingApproval {
-		writeResult(w, res)
+		s.writeCall(r.Context(), w, res)
 		return
 	}
 	wait := min(time.Duration(c.Limits.TimeoutMS)*time.Millisecond+30*time.Second, s.cfg.MaxWait)
@@ -333,13 +362,16 @@ func (s *Server) admit(ctx context.Context, p principal, req *callRequest) (*cal
 	if req.DeadlineMS != nil && *req.DeadlineMS <= 0 {
 		return nil, none, badRequest("deadline_ms must be a positive number of milliseconds, got %d", *req.DeadlineMS)
 	}
-	if req.OutputBytes < 0 || req.MemoryBytes < 0 {
-		return nil, none, badRequest("output_bytes and memory_bytes must not be negative")
+	if req.OutputBytes < 0 || req.MemoryBytes < 0 || req.CPUMillis < 0 || req.PIDs < 0 || req.TmpBytes < 0 {
+		return nil, none, badRequest("output_bytes, memory_bytes, cpu_millis, pids and tmp_bytes must not be negative")
+	}
+	if rerr := s.cfg.Ceilings.check(req); rerr != nil {
+		return nil, none, rerr
 	}
 	facts := tool.Facts(req.Args)
 	dec := s.policy.Decide(ctx, policy.Request{
-		Tenant: p.tenant, Tool: tool.Name, Kind: string(tool.Kind), RequestTools: requestTools,
-		Facts: policy.Facts{Paths: facts.Paths, Command: facts.Command, URL: facts.URL},
+		Tenant: p.tenant, Tool: tool.Name, Kind: string(tool.Kind), RequestTools: requestTools, Posture: s.postures[p.tenant],
+		Facts: policy.Facts{Paths: facts.Paths, Command: facts.Command, Env: facts.Env, Cwd: facts.Cwd, URL: facts.URL},
 	})
 	c := &call.Call{
 		ID: call.NewID(), Tenant: p.tenant, Workspace: req.Workspace, Tool: tool.Name, Args: req.Args,
@@ -348,6 +380,9 @@ func (s *Server) admit(ctx context.Context, p principal, req *callRequest) (*cal
 		TraceParent: tracing.Inject(ctx),
 	}
 	c.ArgsDigest = argsDigest(req.Args)
+	if c.Args, err = tool.WithPolicy(req.Args, dec.Limits.DeniedGlobs); err != nil {
+		return nil, none, badRequest("%v", err)
+	}
 	if req.IdempotencyKey != "" {
 		c.ID = idempotentID(p.tenant, req.IdempotencyKey)
 	}
@@ -356,12 +391,14 @@ func (s *Server) admit(ctx context.Context, p principal, req *callRequest) (*cal
 		queueTimeout = min(queueTimeout, time.Duration(*req.DeadlineMS)*time.Millisecond)
 	}
 	c.Deadline = c.CreatedAt.Add(queueTimeout)
-	c.Limits = s.limits(req, tool, dec.Limits)
+	c.Limits, c.Decision.Clamped = s.limits(req, tool, dec.Limits)
 	return c, dec, nil
 }
 
-// limits clamps what the request asked for to what policy and config allow.
-func (s *Server) limits(req *callRequest, tool *tools.Tool, pl policy.Limits) call.Limits {
+// limits clamps what the request asked for to what policy and config allow, and says what it lowered.
+// Resources above a ceiling never get here (Ceilings.check refuses them).
+func (s *Server) limits(req *callRequest, tool *tools.Tool, pl policy.Limits) (call.Limits, []string) {
+	var clamped []string
 	timeout := s.cfg.DefaultTimeout
 	if tool.DefaultTimeout > 0 {
 		timeout = tool.DefaultTimeout
@@ -369,19 +406,30 @@ func (s *Server) limits(req *callRequest, tool *tools.Tool, pl policy.Limits) ca
 	if req.TimeoutMS != nil {
 		timeout = time.Duration(*req.TimeoutMS) * time.Millisecond
 	}
-	timeout = min(timeout, s.cfg.MaxTimeout)
-	if pl.TimeoutMS > 0 {
-		timeout = min(timeout, time.Duration(pl.TimeoutMS)*time.Millisecond)
+	if timeout > s.cfg.MaxTimeout {
+		timeout = s.cfg.MaxTimeout
+		clamped = append(clamped, fmt.Sprintf("timeout_ms lowered to %d, this server's most", timeout.Milliseconds()))
+	}
+	if pl.TimeoutMS > 0 && timeout > time.Duration(pl.TimeoutMS)*time.Millisecond {
+		timeout = time.Duration(pl.TimeoutMS) * time.Millisecond
+		clamped = append(clamped, fmt.Sprintf("timeout_ms lowered to %d, the policy's most for %s", pl.TimeoutMS, tool.Name))
 	}
 	output := s.cfg.MaxOutputBytes
 	if req.OutputBytes > 0 {
+		if req.OutputBytes > output {
+			clamped = append(clamped, fmt.Sprintf("output_bytes lowered to %d, this server's most", output))
+		}
 		output = min(output, req.OutputBytes)
 	}
-	if pl.OutputBytes > 0 {
-		output = min(output, pl.OutputBytes)
+	if pl.OutputBytes > 0 && output > pl.OutputBytes {
+		if req.OutputBytes > pl.OutputBytes {
+			clamped = append(clamped, fmt.Sprintf("output_bytes lowered to %d, the policy's most for %s", pl.OutputBytes, tool.Name))
+		}
+		output = pl.OutputBytes
 	}
 	return call.Limits{TimeoutMS: timeout.Milliseconds(), OutputBytes: output, MemoryBytes: req.MemoryBytes,
-		Network: pl.Network, AllowedDomains: pl.AllowedDomains, AllowedPorts: pl.AllowedPorts}
+		CPUMillis: req.CPUMillis, PIDs: req.PIDs, TmpBytes: req.TmpBytes,
+		Network: pl.Network, AllowedDomains: pl.AllowedDomains, AllowedPorts: pl.AllowedPorts}, clamped
 }
 
 // argsDigest is what an approval binds to: the SHA-256 of the arguments as received.
@@ -397,9 +445,23 @@ func idempotentID(tenant, key string) string {
 	return "c_" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(sum[:16]))
 }
 
-// accept records the call with its decision and, when allowed, publishes it. A call whose id exists
-// already (a retried idempotency key) returns the existing record.
-func (s *Server) accept(ctx context.Context, c *call.Call, dec policy.Decision) (*call.Result, *requestError) {
+// accept records the call with its decision and, when allowed, queues it. An allowed call is queued
+// first and recorded second, so that a failed publish leaves nothing behind (a retry with the same
+// idempotency key runs the call) and a dispatcher that stops in between leaves a queued call whose
+// worker records it; when only the record fails, the queued call is accepted all the same and returned
+// with errNotRecorded (answer 202, nothing to wait on yet). A call with an idempotency key whose id exists
+// already returns the existing call, or 409 when the key was used for another call.
+func (s *Server) accept(ctx context.Context, c *call.Call, dec policy.Decision, keyed bool) (*call.Result, *requestError) {
+	if keyed {
+		rec, err := s.store.Get(ctx, c.ID)
+		if err == nil {
+			return sameCall(rec.Result, c)
+		}
+		if !errors.Is(err, queue.ErrNotFound) {
+			s.log.ErrorContext(ctx, "read call", "call_id", c.ID, "error", err)
+			return nil, &requestError{code: http.StatusServiceUnavailable, typ: call.ErrInternal, retryAfter: 1, msg: "toolpool could not read the call's idempotency key; retry with the same idempotency_key"}
+		}
+	}
 	var res *call.Result
 	switch dec.Action {
 	case policy.Deny:
@@ -410,52 +472,57 @@ func (s *Server) accept(ctx context.Context, c *call.Call, dec policy.Decision) 
 		c.Deadline = c.CreatedAt.Add(s.cfg.ApprovalTTL)
 		res = call.NewResult(c, call.StatusPendingApproval)
 		res.Output = "the call waits for a person's approval: " + dec.Reason
+		// Parked before it is recorded: an approval without a record is dropped by the reconciler.
+		if err := s.approvals.PutPending(ctx, &call.Pending{Call: c, ExpiresAt: c.Deadline}); err != nil {
+			s.log.ErrorContext(ctx, "park call for approval", "call_id", c.ID, "error", err)
+			return nil, &requestError{code: http.StatusServiceUnavailable, typ: call.ErrInternal, retryAfter: 1, msg: "toolpool could not park the call for approval; retry with the same idempotency_key"}
+		}
 	default:
 		res = call.NewResult(c, call.StatusQueued)
+		if err := s.pub.Publish(ctx, c); err != nil {
+			switch {
+			case errors.Is(err, queue.ErrTenantFull):
+				return nil, &requestError{code: http.StatusTooManyRequests, typ: call.ErrQuota, retryAfter: 5,
+					msg: fmt.Sprintf("tenant %s has as many calls queued and running as it may; wait for some to finish and retry", c.Tenant)}
+			case errors.Is(err, queue.ErrTooLarge):
+				return nil, &requestError{code: http.StatusRequestEntityTooLarge, typ: "too_large",
+					msg: "the call's arguments are too large to queue: send less (write large files in parts)"}
+			}
+			s.log.ErrorContext(ctx, "publish call", "call_id", c.ID, "error", err)
+			return nil, &requestError{code: http.StatusServiceUnavailable, typ: call.ErrInternal, retryAfter: 1,
+				msg: "toolpool could not queue the call; it was not accepted: retry with the same idempotency_key"}
+		}
 	}
 	if _, err := s.store.Create(ctx, res); err != nil {
 		if errors.Is(err, queue.ErrExists) {
-			rec, gerr := s.store.Get(ctx, c.ID)
-			if gerr == nil && rec.Result.Tenant == c.Tenant {
-				return rec.Result, nil
+			if rec, gerr := s.store.Get(ctx, c.ID); gerr == nil {
+				return sameCall(rec.Result, c)
 			}
 		}
 		s.log.ErrorContext(ctx, "record call", "call_id", c.ID, "error", err)
+		if res.Status == call.StatusQueued {
+			// Queued, so accepted: its worker records it (worker.WithCreator). Nothing to wait on yet.
+			res.Output = "the call is queued; toolpool could not record it yet: poll GET /v1/calls/" + c.ID
+			return res, errNotRecorded
+		}
 		return nil, &requestError{code: http.StatusServiceUnavailable, typ: call.ErrInternal, retryAfter: 1, msg: "toolpool could not record the call; retry with the same idempotency_key"}
 	}
-	if res.Status == call.StatusPendingApproval {
-		if err := s.approvals.PutPending(ctx, &call.Pending{Call: c, ExpiresAt: c.Deadline}); err != nil {
-			s.log.Error("park call for approval", "call_id", c.ID, "error", err)
-			res.Fail(call.StatusError, call.ErrInternal, "toolpool could not park the call for approval")
-			res.FinishedAt = s.now().UTC()
-			if rec, gerr := s.store.Get(context.WithoutCancel(ctx), c.ID); gerr == nil {
-				_, _ = s.store.Update(context.WithoutCancel(ctx), res, rec.Revision)
-			}
-			return nil, &requestError{code: http.StatusServiceUnavailable, typ: call.ErrInternal, retryAfter: 1, msg: "toolpool could not park the call for approval; retry"}
-		}
-		return res, nil
-	}
-	if res.Status != call.StatusQueued {
-		return res, nil
-	}
-	if err := s.pub.Publish(ctx, c); err != nil {
-		rerr := &requestError{code: http.StatusServiceUnavailable, typ: call.ErrInternal, retryAfter: 1,
-			msg: "toolpool could not queue the call; retry with the same idempotency_key"}
-		if errors.Is(err, queue.ErrTenantFull) {
-			rerr = &requestError{code: http.StatusTooManyRequests, typ: call.ErrQuota, retryAfter: 5,
-				msg: fmt.Sprintf("tenant %s has as many calls queued and running as it may; wait for some to finish and retry", c.Tenant)}
-		} else {
-			s.log.ErrorContext(ctx, "publish call", "call_id", c.ID, "error", err)
-		}
-		// The call was not accepted: close its record so that nothing waits for it.
-		res.Fail(call.StatusError, rerr.typ, "not accepted: "+rerr.msg)
-		res.FinishedAt = s.now().UTC()
-		if rec, gerr := s.store.Get(context.WithoutCancel(ctx), c.ID); gerr == nil {
-			_, _ = s.store.Update(context.WithoutCancel(ctx), res, rec.Revision)
-		}
-		return nil, rerr
-	}
 	return res, nil
+}
+
+// errNotRecorded is accept's answer for a call that was queued but not recorded: accepted, with nothing
+// to wait on yet.
+var errNotRecorded = &requestError{code: http.StatusAccepted}
+
+// sameCall returns existing, the call that an idempotency key names already, when the request c asks for
+// the same call (tool, workspace and arguments); 409 when it asks for another.
+func sameCall(existing *call.Result, c *call.Call) (*call.Result, *requestError) {
+	if existing.Tenant == c.Tenant && existing.Tool == c.Tool && existing.Workspace == c.Workspace && existing.ArgsDigest == c.ArgsDigest {
+		return existing, nil
+	}
+	return nil, &requestError{code: http.StatusConflict, typ: "idempotency_key_reused",
+		msg: fmt.Sprintf("this idempotency_key was used for call %s (%s in workspace %s, arguments %s) within its window: a key names one call; send a new key for a new call, or the same request to get that call",
+			existing.ID, existing.Tool, existing.Workspace, existing.ArgsDigest)}
 }
 
 // expireIfDue ends a call that is still queued past its deadline: no worker started it in time. It
@@ -466,18 +533,25 @@ func (s *Server) expireIfDue(ctx context.Context, rec queue.Record) *call.Result
 		return r
 	}
 	if r.Status == call.StatusPendingApproval {
-		r.Fail(call.StatusExpired, call.ErrExpired, "no one approved the call before its approval expired; it did not run")
 		_ = s.approvals.DeletePending(ctx, r.Tenant, r.ID)
-	} else {
-		r.Fail(call.StatusExpired, call.ErrExpired, "no worker started the call before its deadline; it did not run. Check that workers are up, or give a longer deadline_ms.")
 	}
-	r.FinishedAt = s.now().UTC()
+	expire(r, s.now())
 	if _, err := s.store.Update(ctx, r, rec.Revision); err != nil {
 		if cur, gerr := s.store.Get(ctx, r.ID); gerr == nil {
 			return cur.Result // a worker got to it first
 		}
 	}
 	return r
+}
+
+// expire ends a queued or pending call that passed its deadline unrun.
+func expire(r *call.Result, now time.Time) {
+	if r.Status == call.StatusPendingApproval {
+		r.Fail(call.StatusExpired, call.ErrExpired, "no one approved the call before its approval expired; it did not run")
+	} else {
+		r.Fail(call.StatusExpired, call.ErrExpired, "no worker started the call before its deadline; it did not run. Check that workers are up, or give a longer deadline_ms.")
+	}
+	r.FinishedAt = now.UTC()
 }
 
 func (s *Server) enabledTools(tenant string, requestTools map[string]bool) []string {
@@ -511,7 +585,7 @@ func (s *Server) waitAndWrite(w http.ResponseWriter, r *http.Request, id string,
 		writeError(w, http.StatusServiceUnavailable, call.ErrInternal, "toolpool could not read the call's state; poll GET /v1/calls/"+id)
 		return
 	}
-	writeResult(w, res)
+	s.writeCall(r.Context(), w, res)
 }
 
 func (s *Server) getCall(w http.ResponseWriter, r *http.Request) {
@@ -530,7 +604,7 @@ func (s *Server) getCall(w http.ResponseWriter, r *http.Request) {
 	res := s.expireIfDue(r.Context(), rec)
 	waitParam := r.URL.Query().Get("wait")
 	if waitParam == "" || res.Status.Terminal() {
-		writeResult(w, res)
+		s.writeCall(r.Context(), w, res)
 		return
 	}
 	wait, err := time.ParseDuration(waitParam)
@@ -556,7 +630,7 @@ func (s *Server) deleteCall(w http.ResponseWriter, r *http.Request) {
 		}
 		res := rec.Result
 		if res.Status.Terminal() {
-			writeResult(w, res)
+			s.writeCall(r.Context(), w, res)
 			return
 		}
 		parked := res.Status == call.StatusPendingApproval
@@ -580,7 +654,7 @@ func (s *Server) deleteCall(w http.ResponseWriter, r *http.Request) {
 		if parked {
 			_ = s.approvals.DeletePending(r.Context(), p.tenant, id)
 		}
-		writeResult(w, res)
+		s.writeCall(r.Context(), w, res)
 		return
 	}
 	writeError(w, http.StatusConflict, "conflict", "the call kept changing while it was being cancelled; retry")
@@ -639,6 +713,47 @@ func statusCode(s call.Status) int {
 		return http.StatusAccepted
 	}
 	return http.StatusOK
+}
+
+// writeCall answers with a call's envelope, with the output fields a worker stored outside the record
+// read back in.
+func (s *Server) writeCall(ctx context.Context, w http.ResponseWriter, r *call.Result) {
+	if len(r.Stored) > 0 {
+		full, err := s.fillStored(ctx, r)
+		if err != nil {
+			s.log.ErrorContext(ctx, "read stored output", "call_id", r.ID, "error", err)
+			writeError(w, http.StatusServiceUnavailable, call.ErrInternal, "toolpool could not read the call's stored output; retry GET /v1/calls/"+r.ID)
+			return
+		}
+		r = full
+	}
+	writeResult(w, r)
+}
+
+// fillStored returns a copy of r with each stored output field read back in, and without Stored.
+func (s *Server) fillStored(ctx context.Context, r *call.Result) (*call.Result, error) {
+	if s.outputs == nil {
+		return nil, errors.New("this dispatcher has no output store")
+	}
+	full := *r
+	full.Stored = nil
+	for field, name := range r.Stored {
+		b, err := s.outputs.ReadOutput(ctx, name, 0, -1)
+		if err != nil {
+			return nil, err
+		}
+		switch field {
+		case "output":
+			full.Output = string(b)
+		case "stdout":
+			full.Stdout = string(b)
+		case "stderr":
+			full.Stderr = string(b)
+		default:
+			return nil, fmt.Errorf("record names stored field %q that this dispatcher does not know", field)
+		}
+	}
+	return &full, nil
 }
 
 func writeResult(w http.ResponseWriter, r *call.Result) {

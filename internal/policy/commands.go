@@ -18,7 +18,7 @@ func (j *shellJudge) command(argv []word, depth, unwrap int, info *callInfo, run
 	}
 	j.steps++
 	if j.steps > maxSteps || unwrap > maxUnwrap {
-		j.add(Ask, RuleUnresolved, "the line wraps or nests commands too deeply for policy to follow; a person must approve it")
+		j.blind(Ask, RuleUnresolved, "the line wraps or nests commands too deeply for policy to follow; a person must approve it")
 		if argv[0].known && !argv[0].glob {
 			f, _ := j.ruleFinding(ruleWords(commandBase(argv[0].text), argv))
 			j.v.add(f) // still deny what a rule denies
@@ -26,8 +26,8 @@ func (j *shellJudge) command(argv []word, depth, unwrap int, info *callInfo, run
 		return
 	}
 	first := argv[0]
-	if !first.known || first.glob {
-		j.add(Ask, RuleUnresolved, fmt.Sprintf("the command name %s is only known when the line runs (a variable, substitution or glob); write the program's name literally", shorten(first.show())))
+	if !first.known || first.glob || first.tainted {
+		j.opaque(Ask, RuleUnresolved, fmt.Sprintf("the command name %s is only known when the line runs (a variable, substitution, glob or input); write the program's name literally", shorten(first.show())))
 		return
 	}
 	name := commandBase(first.text)
@@ -36,8 +36,12 @@ func (j *shellJudge) command(argv []word, depth, unwrap int, info *callInfo, run
 		return
 	}
 	info.names = append(info.names, name)
+	j.seen.programs[name] = true
+	if j.dialect == dialectPOSIX && bashOnly[name] && !strings.Contains(first.text, "/") {
+		return // dash has no such builtin and no program has the name: "not found", nothing runs
+	}
 	if strings.Contains(first.text, "/") && !systemBinDirs[path.Dir(path.Clean(first.text))] {
-		j.add(Ask, RuleUnresolved, fmt.Sprintf("%s runs a program from %s, not the system's %s; a person must approve it", first.text, path.Dir(first.text), name))
+		j.opaque(Ask, RuleUnresolved, fmt.Sprintf("%s runs a program from %s, not the system's %s; a person must approve it", first.text, path.Dir(first.text), name))
 	}
 	ruleArgv := ruleWords(name, argv)
 	switch {
@@ -78,7 +82,7 @@ func ruleWords(name string, argv []word) []string {
 // ruleFinding is the layers' verdict on argv from their command rules, or from their action for the
 // tool when no rule of a layer names it. listed reports whether any layer has a rule for it.
 func (j *shellJudge) ruleFinding(argv []string) (f finding, listed bool) {
-	var v verdict
+	v := j.env.newVerdict()
 	for _, l := range j.env.layers {
 		if rf, ok := l.commandOpinion(argv); ok {
 			v.add(rf)
@@ -90,7 +94,7 @@ func (j *shellJudge) ruleFinding(argv []string) (f finding, listed bool) {
 		}
 	}
 	if !v.set {
-		v.add(finding{Ask, RuleDefault, fmt.Sprintf("`%s` is on no command list and no policy sets an action for %s, so a person must approve it", showArgv(argv), j.env.tool)})
+		v.add(finding{action: Ask, rule: RuleDefault, detail: fmt.Sprintf("`%s` is on no command list and no policy sets an action for %s, so a person must approve it", showArgv(argv), j.env.tool)})
 	}
 	return j.env.approved(v.best, argv), listed
 }
@@ -112,7 +116,7 @@ func unlistedFinding(a Action, origin, why string, argv []string) finding {
 	default:
 		detail = fmt.Sprintf("`%s` is on no command list; %s %s, so only listed commands run", showArgv(argv), origin, why)
 	}
-	return finding{a, rule, detail}
+	return finding{action: a, rule: rule, detail: detail}
 }
 
 // showArgv names a command for a message: the program and, when it looks like a subcommand, the next
@@ -135,7 +139,7 @@ func (l *layer) commandOpinion(argv []string) (finding, bool) {
 			}
 			if len(p) > best || len(p) == best && r.action.rank() > bf.action.rank() {
 				best = len(p)
-				bf = finding{r.action, r.name, ruleDetail(r, p)}
+				bf = finding{action: r.action, rule: r.name, detail: ruleDetail(r, p)}
 			}
 		}
 	}
@@ -164,13 +168,16 @@ func (j *shellJudge) plain(name string, argv []word, ruleArgv []string, depth, u
 	if isInterpreter(name) {
 		j.interpreter(argv, info)
 	}
+	if j.builtin(name, argv, depth, info) {
+		return
+	}
 	spec := argSpecs[name]
 	if spec.insensitive {
 		j.insensitive(name, argv)
 		return
 	}
 	for _, w := range argv[1:] {
-		if !w.known {
+		if !w.known || w.tainted {
 			j.add(Ask, RuleUnresolved, fmt.Sprintf("the argument %s of %s is only known when the line runs, so policy cannot check what it reads or writes; write it literally", shorten(w.show()), name))
 			break
 		}
@@ -184,6 +191,9 @@ func (j *shellJudge) plain(name string, argv []word, ruleArgv []string, depth, u
 		return
 	case "git":
 		j.git(argv)
+		return
+	case "go":
+		j.goCommand(argv, depth, unwrap, info)
 		return
 	case "dd":
 		j.dd(argv)
@@ -204,18 +214,8 @@ func (j *shellJudge) plain(name string, argv []word, ruleArgv []string, depth, u
 				j.add(Deny, RuleReverseShell, fmt.Sprintf("`socat %s` connects a program to the network; this is how reverse shells work and is never allowed", w.text))
 			}
 		}
-	case "set":
-		for i, w := range argv[1:] {
-			t := w.text
-			if w.known && len(t) > 1 && (t[0] == '-' || t[0] == '+') && t != "--" && strings.ContainsRune(t[1:], 'k') ||
-				w.known && (t == "-o" || t == "+o") && i+2 < len(argv) && argv[i+2].text == "keyword" {
-				j.add(Ask, RuleDangerousFlags, "`set -k` turns arguments that look like assignments into environment variables, which policy cannot follow; leave it out")
-			}
-		}
-	case "trap":
-		if len(argv) > 2 && (!argv[1].known || !strings.HasPrefix(argv[1].text, "-")) {
-			j.shellString(argv[1], "trap", depth, info)
-		}
+	case "make", "gmake", "tar":
+		j.chdirOptions(argv)
 	}
 	positionals := j.argPaths(argv, spec)
 	if name == "uniq" && len(positionals) > 1 {
@@ -281,12 +281,12 @@ func (j *shellJudge) insensitive(name string, argv []word) {
 			target, known = argv[2].text, argv[2].known
 		}
 		if !known || !isIdentifier(target) || injectionVar(target) {
-			j.add(Ask, RuleUnresolved, fmt.Sprintf("printf -v %s assigns to a name that can run code (a subscript) or change how programs run; assign to a plain variable", shorten(target)))
+			j.opaque(Ask, RuleUnresolved, fmt.Sprintf("printf -v %s assigns to a name that can run code (a subscript) or change how programs run; assign to a plain variable", shorten(target)))
 		}
 	case "test", "[":
 		for i := 1; i+1 < len(argv); i++ {
 			if argv[i].known && argv[i].text == "-v" && (!argv[i+1].known || strings.Contains(argv[i+1].text, "[")) {
-				j.add(Ask, RuleUnresolved, "test -v name[...] evaluates the subscript as code; test a plain variable name")
+				j.opaque(Ask, RuleUnresolved, "test -v name[...] evaluates the subscript as code; test a plain variable name")
 			}
 		}
 	}

@@ -40,6 +40,9 @@ type fileLayer struct {
 	Paths         filePaths           `yaml:"paths"`
 	Commands      []fileCommandRule   `yaml:"commands"`
 	Tools         map[string]fileTool `yaml:"tools"`
+	// BuiltinAsks sets what the asks of built-in checks become (redirect-write: allow). The operator's
+	// layer may set allow, ask or deny; a tenant's layer only ask or deny.
+	BuiltinAsks map[string]string `yaml:"builtin_asks"`
 }
 
 type fileLimits struct {
@@ -172,7 +175,7 @@ func parsePolicy(data []byte, source string, read readFunc, opts []ParseOption) 
 		return nil, v.errf([]string{"version"}, "version %d is not supported: use 1", root.Version)
 	}
 	p := &Policy{source: source, sources: []string{source}, tenants: map[string]*layer{}}
-	if p.global, err = v.layer(nil, root.fileLayer, "the operator's policy"); err != nil {
+	if p.global, err = v.layer(nil, root.fileLayer, "the operator's policy", false); err != nil {
 		return nil, err
 	}
 	for _, name := range slices.Sorted(maps.Keys(root.Tenants)) {
@@ -183,7 +186,7 @@ func parsePolicy(data []byte, source string, read readFunc, opts []ParseOption) 
 		}
 		origin := "tenant " + name + "'s policy"
 		if t.File == "" {
-			if p.tenants[name], err = v.layer(at, t.fileLayer, origin); err != nil {
+			if p.tenants[name], err = v.layer(at, t.fileLayer, origin, true); err != nil {
 				return nil, err
 			}
 			continue
@@ -204,7 +207,7 @@ func parsePolicy(data []byte, source string, read readFunc, opts []ParseOption) 
 			return nil, err
 		}
 		tv := validator{file: path, doc: tdoc, cfg: cfg}
-		if p.tenants[name], err = tv.layer(nil, tl, origin); err != nil {
+		if p.tenants[name], err = tv.layer(nil, tl, origin, true); err != nil {
 			return nil, err
 		}
 		p.sources = append(p.sources, path)
@@ -214,7 +217,7 @@ func parsePolicy(data []byte, source string, read readFunc, opts []ParseOption) 
 
 func isZeroLayer(l fileLayer) bool {
 	return l.DefaultAction == "" && l.Kinds == nil && l.Limits == (fileLimits{}) && l.Paths.AllowedRoots == nil &&
-		l.Paths.DeniedGlobs == nil && l.Commands == nil && l.Tools == nil
+		l.Paths.DeniedGlobs == nil && l.Commands == nil && l.Tools == nil && l.BuiltinAsks == nil
 }
 
 // decodeStrict decodes one YAML document into out with unknown fields rejected, and also returns the
@@ -395,9 +398,22 @@ func validKind(k string) bool { return slices.Contains(toolKinds, k) }
 
 var ruleNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
 
-func (v *validator) layer(at []string, f fileLayer, origin string) (*layer, error) {
-	l := &layer{origin: origin, kinds: map[string]Action{}, tools: map[string]*toolLayer{}}
+// layer validates one layer; tenant is set for a tenant's layer, which may only tighten.
+func (v *validator) layer(at []string, f fileLayer, origin string, tenant bool) (*layer, error) {
+	l := &layer{origin: origin, kinds: map[string]Action{}, tools: map[string]*toolLayer{}, builtinAsks: map[string]Action{}}
 	var err error
+	for rule, a := range f.BuiltinAsks {
+		bat := join(at, "builtin_asks", rule)
+		if !slices.Contains(relaxableRules, rule) {
+			return nil, v.errf(bat, "%q is not a built-in check that asks: use one of %s", rule, strings.Join(relaxableRules, ", "))
+		}
+		if l.builtinAsks[rule], err = parseAction(a); err != nil {
+			return nil, v.errf(bat, "%w", err)
+		}
+		if tenant && l.builtinAsks[rule] == Allow {
+			return nil, v.errf(bat, "a tenant's layer can only tighten a built-in check: use ask or deny, or set %s: allow in the operator's layer", rule)
+		}
+	}
 	if f.DefaultAction != "" {
 		if l.defaultAction, err = parseAction(f.DefaultAction); err != nil {
 			return nil, v.errf(join(at, "default_action"), "%w", err)

@@ -82,6 +82,9 @@ func TestParseErrors(t *testing.T) {
 		{"unknown tenant field", "tenants:\n  acme:\n    tool: {}\n", 3, "tenants.acme.tool", "unknown field"},
 		{"bad tenant rule", "tenants:\n  acme:\n    commands:\n      - {name: a, action: never, commands: [ls]}\n", 4, "tenants.acme.commands[0].action", "not an action"},
 		{"unsupported version", "version: 2\n", 1, "version", "not supported"},
+		{"builtin_asks names a deny rule", "builtin_asks:\n  reverse-shell: allow\n", 2, "builtin_asks.reverse-shell", "not a built-in check that asks"},
+		{"builtin_asks bad action", "builtin_asks:\n  redirect-write: sure\n", 2, "builtin_asks.redirect-write", "not an action"},
+		{"tenant relaxes a built-in ask", "tenants:\n  acme:\n    builtin_asks: {redirect-write: allow}\n", 3, "tenants.acme.builtin_asks.redirect-write", "only tighten"},
 		{"two documents", "default_action: ask\n---\ndefault_action: allow\n", 2, "", "more than one"},
 	}
 	for _, c := range cases {

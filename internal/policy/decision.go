@@ -9,6 +9,12 @@ type Facts struct {
 	Paths []string
 	// Command is a shell command line (run_shell); empty for every other tool.
 	Command string
+	// Env is the environment a shell command gets on top of the sandbox's (run_shell's env argument).
+	// Policy judges its names as it judges assignments in the command text.
+	Env map[string]string
+	// Cwd is the directory a shell command starts in, as the model gave it; empty means the workspace
+	// root. Policy resolves the command's relative paths from it.
+	Cwd string
 	// URL is the address a fetch tool retrieves; empty for every other tool.
 	URL string
 }
@@ -24,6 +30,9 @@ type Request struct {
 	// RequestTools is the request's "tools" map (see ParseRequestTools): a tool mapped to false is
 	// refused; true changes nothing, because a request can only tighten its tenant's policy.
 	RequestTools map[string]bool
+	// Posture is how much the tenant's agents may do without a person (see Posture); empty means
+	// PostureInteractive. The dispatcher sets it from the tenant's configuration.
+	Posture Posture
 }
 
 // Limits are the effective maxima for a call, the strictest over every layer. Zero means "not limited by
@@ -42,6 +51,9 @@ type Limits struct {
 	AllowedPorts []int
 	// Network grants the call's container egress; true only when every layer that mentions it grants it.
 	Network bool
+	// DeniedGlobs are the denied path patterns for the tool, as written in the policy files of every
+	// layer. The file tools apply them inside the container, in their walks and after resolving links.
+	DeniedGlobs []string
 }
 
 // Decision is the verdict on a call: the action, the rule that decided it and a reason written for the
@@ -93,6 +105,11 @@ const (
 	RuleWorldWritable    = "world-writable"
 	RuleReverseShell     = "reverse-shell"
 	RuleRedirectWrite    = "redirect-write" // > file, >> file, &> file
+	// RuleControlCharacter refuses a shell line holding characters that shells, parsers and people read
+	// differently: control characters but tab and newline, bidirectional controls, invalid UTF-8.
+	RuleControlCharacter = "control-character"
+	// RulePosture is a refusal by the tenant's posture itself (read-only refuses tools that write).
+	RulePosture = "posture"
 )
 
 var builtinRuleNames = map[string]bool{
@@ -102,6 +119,7 @@ var builtinRuleNames = map[string]bool{
 	RuleApprovedAlways: true, RuleNoCommand: true, RuleUnparseable: true, RuleUnresolved: true,
 	RuleDangerousFlags: true, RuleInjectionEnv: true, RuleDownloadToShell: true, RuleDestructive: true,
 	RuleDeviceWrite: true, RuleWorldWritable: true, RuleReverseShell: true, RuleRedirectWrite: true,
+	RuleControlCharacter: true, RulePosture: true,
 }
 
 // finding is one part's verdict; the strictest finding of a call becomes its Decision.
@@ -109,6 +127,11 @@ type finding struct {
 	action Action
 	rule   string
 	detail string // what the model should know, without the "denied by rule x:" prefix
+	// blind marks a part policy could not read at all (a line that does not parse, one too long or
+	// nested too deep); the autonomous posture refuses it instead of running it unread.
+	blind bool
+	// shaped is set once the posture and the built-in ask settings have been applied.
+	shaped bool
 }
 
 func (f finding) reason() string {
@@ -125,13 +148,19 @@ func (f finding) reason() string {
 }
 
 // verdict accumulates findings and keeps the strictest; among equally strict findings the first wins,
-// so the reason names the leftmost offending part.
+// so the reason names the leftmost offending part. A verdict made by decideEnv.newVerdict shapes every
+// finding by the posture and the built-in ask settings before comparing it.
 type verdict struct {
-	best finding
-	set  bool
+	best  finding
+	set   bool
+	shape func(finding) finding
 }
 
 func (v *verdict) add(f finding) {
+	if v.shape != nil && !f.shaped {
+		f = v.shape(f)
+		f.shaped = true
+	}
 	if !v.set || f.action.rank() > v.best.action.rank() {
 		v.best = f
 		v.set = true

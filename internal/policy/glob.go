@@ -152,6 +152,7 @@ type nfa struct {
 	eps    [][]int
 	accept int
 	shell  bool // built from a shell glob: wildcards skip leading dots
+	flat   bool // "*" and "?" match "/" too (git pathspecs)
 }
 
 func (n *nfa) newState() int {
@@ -205,6 +206,10 @@ func buildNFAFrom(n *nfa, cur int, segments []string) int {
 // segmentChars adds the characters of one segment pattern and returns the end state. With shell set, a
 // wildcard at the start of the segment does not match a leading "." (bash without dotglob).
 func (n *nfa) segmentChars(cur int, seg string) int {
+	wild := condNoSlash
+	if n.flat {
+		wild = condAny
+	}
 	for i := 0; i < len(seg); i++ {
 		c := seg[i]
 		noDot := n.shell && i == 0
@@ -222,11 +227,11 @@ func (n *nfa) segmentChars(cur int, seg string) int {
 			}
 			loop := n.newState()
 			n.eps[cur] = append(n.eps[cur], loop)
-			n.edges[loop] = append(n.edges[loop], nfaEdge{charCond{kind: condNoSlash}, loop})
+			n.edges[loop] = append(n.edges[loop], nfaEdge{charCond{kind: wild}, loop})
 			cur = loop
 			continue
 		case '?':
-			cur = n.runeEdge(cur, charCond{kind: condNoSlash, noDot: noDot})
+			cur = n.runeEdge(cur, charCond{kind: wild, noDot: noDot})
 			continue
 		case '[':
 			end := classEnd(seg, i)
@@ -314,7 +319,29 @@ func condsMeet(a, b charCond) bool {
 // globsIntersect reports whether some path may match both a shell glob from a command line and a denied
 // glob (both absolute, given as segments). It errs on the side of true.
 func globsIntersect(shellGlob, denied []string) bool {
-	na, nb := buildSimpleNFA(shellGlob, true), buildSimpleNFA(denied, false)
+	return intersect(buildSimpleNFA(shellGlob, true, false), buildSimpleNFA(denied, false, false))
+}
+
+// globsMayMeet is globsIntersect for a shell glob that shell options may widen: dotglob lets a wildcard
+// match a leading dot, nocaseglob ignores case.
+func globsMayMeet(shellGlob, denied []string) bool {
+	return intersect(buildSimpleNFA(lowerSegments(shellGlob), false, false), buildSimpleNFA(lowerSegments(denied), false, false))
+}
+
+// pathspecMayMeet is globsMayMeet for a git pathspec, whose "*" and "?" also match "/".
+func pathspecMayMeet(pathspec, denied []string) bool {
+	return intersect(buildSimpleNFA(lowerSegments(pathspec), false, true), buildSimpleNFA(lowerSegments(denied), false, false))
+}
+
+func lowerSegments(segs []string) []string {
+	out := make([]string, len(segs))
+	for i, s := range segs {
+		out[i] = strings.ToLower(s)
+	}
+	return out
+}
+
+func intersect(na, nb *nfa) bool {
 	type pair struct{ x, y int }
 	seen := map[pair]bool{}
 	var stack []pair
@@ -361,10 +388,48 @@ func (n *nfa) closure(s int) []int {
 	return out
 }
 
-// buildSimpleNFA compiles absolute pattern segments into an automaton over the whole path string.
-func buildSimpleNFA(segments []string, shell bool) *nfa {
-	n := &nfa{shell: shell}
+// buildSimpleNFA compiles absolute pattern segments into an automaton over the whole path string. With
+// shell set, wildcards do not match a leading dot; with flat set, "*" and "?" also match "/".
+func buildSimpleNFA(segments []string, shell, flat bool) *nfa {
+	n := &nfa{shell: shell, flat: flat}
 	start := n.newState()
 	n.accept = buildNFAFrom(n, start, segments)
 	return n
+}
+
+// DeniedPaths matches paths against denied globs with policy's semantics ("**" segments, "~" for the
+// workspace, path.Match within a segment). The file tools use it inside the container, with the globs
+// the dispatcher's decision carries (Limits.DeniedGlobs). It is immutable and safe for concurrent use.
+type DeniedPaths struct {
+	globs []glob
+}
+
+// CompileDenied compiles denied globs as written in a policy file. A nil *DeniedPaths (no patterns)
+// matches nothing.
+func CompileDenied(patterns []string) (*DeniedPaths, error) {
+	if len(patterns) == 0 {
+		return nil, nil
+	}
+	d := &DeniedPaths{}
+	for _, p := range patterns {
+		g, err := compileGlob(p)
+		if err != nil {
+			return nil, fmt.Errorf("compile denied glob %q: %w", p, err)
+		}
+		d.globs = append(d.globs, g)
+	}
+	return d, nil
+}
+
+// Match reports whether the clean absolute path p matches a denied glob, and which one (as written).
+func (d *DeniedPaths) Match(p string) (pattern string, ok bool) {
+	if d == nil {
+		return "", false
+	}
+	for _, g := range d.globs {
+		if g.match(p) {
+			return g.source, true
+		}
+	}
+	return "", false
 }

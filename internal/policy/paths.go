@@ -132,3 +132,12 @@ func (r pathRules) deniedBy(p string) (glob, bool) {
 	}
 	return glob{}, false
 }
+
+// deniedSources lists the denied globs as written in the policy files.
+func (r pathRules) deniedSources() []string {
+	out := make([]string, 0, len(r.denied))
+	for _, g := range r.denied {
+		out = append(out, g.source)
+	}
+	return out
+}

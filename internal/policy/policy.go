@@ -31,6 +31,7 @@ type layer struct {
 	denied        []glob
 	commands      []commandRule
 	tools         map[string]*toolLayer
+	builtinAsks   map[string]Action // builtin_asks: rule name to the action its asks become
 }
 
 type toolLayer struct {
@@ -109,11 +110,11 @@ func (p *Policy) ToolEnabled(tenant, tool string, requestTools map[string]bool) 
 func (p *Policy) disabled(layers []*layer, tool string, requestTools map[string]bool) (finding, bool) {
 	for _, l := range layers {
 		if t := l.tools[tool]; t != nil && t.enabled != nil && !*t.enabled {
-			return finding{Deny, RuleToolDisabled, fmt.Sprintf("%s disables the tool %s; it is not available, so use another tool", l.origin, tool)}, true
+			return finding{action: Deny, rule: RuleToolDisabled, detail: fmt.Sprintf("%s disables the tool %s; it is not available, so use another tool", l.origin, tool)}, true
 		}
 	}
 	if v, ok := requestTools[tool]; ok && !v {
-		return finding{Deny, RuleRequestTools, fmt.Sprintf("this request's tools map turns %s off; it is not available in this request", tool)}, true
+		return finding{action: Deny, rule: RuleRequestTools, detail: fmt.Sprintf("this request's tools map turns %s off; it is not available in this request", tool)}, true
 	}
 	return finding{}, false
 }
@@ -121,6 +122,13 @@ func (p *Policy) disabled(layers []*layer, tool string, requestTools map[string]
 // Decide judges one call against the policy, with no "approve always" rules (Store.Decide adds them). It
 // never blocks and ignores ctx; it is safe for concurrent use.
 func (p *Policy) Decide(ctx context.Context, r Request) Decision {
+	d, _ := p.decide(r, nil)
+	return d
+}
+
+// Explain is Decide, and also reports what judging a shell command looked at (zero for other tools):
+// for tests that compare policy with what a shell did, and for explaining a decision.
+func (p *Policy) Explain(ctx context.Context, r Request) (Decision, Seen) {
 	return p.decide(r, nil)
 }
 
@@ -132,30 +140,51 @@ type decideEnv struct {
 	kind    string
 	paths   pathRules
 	approve [][]string // argv prefixes the tenant approved for this tool; an empty prefix is the whole tool
+	posture Posture
+	shell   bool // the request carries a shell command
+	shape   func(finding) finding
 }
 
-func (p *Policy) decide(r Request, approved []AllowRule) Decision {
+// newVerdict returns a verdict that shapes its findings by the posture and the built-in ask settings.
+func (e *decideEnv) newVerdict() verdict {
+	return verdict{shape: e.shape}
+}
+
+func (p *Policy) decide(r Request, approved []AllowRule) (Decision, Seen) {
 	layers := p.layersFor(r.Tenant)
 	d := Decision{Limits: effectiveLimits(layers, r.Tool)}
-	finish := func(f finding) Decision {
+	d.Limits.DeniedGlobs = effectivePaths(layers, r.Tool).deniedSources()
+	var seen Seen
+	finish := func(f finding) (Decision, Seen) {
 		d.Action, d.Rule, d.Reason = f.action, f.rule, f.reason()
-		return d
+		return d, seen
 	}
 	if r.Tool == "" {
-		return finish(finding{Deny, RuleInvalidRequest, "the request names no tool; name one of the tools GET /v1/tools lists"})
+		return finish(finding{action: Deny, rule: RuleInvalidRequest, detail: "the request names no tool; name one of the tools GET /v1/tools lists"})
 	}
 	if f, off := p.disabled(layers, r.Tool, r.RequestTools); off {
 		return finish(f)
 	}
-	env := &decideEnv{layers: layers, tenant: r.Tenant, tool: r.Tool, kind: kindOf(r), paths: effectivePaths(layers, r.Tool)}
+	posture, err := ParsePosture(string(r.Posture))
+	if err != nil {
+		return finish(finding{action: Deny, rule: RuleInvalidRequest, detail: err.Error()})
+	}
+	env := &decideEnv{layers: layers, tenant: r.Tenant, tool: r.Tool, kind: kindOf(r), paths: effectivePaths(layers, r.Tool),
+		posture: posture, shell: r.Facts.Command != ""}
+	env.shape = env.shaper()
 	for _, a := range approved {
 		if a.Tenant == r.Tenant && a.Tool == r.Tool {
 			env.approve = append(env.approve, a.ArgvPrefix)
 		}
 	}
-	var v verdict
+	v := env.newVerdict()
+	if f, refused := env.postureFinding(); refused {
+		v.add(f)
+	}
 	if r.Facts.Command != "" {
-		v.add(env.judgeShell(r.Facts.Command))
+		var f finding
+		f, seen = env.judgeShell(r.Facts)
+		v.add(f)
 	} else {
 		v.add(env.approved(env.toolFinding(), nil))
 	}
@@ -175,14 +204,14 @@ func (p *Policy) decide(r Request, approved []AllowRule) Decision {
 // toolFinding is the strictest opinion of the layers on the tool as a whole (the action for commands
 // that no command rule names).
 func (e *decideEnv) toolFinding() finding {
-	var v verdict
+	v := e.newVerdict()
 	for _, l := range e.layers {
 		if f, ok := l.toolOpinion(e.tool, e.kind); ok {
 			v.add(f)
 		}
 	}
 	if !v.set {
-		return finding{Ask, RuleDefault, fmt.Sprintf("no policy sets an action for %s, so a person must approve each call", e.tool)}
+		return finding{action: Ask, rule: RuleDefault, detail: fmt.Sprintf("no policy sets an action for %s, so a person must approve each call", e.tool)}
 	}
 	return v.best
 }
@@ -201,7 +230,7 @@ func (l *layer) toolOpinion(tool, kind string) (finding, bool) {
 	default:
 		detail = fmt.Sprintf("%s %s; this call will not run, so use another tool", l.origin, why)
 	}
-	return finding{a, rule, detail}, true
+	return finding{action: a, rule: rule, detail: detail}, true
 }
 
 // toolAction is the layer's action for the tool: its own action, else the action for its kind, else the
@@ -232,7 +261,7 @@ func (e *decideEnv) approved(f finding, argv []string) finding {
 			if len(prefix) > 0 {
 				what = "`" + strings.Join(prefix, " ") + "`"
 			}
-			return finding{Allow, RuleApprovedAlways, fmt.Sprintf("a person approved %s for tenant %s always", what, e.tenant)}
+			return finding{action: Allow, rule: RuleApprovedAlways, detail: fmt.Sprintf("a person approved %s for tenant %s always", what, e.tenant)}
 		}
 	}
 	return f
@@ -254,13 +283,13 @@ func hasPrefix(argv, prefix []string) bool {
 func (e *decideEnv) checkToolPath(p string) (finding, bool) {
 	resolved, err := ResolvePath(p)
 	if err != nil {
-		return finding{Deny, RuleInvalidPath, fmt.Sprintf("the path %.80q cannot be used: %v", p, err)}, true
+		return finding{action: Deny, rule: RuleInvalidPath, detail: fmt.Sprintf("the path %.80q cannot be used: %v", p, err)}, true
 	}
 	if !e.paths.inRoots(resolved) {
-		return finding{Deny, RuleOutsideRoots, fmt.Sprintf("%s is outside the directories this tool may use (%s); use a path inside the workspace", resolved, e.paths.rootsText())}, true
+		return finding{action: Deny, rule: RuleOutsideRoots, detail: fmt.Sprintf("%s is outside the directories this tool may use (%s); use a path inside the workspace", resolved, e.paths.rootsText())}, true
 	}
 	if g, ok := e.paths.deniedBy(resolved); ok {
-		return finding{Deny, RuleDeniedPath, deniedDetail(resolved, g)}, true
+		return finding{action: Deny, rule: RuleDeniedPath, detail: deniedDetail(resolved, g)}, true
 	}
 	return finding{}, false
 }
@@ -417,24 +446,24 @@ func intersectDomains(a, b []string) []string {
 func checkURL(raw string, allowed []string) (finding, bool) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return finding{Deny, RuleInvalidURL, fmt.Sprintf("the URL %.100q cannot be parsed: %v", raw, err)}, true
+		return finding{action: Deny, rule: RuleInvalidURL, detail: fmt.Sprintf("the URL %.100q cannot be parsed: %v", raw, err)}, true
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return finding{Deny, RuleInvalidURL, fmt.Sprintf("the URL scheme %q is not allowed; fetch http:// or https:// URLs only", u.Scheme)}, true
+		return finding{action: Deny, rule: RuleInvalidURL, detail: fmt.Sprintf("the URL scheme %q is not allowed; fetch http:// or https:// URLs only", u.Scheme)}, true
 	}
 	host := strings.ToLower(strings.TrimSuffix(u.Hostname(), "."))
 	if host == "" {
-		return finding{Deny, RuleInvalidURL, fmt.Sprintf("the URL %.100q has no host", raw)}, true
+		return finding{action: Deny, rule: RuleInvalidURL, detail: fmt.Sprintf("the URL %.100q has no host", raw)}, true
 	}
 	if allowed != nil && !domainAllowed(allowed, host) {
 		if net.ParseIP(host) != nil {
-			return finding{Deny, RuleDomainNotAllowed, fmt.Sprintf("%s is an IP address and only these domains may be fetched: %s", host, strings.Join(allowed, ", "))}, true
+			return finding{action: Deny, rule: RuleDomainNotAllowed, detail: fmt.Sprintf("%s is an IP address and only these domains may be fetched: %s", host, strings.Join(allowed, ", "))}, true
 		}
 		list := strings.Join(allowed, ", ")
 		if len(allowed) == 0 {
 			list = "none"
 		}
-		return finding{Deny, RuleDomainNotAllowed, fmt.Sprintf("%s is not on the domain allowlist (%s); fetch from an allowed domain", host, list)}, true
+		return finding{action: Deny, rule: RuleDomainNotAllowed, detail: fmt.Sprintf("%s is not on the domain allowlist (%s); fetch from an allowed domain", host, list)}, true
 	}
 	return finding{}, false
 }

@@ -167,7 +167,7 @@ func (j *shellJudge) find(argv []word, depth, unwrap int, info *callInfo) {
 			var inner []word
 			for _, w := range argv[i+1 : k] {
 				if strings.Contains(w.text, "{}") {
-					w = runtimeWord("{}")
+					w.tainted = true // find splices each file name in at run time
 				}
 				inner = append(inner, w)
 			}
@@ -243,14 +243,14 @@ func (j *shellJudge) git(argv []word) {
 		t := argv[i].text
 		switch {
 		case t == "-c" || strings.HasPrefix(t, "--config-env"):
-			j.add(Ask, RuleDangerousFlags, fmt.Sprintf("`git %s` sets configuration such as core.pager or core.sshCommand, which run programs; leave it out", t))
+			j.opaque(Ask, RuleDangerousFlags, fmt.Sprintf("`git %s` sets configuration such as core.pager or core.sshCommand, which run programs; leave it out", t))
 			if t == "-c" || t == "--config-env" {
 				i++
 			}
 		case strings.HasPrefix(t, "--exec-path"):
-			j.add(Ask, RuleDangerousFlags, "`git --exec-path` changes where git finds the helper programs it runs; leave it out")
+			j.opaque(Ask, RuleDangerousFlags, "`git --exec-path` changes where git finds the helper programs it runs; leave it out")
 		case strings.HasPrefix(t, "--git-dir") || strings.HasPrefix(t, "--work-tree"):
-			j.add(Ask, RuleDangerousFlags, fmt.Sprintf("`git %s` points git at another repository, whose configuration and hooks can run programs; run git inside the repository instead", t))
+			j.opaque(Ask, RuleDangerousFlags, fmt.Sprintf("`git %s` points git at another repository, whose configuration and hooks can run programs; run git inside the repository instead", t))
 			if v, ok := strings.CutPrefix(t, "--git-dir="); ok {
 				j.checkPathText(v, false)
 			} else if v, ok := strings.CutPrefix(t, "--work-tree="); ok {
@@ -260,11 +260,12 @@ func (j *shellJudge) git(argv []word) {
 				j.checkPathWord(argv[i], false)
 			}
 		case t == "-p" || t == "--paginate":
-			j.add(Ask, RuleDangerousFlags, "`git --paginate` runs a pager program; leave it out")
+			j.opaque(Ask, RuleDangerousFlags, "`git --paginate` runs a pager program; leave it out")
 		case t == "-C":
 			if i+1 < len(argv) {
 				i++
 				j.checkPathWord(argv[i], false)
+				j.addDir(argv[i])
 			}
 		case t == "--namespace" || t == "--super-prefix" || t == "--attr-source" || t == "--list-cmds":
 			i++
@@ -276,7 +277,8 @@ func (j *shellJudge) git(argv []word) {
 	subName := argv[sub].text
 	args := argv[sub+1:]
 	endOpts := false
-	for _, w := range args {
+	for i := 0; i < len(args); i++ {
+		w := args[i]
 		if !w.known {
 			continue
 		}
@@ -290,25 +292,173 @@ func (j *shellJudge) git(argv []word) {
 			if strings.HasPrefix(n, "--") {
 				for _, d := range gitDangerous {
 					if isLongOptPrefix(n, d.name) {
-						j.add(Ask, RuleDangerousFlags, fmt.Sprintf("`git %s %s` %s; a person must approve it", subName, n, d.why))
+						j.opaque(Ask, RuleDangerousFlags, fmt.Sprintf("`git %s %s` %s; a person must approve it", subName, n, d.why))
 					}
 				}
 				if hasV && isLongOptPrefix(n, "--output") {
 					j.checkPathText(v, true)
 				}
-			} else if subName == "grep" && strings.HasPrefix(t, "-O") {
-				j.add(Ask, RuleDangerousFlags, "`git grep -O` runs a pager program; a person must approve it")
+				if hasV && !stringOption(n) {
+					j.maySecret(v)
+				} else if !hasV && gitFileOption(n) && i+1 < len(args) {
+					i++
+					j.checkPathWord(args[i], false)
+				}
+			} else {
+				if subName == "grep" && strings.HasPrefix(t, "-O") {
+					j.opaque(Ask, RuleDangerousFlags, "`git grep -O` runs a pager program; a person must approve it")
+				}
+				if !strings.ContainsAny(t[1:2], "mSGe") { // -m message, -S/-G strings, -e pattern
+					j.maySecret(t)
+				}
 			}
 			continue
 		}
 		j.checkPathWord(w, false)
-		if _, after, ok := strings.Cut(t, ":"); ok && after != "" && !w.glob {
-			j.checkPathText(after, false) // HEAD:secrets/.env names a file too
-		}
+		j.gitPathArg(subName, t)
 	}
 	if subName == "branch" {
 		j.gitBranch(args)
 	}
+}
+
+// gitContentReaders are the git subcommands that show the content of the files their pathspecs match.
+var gitContentReaders = map[string]bool{
+	"log": true, "show": true, "diff": true, "grep": true, "blame": true, "annotate": true, "archive": true,
+	"format-patch": true, "whatchanged": true, "stash": true, "difftool": true, "cat-file": true,
+	"diff-tree": true, "diff-index": true, "diff-files": true, "range-diff": true,
+}
+
+// gitFileOption reports whether a long git option takes a file to read as its next word.
+func gitFileOption(name string) bool {
+	for _, o := range []string{"--contents", "--pathspec-from-file", "--ignore-revs-file", "--exclude-from",
+		"--file", "--template", "--orderfile", "--rerere-autoupdate"} {
+		if isLongOptPrefix(name, o) {
+			return o != "--rerere-autoupdate"
+		}
+	}
+	return false
+}
+
+// gitPathArg judges what a git operand may name beyond itself: the path of a REV:PATH, :N:PATH or
+// -L...:PATH (a blob read from the repository, relative to its top, or to the working directory after
+// "./"), and a pathspec with magic (:(top), :(icase), :/) or wildcards, which git matches itself: a "*"
+// there crosses directories.
+func (j *shellJudge) gitPathArg(sub, t string) {
+	for k := 0; k < len(t); k++ {
+		if t[k] == ':' && k+1 < len(t) && t[k+1] != '(' {
+			j.gitTreePath(t[k+1:])
+		}
+	}
+	spec, top, icase, literal, exclude := parsePathspec(t)
+	if exclude || spec == "" {
+		return
+	}
+	bases := j.dirs
+	if top {
+		bases = j.repoTops()
+	}
+	if icase {
+		spec = strings.ToLower(spec)
+	}
+	wild := !literal && strings.ContainsAny(spec, "*?[") && gitContentReaders[sub]
+	for _, b := range bases {
+		full := path.Join(b, spec)
+		if wild {
+			segs := splitAbs(path.Clean(b + "/" + spec))
+			for _, g := range j.env.paths.denied {
+				if pathspecMayMeet(segs, g.segments) {
+					j.add(Ask, RuleDeniedPath, fmt.Sprintf("git matches the pathspec %s itself, and it may match files denied by %q; name the files you need literally", shorten(t), g.source))
+					return
+				}
+			}
+			continue
+		}
+		for _, g := range j.env.paths.denied {
+			if g.match(full) || icase && g.match(strings.ToLower(full)) || icase && globsMayMeet(splitAbs(escapeGlob(full)), g.segments) {
+				j.add(Deny, RuleDeniedPath, deniedDetail(full, g))
+				return
+			}
+		}
+	}
+}
+
+// gitTreePath checks the path part of REV:PATH: relative to the top of the repository (any directory
+// the line runs in, or one above it), or to the working directory when it starts with ./ or ../.
+func (j *shellJudge) gitTreePath(p string) {
+	if p == "" || strings.HasPrefix(p, "/") {
+		return
+	}
+	if _, err := ResolvePath(p); err != nil {
+		return
+	}
+	bases := j.repoTops()
+	if strings.HasPrefix(p, "./") || strings.HasPrefix(p, "../") {
+		bases = j.dirs
+	}
+	for _, b := range bases {
+		full := path.Join(b, p)
+		if g, ok := j.env.paths.deniedBy(full); ok {
+			j.add(Deny, RuleDeniedPath, deniedDetail(full, g))
+			return
+		}
+	}
+}
+
+// repoTops are the directories a repository's top may be: the directories the line runs in and every
+// directory above them.
+func (j *shellJudge) repoTops() []string {
+	var out []string
+	for _, d := range j.dirs {
+		for {
+			if !slices.Contains(out, d) {
+				out = append(out, d)
+			}
+			if d == "/" {
+				break
+			}
+			d = path.Dir(d)
+		}
+	}
+	return out
+}
+
+// parsePathspec strips a git pathspec's magic: ":(top,icase)x", ":/x", ":!x", ":^x".
+func parsePathspec(t string) (spec string, top, icase, literal, exclude bool) {
+	if !strings.HasPrefix(t, ":") {
+		return t, false, false, false, false
+	}
+	rest := t[1:]
+	if strings.HasPrefix(rest, "(") {
+		end := strings.IndexByte(rest, ')')
+		if end < 0 {
+			return "", false, false, false, false
+		}
+		for _, m := range strings.Split(rest[1:end], ",") {
+			switch {
+			case m == "top":
+				top = true
+			case m == "icase":
+				icase = true
+			case m == "literal":
+				literal = true
+			case m == "exclude":
+				exclude = true
+			}
+		}
+		return rest[end+1:], top, icase, literal, exclude
+	}
+	for rest != "" && strings.IndexByte("/!^", rest[0]) >= 0 {
+		switch rest[0] {
+		case '/':
+			top = true
+		default:
+			exclude = true
+		}
+		rest = rest[1:]
+	}
+	rest = strings.TrimPrefix(rest, ":")
+	return rest, top, icase, literal, exclude
 }
 
 // gitBranch asks for git branch forms that change branches: options that delete, move, copy or track,
@@ -414,18 +564,20 @@ var argSpecs = map[string]argSpec{
 			"--before-context", "--ignore-file", "--sort", "--sortr", "--colors", "--color", "--pre", "--pre-glob"},
 		dangerous: map[string]string{"--pre": "runs a preprocessor program on every file it searches",
 			"--hostname-bin": "runs a program"}},
-	"sort": {shortValue: "kotST", writeOpts: []string{"-o", "--output"},
+	"sort": {shortValue: "kotST", writeOpts: []string{"-o", "--output", "-T", "--temporary-directory"},
 		longValue: []string{"--key", "--output", "--field-separator", "--buffer-size", "--temporary-directory",
 			"--parallel", "--batch-size", "--sort", "--random-source", "--compress-program"},
 		dangerous: map[string]string{"-o": "writes its output to a file", "--output": "writes its output to a file",
-			"--compress-program": "runs a compression program", "--files0-from": filesFrom["--files0-from"]}},
+			"--compress-program": "runs a compression program", "--files0-from": filesFrom["--files0-from"],
+			"-T": "writes temporary files in that directory", "--temporary-directory": "writes temporary files in that directory"}},
 	"uniq": {shortValue: "fsw", longValue: []string{"--skip-fields", "--skip-chars", "--check-chars"}},
 	"cut":  {shortValue: "bcdf", longValue: []string{"--bytes", "--characters", "--delimiter", "--fields", "--output-delimiter"}},
 	"tr":   {noPaths: true},
 	"diff": {shortValue: "CUIxXSFL", pathOpts: []string{"-X", "--exclude-from"}, longValue: []string{"--label", "--exclude", "--exclude-from", "--ignore-matching-lines"}},
 	"tree": {shortValue: "LPIo", writeOpts: []string{"-o"}, dangerous: map[string]string{"-o": "writes its output to a file"}},
 	"stat": {shortValue: "c", longValue: []string{"--format", "--printf"}},
-	"file": {shortValue: "mfFeP", pathOpts: []string{"-m", "-f", "--magic-file", "--files-from"}},
+	"file": {shortValue: "mfFeP", pathOpts: []string{"-m", "-f", "--magic-file", "--files-from"},
+		dangerous: map[string]string{"-C": "compiles magic files into .mgc files it writes", "--compile": "compiles magic files into .mgc files it writes"}},
 	"sed":  {shortValue: "efl", patternFirst: true, patternOpts: "ef", pathOpts: []string{"-f", "--file"}, longValue: []string{"--expression", "--file", "--line-length"}, writesWith: []string{"-i", "--in-place"}, dangerous: map[string]string{"-i": "edits files in place", "--in-place": "edits files in place"}},
 	"date": {shortValue: "dfrI", pathOpts: []string{"-f", "-r", "--file", "--reference"}, dangerous: map[string]string{"-s": "sets the system clock", "--set": "sets the system clock"}},
 	"tar":  {dangerous: map[string]string{"--to-command": "runs a program for every file", "-I": "runs a compression program", "--use-compress-program": "runs a compression program", "--checkpoint-action": "can run a program", "--rsh-command": "runs a remote shell program", "--info-script": "runs a program", "--new-volume-script": "runs a program", "-F": "runs a program"}},
@@ -461,6 +613,8 @@ func (j *shellJudge) argPaths(argv []word, spec argSpec) []word {
 			j.checkPathWord(v, false)
 		case separate && v.glob:
 			j.checkGlobWord(v, false) // a glob expands into file names wherever it stands
+		case v.known && !stringOption(opt) && !(len(opt) == 2 && strings.IndexByte(spec.patternOpts, opt[1]) >= 0):
+			j.maySecret(v.text) // an option policy does not know may read a file: --from-file=.env
 		}
 	}
 	dangerous := func(opt string) {
@@ -499,6 +653,9 @@ func (j *shellJudge) argPaths(argv []word, spec argSpec) []word {
 			}
 			continue
 		}
+		if strings.Trim(t[1:], spec.shortValue+spec.patternOpts) != "" {
+			j.maySecret(t) // a value attached to an option policy does not know: -f.env
+		}
 		for k := 1; k < len(t); k++ {
 			opt := "-" + t[k:k+1]
 			dangerous(opt)
@@ -529,13 +686,19 @@ func (j *shellJudge) argPaths(argv []word, spec argSpec) []word {
 	for i, w := range paths {
 		write := writes == writesAll || writes == writesLast && i == len(paths)-1 && !targetDir && len(paths) > 1
 		j.checkPathWord(w, write)
+		if w.known && !w.glob && strings.ContainsAny(w.text, ":=@") {
+			j.maySecret(w.text) // REV:PATH, key=PATH, @PATH (curl -d @.env, gcc @.env: a file's content)
+		}
 	}
 	return operands
 }
 
 // checkPathWord checks an argument that names a file.
 func (j *shellJudge) checkPathWord(w word, write bool) {
-	if !w.known {
+	if !w.known || w.tainted {
+		if write {
+			j.seen.opaque = append(j.seen.opaque, fmt.Sprintf("writes %s, a file only known when the line runs", w.show()))
+		}
 		return // the unknown-argument rule has asked already
 	}
 	if w.glob {
@@ -545,19 +708,50 @@ func (j *shellJudge) checkPathWord(w word, write bool) {
 	j.checkPathText(w.text, write)
 }
 
+// resolve turns a path as the line gives it into the clean absolute paths it may name: an absolute path
+// names itself, "~" each home, and a relative path one path per directory the line may run in.
+// unknownBase reports that the line may also run in a directory only known at run time.
+func (j *shellJudge) resolve(text string) (paths []string, unknownBase bool) {
+	switch {
+	case strings.HasPrefix(text, "/"):
+		return []string{path.Clean(text)}, false
+	case text == "~" || strings.HasPrefix(text, "~/"):
+		for _, h := range homeDirs {
+			paths = append(paths, path.Clean(h+text[1:]))
+		}
+		return paths, false
+	}
+	for _, d := range j.dirs {
+		paths = append(paths, path.Join(d, text))
+	}
+	return paths, j.dirUnknown
+}
+
 // checkPathText checks a literal path from a command line against the tool's path rules. Reads outside
 // the roots ask; writes outside them, to system directories or to devices deny; denied globs deny.
 func (j *shellJudge) checkPathText(text string, write bool) {
 	if text == "" || text == "-" {
 		return
 	}
-	p, err := ResolvePath(text)
-	if err != nil {
+	if _, err := ResolvePath(text); err != nil {
 		j.add(Ask, RuleInvalidPath, fmt.Sprintf("the argument %s cannot be checked as a path (%v)", shorten(text), err))
 		return
 	}
+	paths, unknownBase := j.resolve(text)
+	for _, p := range paths {
+		j.checkResolved(p, write)
+	}
+	if unknownBase {
+		j.checkUnknownBase(text, write)
+	}
+}
+
+func (j *shellJudge) checkResolved(p string, write bool) {
 	if isHarmlessDevice(p) {
 		return
+	}
+	if write {
+		j.seen.writes[p] = true
 	}
 	rules := j.env.paths
 	if g, ok := rules.deniedBy(p); ok {
@@ -575,13 +769,63 @@ func (j *shellJudge) checkPathText(text string, write bool) {
 	}
 }
 
-// checkGlobWord checks an argument the shell expands into file names: its fixed directory must be
-// inside the roots, and it must not be able to match a denied glob.
-func (j *shellJudge) checkGlobWord(w word, write bool) {
-	pat := w.pattern
-	if !strings.HasPrefix(pat, "/") {
-		pat = WorkspaceRoot + "/" + pat
+// checkUnknownBase checks a relative path under a directory only known at run time: it asks, and names
+// the denied glob when the path, wherever it lands, may be a file it denies by name.
+func (j *shellJudge) checkUnknownBase(text string, write bool) {
+	if write {
+		j.seen.opaque = append(j.seen.opaque, fmt.Sprintf("writes %s in a directory only known when the line runs", text))
 	}
+	segs := []string{"**"}
+	for _, s := range strings.Split(path.Clean(text), "/") {
+		if s != ".." && s != "." {
+			segs = append(segs, escapeGlob(s))
+		}
+	}
+	for _, g := range j.env.paths.denied {
+		if g.segments[len(g.segments)-1] != "**" && j.globsMeet(segs, g.segments) {
+			j.add(Ask, RuleDeniedPath, fmt.Sprintf("the command runs in a directory only known when the line runs, where %s may be a file denied by %q; name the path from the workspace root", shorten(text), g.source))
+			return
+		}
+	}
+	j.add(Ask, RuleUnresolved, fmt.Sprintf("the command runs in a directory only known when the line runs (after a cd to a computed place), so policy cannot tell which file %s is; name the path from the workspace root", shorten(text)))
+}
+
+// globsMeet is the glob intersection test for this line: as bash matches by default, or widened when
+// the line may turn on dotglob or nocaseglob.
+func (j *shellJudge) globsMeet(shellGlob, denied []string) bool {
+	if j.wideGlobs {
+		return globsMayMeet(shellGlob, denied)
+	}
+	return globsIntersect(shellGlob, denied)
+}
+
+// checkGlobWord checks an argument the shell expands into file names: its fixed directory must be
+// inside the roots, and it must not be able to match a denied glob (judged as if dotglob and nocaseglob
+// were on, which a line can turn on).
+func (j *shellJudge) checkGlobWord(w word, write bool) {
+	var bases []string
+	switch {
+	case strings.HasPrefix(w.pattern, "/"):
+		bases = []string{""}
+	default:
+		bases = j.dirs
+		if j.dirUnknown {
+			j.checkUnknownBase(w.pattern, write)
+		}
+	}
+	for _, b := range bases {
+		pat := w.pattern
+		if b != "" {
+			pat = b + "/" + pat
+		}
+		if j.checkGlobPattern(w, pat, write) {
+			return
+		}
+	}
+}
+
+// checkGlobPattern checks one absolute glob pattern; it reports whether it found the pattern unusable.
+func (j *shellJudge) checkGlobPattern(w word, pat string, write bool) bool {
 	var segs []string
 	for _, s := range strings.Split(pat, "/") {
 		switch s {
@@ -589,9 +833,15 @@ func (j *shellJudge) checkGlobWord(w word, write bool) {
 			continue
 		case "..":
 			j.add(Ask, RuleOutsideRoots, fmt.Sprintf("the pattern %s climbs out with \"..\", so policy cannot tell which files it names; name them literally", shorten(w.text)))
-			return
+			if write {
+				j.seen.opaque = append(j.seen.opaque, "writes the files a pattern with .. names")
+			}
+			return true
 		}
 		segs = append(segs, s)
+	}
+	if write {
+		j.seen.writes["/"+strings.Join(segs, "/")] = true
 	}
 	dir := "/"
 	for _, s := range segs {
@@ -610,11 +860,64 @@ func (j *shellJudge) checkGlobWord(w word, write bool) {
 		j.add(Ask, RuleOutsideRoots, fmt.Sprintf("the pattern %s reads under %s, outside the workspace; a person must approve it", shorten(w.text), dir))
 	}
 	for _, g := range rules.denied {
-		if globsIntersect(segs, g.segments) {
+		if j.globsMeet(segs, g.segments) {
 			j.add(Ask, RuleDeniedPath, fmt.Sprintf("the pattern %s may match files denied by %q; name the files you need literally", shorten(w.text), g.source))
 			break
 		}
 	}
+	return false
+}
+
+// maySecret checks a word that may name a file although policy does not know the program's options:
+// an option's value (--contents=.env, -f.env), or what follows a colon (HEAD:.env) or an equals sign.
+// Only the denied globs apply: such a word is not known to be a path, so it is not held to the roots.
+func (j *shellJudge) maySecret(text string) {
+	if len(text) > maxPathBytes {
+		return
+	}
+	var cands []string
+	cands = append(cands, text)
+	for i := 0; i < len(text); i++ {
+		if text[i] == '=' || text[i] == ':' || text[i] == '@' {
+			cands = append(cands, text[i+1:]) // --file=X, REV:X, file:///X, curl -d @X
+		}
+	}
+	if len(text) > 2 && text[0] == '-' && text[1] != '-' {
+		for k := 2; k < len(text) && k < 16; k++ {
+			cands = append(cands, text[k:])
+		}
+	}
+	for _, c := range cands {
+		if c == "" || c == "-" {
+			continue
+		}
+		if _, err := ResolvePath(c); err != nil {
+			continue
+		}
+		paths, unknownBase := j.resolve(c)
+		for _, p := range paths {
+			if g, ok := j.env.paths.deniedBy(p); ok {
+				j.add(Deny, RuleDeniedPath, deniedDetail(p, g))
+				return
+			}
+		}
+		if unknownBase {
+			j.checkUnknownBase(c, false)
+		}
+	}
+}
+
+// stringOption reports whether a long option's value is, by its name, a pattern or text rather than a
+// file: --exclude=.env names no file to read.
+func stringOption(name string) bool {
+	for _, s := range []string{"exclude", "include", "ignore", "hide", "name", "glob", "pattern", "regex",
+		"match", "message", "label", "title", "format", "grep", "author", "committer", "since", "until",
+		"before", "after", "date", "prefix", "suffix", "separator", "delimiter", "type"} {
+		if strings.Contains(name, s) {
+			return true
+		}
+	}
+	return false
 }
 
 func unescapeGlob(s string) string {

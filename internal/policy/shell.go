@@ -6,17 +6,36 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"mvdan.cc/sh/v3/syntax"
 )
 
-// How the shell judge works. The command line is parsed with mvdan.cc/sh (bash dialect) and every node of
-// the tree is visited, so every command the line could run is judged wherever it sits: in a pipeline, a
-// list, the background, a subshell or block, an if/while/for/case, a function body (judged where it is
-// defined), a command or process substitution, an argument, a redirection or a here-document. Command
-// strings that run as code (sh -c, eval, watch, su -c, trap, a here-document or echo piped into a shell)
-// are parsed and judged in turn, up to maxNesting levels. Wrappers (env, nice, timeout, xargs, find
-// -exec...) are unwrapped with knowledge of their options, and the wrapped command is judged too.
+// How the shell judge works. The command line is parsed with mvdan.cc/sh and every node of the tree is
+// visited, so every command the line could run is judged wherever it sits: in a pipeline, a list, the
+// background, a subshell or block, an if/while/for/case, a function body (judged where it is defined), a
+// command or process substitution, an argument, a redirection or a here-document. Command strings that
+// run as code (sh -c, eval, watch, su -c, trap, alias, a here-document or echo piped into a shell) are
+// parsed and judged in turn, up to maxNesting levels. Wrappers (env, nice, timeout, xargs, find -exec...)
+// are unwrapped with knowledge of their options, and the wrapped command is judged too.
+//
+// What runs is what the shell reads, not what a parser prints. So, before anything is parsed:
+//   - a line with a control character (a carriage return, a vertical tab, an escape, DEL, C1 codes), a
+//     bidirectional override, a Unicode line separator or invalid UTF-8 is refused: shells, parsers and
+//     people reading an approval read those differently;
+//   - the line is judged in every dialect of the shell that may run it: run_shell's /bin/sh is dash on
+//     Debian and bash elsewhere, so a top-level line is judged as POSIX sh (dash: no $'...', no brace
+//     expansion, (( is two subshells) and as bash, and the strictest verdict wins; bash -c strings are
+//     judged as bash only, dash -c strings as POSIX only;
+//   - comments end at the newline whatever they hold (the parser would continue one at a trailing
+//     backslash; bash does not);
+//   - $'...' is decoded as bash decodes it ($'\x73udo' is sudo), and $"..." is translated at run time
+//     through a message catalogue, so its value is unknown.
+//
+// Relative paths are resolved from every directory the line may run in: run_shell's cwd, and every
+// directory a cd, pushd, env -C, git -C, go -C, make -C or tar -C in the line names (judging repeats until
+// that set stops growing); a directory only known at run time makes a relative path that may name a
+// denied file ask. "~" is both the workspace (policy's meaning) and the sandbox's HOME (/tmp).
 //
 // Each part yields findings; the strictest finding wins (deny over ask over allow). Judging a line is
 // therefore monotone: "A; B", "A | B" and "A && B" are never judged more leniently than A or B alone.
@@ -30,24 +49,102 @@ const (
 	maxBraceWords   = 64       // words one brace expansion may produce before it counts as unresolved
 	maxSteps        = 1 << 16  // commands judged for one line, wrappers and nested strings included
 	maxGenericTries = 64       // operands of a generic wrapper (strace...) judged as possible commands
+	maxDirs         = 16       // working directories a line may move through before they count as unknown
+	maxDirRounds    = 4        // judging rounds that may discover more working directories
 )
 
-// judgeShell decides a shell command line for e's tool.
-func (e *decideEnv) judgeShell(command string) finding {
-	j := &shellJudge{env: e, infos: map[*syntax.CallExpr]*callInfo{}}
-	if len(command) > maxCommandBytes {
-		j.add(Ask, RuleUnresolved, fmt.Sprintf("the command is %d bytes long and policy reads at most %d; a person must approve it, or put the script in a file", len(command), maxCommandBytes))
-		return j.v.best
+// homeDirs are what "~" may stand for: the workspace (policy's own meaning, as for file tools) and the
+// sandbox's HOME.
+var homeDirs = []string{WorkspaceRoot, "/tmp"}
+
+// dialect is a shell language a line may be read in.
+type dialect uint8
+
+const (
+	dialectPOSIX dialect = 1 << iota // dash, busybox ash, posh: /bin/sh on Debian
+	dialectBash                      // bash, and the approximation for ksh and zsh
+
+	dialectsSh = dialectPOSIX | dialectBash // /bin/sh: either
+)
+
+func (d dialect) String() string {
+	if d == dialectPOSIX {
+		return "POSIX sh"
 	}
-	j.program(command, 0)
-	if j.commands == 0 {
-		if tf := e.toolFinding(); tf.action == Deny {
-			j.v.add(tf)
-		} else {
-			j.v.add(finding{Allow, RuleNoCommand, "the line runs no command"})
+	return "bash"
+}
+
+// Seen is what judging a shell command looked at: the programs it judged, the files it judged as
+// written, and why parts of the line run code it cannot read. It is for tests (the differential oracle
+// compares it with what a traced shell did) and for explaining a decision; Decide does not need it.
+type Seen struct {
+	// Programs are the base names of every program judged, wrappers and nested commands included.
+	Programs []string
+	// Writes are the files judged as written: clean absolute paths, or absolute glob patterns for words
+	// the shell expands (each segment in path.Match syntax).
+	Writes []string
+	// Opaque says why the line may run code or write files that policy cannot see (eval of a variable, a
+	// script file, input piped into a shell...); empty when policy saw everything the line runs.
+	Opaque []string
+}
+
+// judgeShell decides a shell command with its environment and working directory for e's tool, and
+// reports what it saw.
+func (e *decideEnv) judgeShell(f Facts) (finding, Seen) {
+	base := WorkspaceRoot
+	if f.Cwd != "" {
+		if p, err := ResolvePath(f.Cwd); err == nil {
+			base = p // a bad cwd is denied as a path of the call (checkToolPath)
 		}
 	}
-	return j.v.best
+	j := newShellJudge(e, []string{base})
+	if f.Cwd != "" {
+		j.checkPathText(base, false) // the command reads its working directory
+	}
+	j.judgeEnv(f.Env)
+	j.line(f.Command)
+	return j.v.best, j.seen.result()
+}
+
+func newShellJudge(e *decideEnv, dirs []string) *shellJudge {
+	return &shellJudge{env: e, v: e.newVerdict(), infos: map[*syntax.CallExpr]*callInfo{}, dirs: dirs,
+		dialect: dialectBash, seen: newSeenSet()}
+}
+
+// line judges a whole command line.
+func (j *shellJudge) line(command string) {
+	if len(command) > maxCommandBytes {
+		j.blind(Ask, RuleUnresolved, fmt.Sprintf("the command is %d bytes long and policy reads at most %d; a person must approve it, or put the script in a file", len(command), maxCommandBytes))
+		return
+	}
+	j.program(command, 0, dialectsSh)
+	if j.commands == 0 || !j.v.set {
+		if tf := j.env.toolFinding(); tf.action == Deny {
+			j.v.add(tf)
+		} else {
+			j.v.add(finding{action: Allow, rule: RuleNoCommand, detail: "the line runs no command"})
+		}
+	}
+}
+
+// judgeEnv judges the environment a call adds (run_shell's env argument) like assignments in the line.
+func (j *shellJudge) judgeEnv(env map[string]string) {
+	names := make([]string, 0, len(env))
+	for n := range env {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		if n == "CDPATH" {
+			j.cdpath = true
+		}
+		if n == "OLDPWD" || n == "DIRSTACK" {
+			j.stackSet = true
+		}
+		if injectionVar(n) {
+			j.opaque(Ask, RuleInjectionEnv, fmt.Sprintf("the call's env argument sets %s, which can make programs load or run other code; leave it out", n))
+		}
+	}
 }
 
 type shellJudge struct {
@@ -58,56 +155,213 @@ type shellJudge struct {
 	// inGeneric is set while the operands of a generic wrapper are judged as commands.
 	inGeneric bool
 	infos     map[*syntax.CallExpr]*callInfo
+	dialect   dialect // of the program being walked
+	// dirs are the directories the command being judged may run in (see cwdFlow); dirUnknown adds
+	// "somewhere only known at run time".
+	dirs       []string
+	dirUnknown bool
+	cdpath     bool // CDPATH is set: a relative cd may go anywhere
+	stackSet   bool // OLDPWD or DIRSTACK is set: cd -, popd and pushd +N may go anywhere
+	wideGlobs  bool // the line may turn on dotglob or nocaseglob: globs are judged as if it did
+	seen       seenSet
 }
 
 // callInfo is what judging one simple command learned that the pipeline and data-flow checks need.
 type callInfo struct {
-	names       []string       // program names after unwrapping: timeout 5 curl -> [timeout curl]
-	stdinScript bool           // runs a script it reads from standard input (sh, bash -s, python -)
-	posixShell  bool           // ...and that script is shell code policy can judge
-	codeWords   []*syntax.Word // words whose value runs as code: sh -c STR, eval ARGS, source FILE
+	names        []string       // program names after unwrapping: timeout 5 curl -> [timeout curl]
+	stdinScript  bool           // runs a script it reads from standard input (sh, bash -s, python -)
+	stdinDialect dialect        // ...and the shell dialects of that script when policy can judge it
+	codeWords    []*syntax.Word // words whose value runs as code: sh -c STR, eval ARGS, source FILE
 }
 
 func (j *shellJudge) add(a Action, rule, detail string) {
-	j.v.add(finding{a, rule, detail})
+	j.v.add(finding{action: a, rule: rule, detail: detail})
 }
 
+// opaque adds a finding about code or writes policy cannot see, and records it in what was seen.
+func (j *shellJudge) opaque(a Action, rule, detail string) {
+	j.add(a, rule, detail)
+	j.seen.opaque = append(j.seen.opaque, detail)
+}
+
+// blind adds a finding about a line or part policy could not read at all. The autonomous posture refuses
+// it rather than run it unread.
+func (j *shellJudge) blind(a Action, rule, detail string) {
+	j.v.add(finding{action: a, rule: rule, detail: detail, blind: true})
+	j.seen.opaque = append(j.seen.opaque, detail)
+}
+
+// newParser returns a bash parser; parse picks the dialect.
 func newParser() *syntax.Parser {
 	return syntax.NewParser(syntax.Variant(syntax.LangBash))
 }
 
-// program parses and judges src, a shell program nested depth levels deep.
-func (j *shellJudge) program(src string, depth int) {
-	if depth > maxNesting {
-		j.add(Ask, RuleUnresolved, fmt.Sprintf("the line nests shells, eval or here-documents more than %d levels deep; a person must approve it", maxNesting))
-		return
+// parse parses src as dialect d reads it. For POSIX sh, "$'" is first made "\$'": dash has no $'...'
+// quoting and reads a dollar sign, then a single-quoted string. Comments are blanked to the end of their
+// line and the source parsed again, because the parser continues a comment at a trailing backslash and
+// shells do not.
+func parse(src string, d dialect) (*syntax.File, error) {
+	lang := syntax.LangBash
+	if d == dialectPOSIX {
+		lang = syntax.LangPOSIX
+		src = posixDollarQuotes(src)
 	}
-	outerGeneric := j.inGeneric
-	j.inGeneric = false // a nested program's generic wrappers try their own operands
-	defer func() { j.inGeneric = outerGeneric }()
-	f, err := newParser().Parse(strings.NewReader(src), "")
+	p := syntax.NewParser(syntax.Variant(lang), syntax.KeepComments(true))
+	f, err := p.Parse(strings.NewReader(src), "")
 	if err != nil {
-		j.add(Ask, RuleUnparseable, fmt.Sprintf("the shell parser cannot read %s (%v); fix the syntax", shorten(src), err))
-		j.salvage(src, depth)
-		return
+		return nil, err
 	}
-	j.file(f, depth)
+	for range 3 {
+		blanked, changed := blankComments(src, f)
+		if !changed {
+			return f, nil
+		}
+		src = blanked
+		if f, err = p.Parse(strings.NewReader(src), ""); err != nil {
+			return nil, err
+		}
+	}
+	return f, nil
 }
 
-// salvage judges what it can of a line that does not parse. Bash runs the lines before a syntax error,
+// posixDollarQuotes escapes the dollar sign of every "$'" that is not already escaped, so that a POSIX
+// parser reads it as dash does: a literal "$" and then a single-quoted string.
+func posixDollarQuotes(src string) string {
+	if !strings.Contains(src, "$'") {
+		return src
+	}
+	var b strings.Builder
+	for i := 0; i < len(src); i++ {
+		if src[i] == '$' && i+1 < len(src) && src[i+1] == '\'' {
+			backslashes := 0
+			for k := i - 1; k >= 0 && src[k] == '\\'; k-- {
+				backslashes++
+			}
+			if backslashes%2 == 0 {
+				b.WriteByte('\\')
+			}
+		}
+		b.WriteByte(src[i])
+	}
+	return b.String()
+}
+
+// blankComments replaces the text of every comment, from after its "#" to the end of its physical
+// line, with spaces. It reports whether anything changed.
+func blankComments(src string, f *syntax.File) (string, bool) {
+	var spans [][2]int
+	syntax.Walk(f, func(n syntax.Node) bool {
+		if c, ok := n.(*syntax.Comment); ok {
+			start := int(c.Hash.Offset()) + 1
+			if start > len(src) {
+				return true
+			}
+			end := strings.IndexByte(src[start:], '\n')
+			if end < 0 {
+				end = len(src) - start
+			}
+			if strings.TrimLeft(src[start:start+end], " ") != "" {
+				spans = append(spans, [2]int{start, start + end})
+			}
+		}
+		return true
+	})
+	if len(spans) == 0 {
+		return src, false
+	}
+	b := []byte(src)
+	for _, s := range spans {
+		for k := s[0]; k < s[1]; k++ {
+			b[k] = ' '
+		}
+	}
+	return string(b), true
+}
+
+// badCharacter returns what is wrong with the first character of s that shells, parsers and people may
+// read differently, or "" when there is none.
+func badCharacter(s string) string {
+	for i, r := range s {
+		switch {
+		case r == utf8.RuneError:
+			if _, size := utf8.DecodeRuneInString(s[i:]); size == 1 {
+				return fmt.Sprintf("byte %d is not valid UTF-8", i)
+			}
+		case r == '\t' || r == '\n':
+		case r < 0x20 || r == 0x7f || r >= 0x80 && r <= 0x9f:
+			return fmt.Sprintf("byte %d is the control character %U", i, r)
+		case r >= 0x202a && r <= 0x202e || r >= 0x2066 && r <= 0x2069 || r == 0x200e || r == 0x200f || r == 0x061c:
+			return fmt.Sprintf("byte %d is the bidirectional control %U, which makes the line read differently from how it runs", i, r)
+		case r == 0x2028 || r == 0x2029:
+			return fmt.Sprintf("byte %d is the line separator %U", i, r)
+		}
+	}
+	return ""
+}
+
+// program parses and judges src, a shell program nested depth levels deep, in every dialect of dl.
+func (j *shellJudge) program(src string, depth int, dl dialect) {
+	if depth > maxNesting {
+		j.blind(Ask, RuleUnresolved, fmt.Sprintf("the line nests shells, eval or here-documents more than %d levels deep; a person must approve it", maxNesting))
+		return
+	}
+	if bad := badCharacter(src); bad != "" {
+		j.add(Deny, RuleControlCharacter, fmt.Sprintf("the command cannot be read reliably: %s; write control characters with printf escapes such as '\\r' and use LF line endings", bad))
+		return
+	}
+	outerGeneric, outerDialect, outerDirs, outerUnknown := j.inGeneric, j.dialect, j.dirs, j.dirUnknown
+	j.inGeneric = false // a nested program's generic wrappers try their own operands
+	defer func() {
+		j.inGeneric, j.dialect, j.dirs, j.dirUnknown = outerGeneric, outerDialect, outerDirs, outerUnknown
+	}()
+	var failed []dialect
+	var firstErr error
+	parsed := false
+	for _, d := range []dialect{dialectBash, dialectPOSIX} {
+		if dl&d == 0 {
+			continue
+		}
+		f, err := parse(src, d)
+		if err != nil {
+			failed = append(failed, d)
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		parsed = true
+		j.dialect = d
+		j.dirs, j.dirUnknown = outerDirs, outerUnknown
+		j.file(f, depth)
+	}
+	if len(failed) == 0 {
+		return
+	}
+	if !parsed {
+		j.blind(Ask, RuleUnparseable, fmt.Sprintf("the shell parser cannot read %s (%v); fix the syntax", shorten(src), firstErr))
+	}
+	for _, d := range failed {
+		// A shell runs the complete commands before a syntax error: judge what it can of them.
+		j.dialect = d
+		j.dirs, j.dirUnknown = outerDirs, outerUnknown
+		j.salvage(src, depth)
+	}
+}
+
+// salvage judges what it can of a line that does not parse. Shells run the lines before a syntax error,
 // so each line that parses on its own is judged, then each piece between list, pipe and grouping
 // characters, and any word that a deny rule names denies the line. Misreading a piece can only make the
-// decision stricter, and the line is ask already.
+// decision stricter.
 func (j *shellJudge) salvage(src string, depth int) {
 	for _, line := range strings.Split(src, "\n") {
-		if f, err := newParser().Parse(strings.NewReader(line), ""); err == nil {
+		if f, err := parse(line, j.dialect); err == nil {
 			j.file(f, depth)
 		}
 	}
 	pieces := strings.FieldsFunc(src, func(r rune) bool { return strings.ContainsRune("\n;&|()`{}", r) })
 	if len(pieces) <= 64 {
 		for _, piece := range pieces {
-			if f, err := newParser().Parse(strings.NewReader(piece), ""); err == nil {
+			if f, err := parse(piece, j.dialect); err == nil {
 				j.file(f, depth)
 			}
 		}
@@ -125,20 +379,33 @@ func (j *shellJudge) salvage(src string, depth int) {
 	}
 }
 
-// file judges every node of a parsed program, then the checks that need the whole tree.
+// file judges every node of a parsed program, then the checks that need the whole tree. Each statement
+// and command is judged in the directories it may run in (flowDirs).
 func (j *shellJudge) file(f *syntax.File, depth int) {
 	var pipes []*syntax.BinaryCmd
 	var fed []*syntax.Stmt
 	var calls []*syntax.CallExpr
+	entry := dirState{dirs: j.dirs, unknown: j.dirUnknown}
+	j.prescan(f)
+	at := j.flowDirs(f, entry)
+	place := func(n syntax.Node) {
+		s, ok := at[n]
+		if !ok {
+			s = entry
+		}
+		j.dirs, j.dirUnknown = s.dirs, s.unknown
+	}
 	syntax.Walk(f, func(n syntax.Node) bool {
 		switch n := n.(type) {
 		case *syntax.Stmt:
+			place(n)
 			j.redirects(n)
 			if hasHereInput(n) {
 				fed = append(fed, n)
 			}
 		case *syntax.CallExpr:
 			calls = append(calls, n)
+			place(n)
 			j.callExpr(n, depth)
 		case *syntax.BinaryCmd:
 			if n.Op == syntax.Pipe || n.Op == syntax.PipeAll {
@@ -150,11 +417,19 @@ func (j *shellJudge) file(f *syntax.File, depth int) {
 			j.declClause(n)
 		case *syntax.WordIter:
 			if injectionVar(n.Name.Value) {
-				j.add(Ask, RuleInjectionEnv, fmt.Sprintf("the loop sets %s, which can make programs load or run other code; use another variable name", n.Name.Value))
+				j.opaque(Ask, RuleInjectionEnv, fmt.Sprintf("the loop sets %s, which can make programs load or run other code; use another variable name", n.Name.Value))
 			}
 		case *syntax.ParamExp:
 			if !plainParam(n) {
-				j.add(Ask, RuleUnresolved, fmt.Sprintf("the expansion %s is computed when the line runs and can hide code; use a plain $name or literal values", shorten(printNode(n))))
+				j.opaque(Ask, RuleUnresolved, fmt.Sprintf("the expansion %s is computed when the line runs and can hide code; use a plain $name or literal values", shorten(printNode(n))))
+			}
+		case *syntax.DblQuoted:
+			if n.Dollar && j.dialect == dialectBash {
+				j.opaque(Ask, RuleUnresolved, fmt.Sprintf("%s is translated through a message catalogue when the line runs (TEXTDOMAIN, TEXTDOMAINDIR), so its text is unknown and its expansions can run code; use \"...\"", shorten(printNode(n))))
+			}
+		case *syntax.ArrayElem:
+			if n.Index != nil {
+				j.arith(n.Index) // a=([i]=1): an indexed array's subscript is arithmetic
 			}
 		case *syntax.ArithmExp:
 			j.arith(n.X)
@@ -175,7 +450,7 @@ func (j *shellJudge) file(f *syntax.File, depth int) {
 		case *syntax.UnaryTest:
 			if n.Op == syntax.TsVarSet || n.Op == syntax.TsRefVar {
 				if w, ok := n.X.(*syntax.Word); !ok || strings.Contains(w.Lit(), "[") || w.Lit() == "" {
-					j.add(Ask, RuleUnresolved, "[[ -v name[...] ]] evaluates the subscript as code; test a plain variable name")
+					j.opaque(Ask, RuleUnresolved, "[[ -v name[...] ]] evaluates the subscript as code; test a plain variable name")
 				}
 			}
 		}
@@ -196,6 +471,38 @@ func (j *shellJudge) file(f *syntax.File, depth int) {
 	}
 }
 
+// prescan finds what changes how the whole line must be read, wherever it stands: CDPATH set, and
+// dotglob, nocaseglob or GLOBIGNORE turned on.
+func (j *shellJudge) prescan(f *syntax.File) {
+	syntax.Walk(f, func(n syntax.Node) bool {
+		switch n := n.(type) {
+		case *syntax.Assign:
+			if n.Name != nil && n.Name.Value == "CDPATH" {
+				j.cdpath = true
+			}
+			if n.Name != nil && n.Name.Value == "GLOBIGNORE" {
+				j.wideGlobs = true
+			}
+			if n.Name != nil && (n.Name.Value == "OLDPWD" || n.Name.Value == "DIRSTACK") {
+				j.stackSet = true
+			}
+		case *syntax.CallExpr:
+			shopt := false
+			for i, a := range n.Args {
+				for _, w := range j.resolveWord(a) {
+					if i == 0 && w.known && (w.text == "shopt" || w.text == "set") {
+						shopt = true
+					}
+					if w.known && (strings.Contains(w.text, "dotglob") || strings.Contains(w.text, "nocaseglob")) || !w.known && shopt {
+						j.wideGlobs = true
+					}
+				}
+			}
+		}
+		return true
+	})
+}
+
 func (j *shellJudge) callExpr(ce *syntax.CallExpr, depth int) {
 	info := &callInfo{}
 	j.infos[ce] = info
@@ -205,7 +512,7 @@ func (j *shellJudge) callExpr(ce *syntax.CallExpr, depth int) {
 	j.commands++
 	var argv []word
 	for _, a := range ce.Args {
-		argv = append(argv, resolveWord(a)...)
+		argv = append(argv, j.resolveWord(a)...)
 	}
 	j.command(argv, depth, 0, info, false)
 }
@@ -213,7 +520,7 @@ func (j *shellJudge) callExpr(ce *syntax.CallExpr, depth int) {
 // assign judges a variable assignment: a prefix (X=1 cmd), a plain one (X=1) or a declare argument.
 func (j *shellJudge) assign(a *syntax.Assign) {
 	if a.Name != nil && injectionVar(a.Name.Value) {
-		j.add(Ask, RuleInjectionEnv, fmt.Sprintf("setting %s can make programs load or run other code; leave it unset", a.Name.Value))
+		j.opaque(Ask, RuleInjectionEnv, fmt.Sprintf("setting %s can make programs load or run other code; leave it unset", a.Name.Value))
 	}
 	if a.Index != nil {
 		j.arith(a.Index)
@@ -222,25 +529,30 @@ func (j *shellJudge) assign(a *syntax.Assign) {
 
 func (j *shellJudge) declClause(d *syntax.DeclClause) {
 	if d.Variant.Value == "nameref" {
-		j.add(Ask, RuleUnresolved, "nameref makes one variable stand for another, which policy cannot follow; use plain variables")
+		j.opaque(Ask, RuleUnresolved, "nameref makes one variable stand for another, which policy cannot follow; use plain variables")
 	}
 	for _, a := range d.Args {
 		if !a.Naked || a.Name != nil || a.Value == nil {
 			continue
 		}
-		ws := resolveWord(a.Value)
+		ws := j.resolveWord(a.Value)
 		if len(ws) != 1 || !ws[0].known {
-			j.add(Ask, RuleUnresolved, fmt.Sprintf("%s %s names a variable only known when the line runs", d.Variant.Value, shorten(printNode(a.Value))))
+			j.opaque(Ask, RuleUnresolved, fmt.Sprintf("%s %s names a variable only known when the line runs", d.Variant.Value, shorten(printNode(a.Value))))
 			continue
 		}
 		t := ws[0].text
 		switch {
 		case strings.HasPrefix(t, "-") || strings.HasPrefix(t, "+"):
 			if strings.ContainsAny(t[1:], "ni") {
-				j.add(Ask, RuleUnresolved, fmt.Sprintf("%s %s makes later assignments evaluate as code or alias other variables; use plain variables", d.Variant.Value, t))
+				j.opaque(Ask, RuleUnresolved, fmt.Sprintf("%s %s makes later assignments evaluate as code or alias other variables; use plain variables", d.Variant.Value, t))
 			}
-		case !isIdentifier(t):
-			j.add(Ask, RuleUnresolved, fmt.Sprintf("%s %q is not a plain variable name; a subscript there is evaluated as code", d.Variant.Value, t))
+		default:
+			name, _, _ := strings.Cut(t, "=")
+			if !isIdentifier(name) {
+				j.opaque(Ask, RuleUnresolved, fmt.Sprintf("%s %q is not a plain variable name; a subscript there is evaluated as code", d.Variant.Value, t))
+			} else if injectionVar(name) {
+				j.opaque(Ask, RuleInjectionEnv, fmt.Sprintf("setting %s can make programs load or run other code; leave it unset", name))
+			}
 		}
 	}
 }
@@ -249,7 +561,7 @@ func (j *shellJudge) declClause(d *syntax.DeclClause) {
 // expression, and an array subscript inside that value runs command substitutions.
 func (j *shellJudge) arith(x syntax.ArithmExpr) {
 	if arithHasVar(x) {
-		j.add(Ask, RuleUnresolved, fmt.Sprintf("the arithmetic %s evaluates variables, whose values can hide code; use literal numbers", shorten(printNode(x))))
+		j.opaque(Ask, RuleUnresolved, fmt.Sprintf("the arithmetic %s evaluates variables, whose values can hide code; use literal numbers", shorten(printNode(x))))
 	}
 }
 
@@ -280,7 +592,7 @@ func (j *shellJudge) binaryTest(b *syntax.BinaryTest) {
 				continue
 			}
 		}
-		j.add(Ask, RuleUnresolved, "an arithmetic comparison in [[ ]] evaluates variables, whose values can hide code; compare with [ ] or literal numbers")
+		j.opaque(Ask, RuleUnresolved, "an arithmetic comparison in [[ ]] evaluates variables, whose values can hide code; compare with [ ] or literal numbers")
 		return
 	}
 }
@@ -288,6 +600,9 @@ func (j *shellJudge) binaryTest(b *syntax.BinaryTest) {
 // redirects judges a statement's redirections: files written, files read, and network devices.
 func (j *shellJudge) redirects(s *syntax.Stmt) {
 	for _, r := range s.Redirs {
+		if r.N != nil && strings.HasPrefix(r.N.Value, "{") && !isIdentifier(strings.Trim(r.N.Value, "{}")) {
+			j.opaque(Ask, RuleUnresolved, fmt.Sprintf("the descriptor name %s is evaluated as code; use a plain {name}", r.N.Value))
+		}
 		switch r.Op {
 		case syntax.RdrOut, syntax.AppOut, syntax.RdrClob, syntax.AppClob, syntax.RdrAll, syntax.AppAll,
 			syntax.RdrAllClob, syntax.AppAllClob, syntax.RdrInOut:
@@ -315,26 +630,34 @@ func (j *shellJudge) redirectTarget(r *syntax.Redirect, write bool) {
 		}
 	}
 	op := r.Op.String()
-	ws := resolveWord(r.Word)
-	if len(ws) != 1 || !ws[0].known {
-		j.add(Ask, RuleUnresolved, fmt.Sprintf("the redirection %s %s goes to a file only known when the line runs; name the file literally", op, shorten(printNode(r.Word))))
+	ws := j.resolveWord(r.Word)
+	if len(ws) == 0 || !ws[0].known {
+		detail := fmt.Sprintf("the redirection %s %s goes to a file only known when the line runs; name the file literally", op, shorten(printNode(r.Word)))
+		if write {
+			j.opaque(Ask, RuleUnresolved, detail)
+		} else {
+			j.add(Ask, RuleUnresolved, detail)
+		}
 		return
 	}
-	w := ws[0]
-	if !w.glob {
-		if p, err := ResolvePath(w.text); err == nil {
-			if strings.HasPrefix(p, "/dev/tcp/") || strings.HasPrefix(p, "/dev/udp/") {
-				j.add(Deny, RuleReverseShell, fmt.Sprintf("%s %s opens a network connection from the shell; this is how reverse shells work and is never allowed", op, w.text))
-				return
-			}
-			if isHarmlessDevice(p) {
-				return
+	// A word with several values (a brace or tilde expansion) is an "ambiguous redirect" in bash and a
+	// literal file name in dash: judge every value.
+	for _, w := range ws {
+		if !w.glob {
+			if p, err := ResolvePath(w.text); err == nil {
+				if strings.HasPrefix(p, "/dev/tcp/") || strings.HasPrefix(p, "/dev/udp/") {
+					j.add(Deny, RuleReverseShell, fmt.Sprintf("%s %s opens a network connection from the shell; this is how reverse shells work and is never allowed", op, w.text))
+					return
+				}
+				if isHarmlessDevice(p) {
+					continue
+				}
 			}
 		}
-	}
-	j.checkPathWord(w, write)
-	if write {
-		j.add(Ask, RuleRedirectWrite, fmt.Sprintf("%s %s writes a file; a person must approve it (leave out the redirection to just see the output)", op, w.text))
+		j.checkPathWord(w, write)
+		if write {
+			j.add(Ask, RuleRedirectWrite, fmt.Sprintf("%s %s writes a file; a person must approve it (leave out the redirection to just see the output)", op, w.text))
+		}
 	}
 }
 
@@ -349,18 +672,19 @@ func hasHereInput(s *syntax.Stmt) bool {
 
 // hereInput judges a here-document or here-string fed to a shell as the script it is.
 func (j *shellJudge) hereInput(s *syntax.Stmt, depth int) {
-	if _, posix := j.runsStdinScript(s); !posix {
+	_, dl := j.runsStdinScript(s)
+	if dl == 0 {
 		return
 	}
-	if content, ok := hereContent(s); ok {
-		j.program(content, depth+1)
+	if content, ok := j.hereContent(s); ok {
+		j.program(content, depth+1, dl)
 	}
 }
 
 // runsStdinScript reports whether a command in the statement runs a script from the statement's
-// standard input (sh, bash -s, python -), and whether one of those is a shell whose script policy can
-// judge.
-func (j *shellJudge) runsStdinScript(s *syntax.Stmt) (any, posix bool) {
+// standard input (sh, bash -s, python -), and the dialects of the shells among them whose script policy
+// can judge.
+func (j *shellJudge) runsStdinScript(s *syntax.Stmt) (any bool, dl dialect) {
 	syntax.Walk(s, func(n syntax.Node) bool {
 		switch n := n.(type) {
 		case *syntax.CmdSubst, *syntax.ProcSubst:
@@ -368,17 +692,17 @@ func (j *shellJudge) runsStdinScript(s *syntax.Stmt) (any, posix bool) {
 		case *syntax.CallExpr:
 			if info := j.infos[n]; info != nil && info.stdinScript {
 				any = true
-				posix = posix || info.posixShell
+				dl |= info.stdinDialect
 			}
 		}
 		return true
 	})
-	return any, posix
+	return any, dl
 }
 
 // hereContent returns the text a statement's here-document or here-string feeds to standard input, when
 // it is static.
-func hereContent(s *syntax.Stmt) (string, bool) {
+func (j *shellJudge) hereContent(s *syntax.Stmt) (string, bool) {
 	for _, r := range s.Redirs {
 		switch r.Op {
 		case syntax.Hdoc, syntax.DashHdoc:
@@ -408,7 +732,7 @@ func hereContent(s *syntax.Stmt) (string, bool) {
 			}
 			return b.String(), true
 		case syntax.WordHdoc:
-			ws := resolveWord(r.Word)
+			ws := j.resolveWord(r.Word)
 			if len(ws) != 1 || !ws[0].known {
 				return "", false
 			}
@@ -423,7 +747,7 @@ func hereContent(s *syntax.Stmt) (string, bool) {
 func (j *shellJudge) pipeline(b *syntax.BinaryCmd, depth int) {
 	stages := flattenPipeline(b)
 	for k, st := range stages {
-		any, posix := j.runsStdinScript(st)
+		any, dl := j.runsStdinScript(st)
 		if !any {
 			continue
 		}
@@ -433,9 +757,9 @@ func (j *shellJudge) pipeline(b *syntax.BinaryCmd, depth int) {
 				break
 			}
 		}
-		if k > 0 && posix {
-			if content, ok := j.staticOutput(stages[k-1]); ok {
-				j.program(content, depth+1)
+		if k > 0 && dl != 0 {
+			for _, content := range j.staticOutput(stages[k-1]) {
+				j.program(content, depth+1, dl)
 			}
 		}
 	}
@@ -457,19 +781,19 @@ func flattenPipeline(b *syntax.BinaryCmd) []*syntax.Stmt {
 	return out
 }
 
-// staticOutput returns what a pipeline stage writes when policy can know it: echo or printf of literal
-// words, or cat of a here-document.
-func (j *shellJudge) staticOutput(s *syntax.Stmt) (string, bool) {
+// staticOutput returns what a pipeline stage may write when policy can know it: echo or printf of literal
+// words, or cat of a here-document. echo is read both as bash's (escapes kept) and as dash's or echo -e
+// (escapes decoded).
+func (j *shellJudge) staticOutput(s *syntax.Stmt) []string {
 	ce, ok := s.Cmd.(*syntax.CallExpr)
 	if !ok || len(ce.Args) == 0 {
-		return "", false
+		return nil
 	}
 	var argv []string
 	for _, a := range ce.Args {
-		ws := resolveWord(a)
-		for _, w := range ws {
+		for _, w := range j.resolveWord(a) {
 			if !w.known || w.glob {
-				return "", false
+				return nil
 			}
 			argv = append(argv, w.text)
 		}
@@ -480,17 +804,24 @@ func (j *shellJudge) staticOutput(s *syntax.Stmt) (string, bool) {
 		for len(args) > 0 && (args[0] == "-n" || args[0] == "-e" || args[0] == "-E") {
 			args = args[1:]
 		}
-		return strings.Join(args, " ") + "\n", true
+		raw := strings.Join(args, " ") + "\n"
+		out := []string{raw}
+		if decoded, _ := decodeEcho(raw); decoded != raw {
+			out = append(out, decoded)
+		}
+		return out
 	case "printf":
-		if len(argv) == 2 && !strings.ContainsAny(argv[1], `%\`) {
-			return argv[1], true
+		if out, ok := printfOutput(argv[1:]); ok {
+			return []string{out}
 		}
 	case "cat":
 		if len(argv) == 1 {
-			return hereContent(s)
+			if c, ok := j.hereContent(s); ok {
+				return []string{c}
+			}
 		}
 	}
-	return "", false
+	return nil
 }
 
 // downloaders fetch data from the network.
@@ -517,12 +848,14 @@ func (j *shellJudge) containsDownload(n syntax.Node) bool {
 }
 
 // word is one argument after the expansions policy can do statically: quote removal, backslash escapes,
-// "~" and brace expansion. Parameter expansion, command substitution and the like make it unknown.
+// $'...' decoding, "~" and brace expansion. Parameter expansion, command substitution and the like make
+// it unknown.
 type word struct {
 	text    string       // the value; for a glob, the pattern as the shell sees it; /dev/fd/63 for <(cmd)
 	pattern string       // text as a glob pattern, quoted metacharacters escaped with '\'
 	glob    bool         // has unquoted glob metacharacters: the shell expands it into file names
 	known   bool         // false when the value is only known when the line runs
+	tainted bool         // known text into which a program splices run-time input (xargs -I, find -exec {})
 	src     *syntax.Word // the parsed word; nil for words policy made up
 }
 
@@ -552,9 +885,9 @@ type partial struct {
 	glob      bool
 }
 
-// resolveWord expands w statically. It returns one word, or several for a brace expansion, or a single
-// unknown word when the value is only known at run time.
-func resolveWord(w *syntax.Word) []word {
+// resolveWord expands w statically in the judge's dialect. It returns one word, or several for a brace
+// or tilde expansion, or a single unknown word when the value is only known at run time.
+func (j *shellJudge) resolveWord(w *syntax.Word) []word {
 	if len(w.Parts) == 1 {
 		if _, ok := w.Parts[0].(*syntax.ProcSubst); ok {
 			// <(cmd) is a pipe the shell names /dev/fd/N; the walk judges cmd itself.
@@ -562,11 +895,13 @@ func resolveWord(w *syntax.Word) []word {
 		}
 	}
 	parts := w.Parts
-	cp := &syntax.Word{Parts: slices.Clone(w.Parts)}
-	if syntax.SplitBraces(cp) {
-		parts = cp.Parts
+	if j.dialect == dialectBash {
+		cp := &syntax.Word{Parts: slices.Clone(w.Parts)}
+		if syntax.SplitBraces(cp) {
+			parts = cp.Parts
+		}
 	}
-	alts, ok := expandParts(parts, true)
+	alts, ok := j.expandParts(parts, true)
 	if !ok {
 		return []word{{src: w}}
 	}
@@ -577,7 +912,7 @@ func resolveWord(w *syntax.Word) []word {
 	return out
 }
 
-func expandParts(parts []syntax.WordPart, atStart bool) ([]partial, bool) {
+func (j *shellJudge) expandParts(parts []syntax.WordPart, atStart bool) ([]partial, bool) {
 	alts := []partial{{}}
 	appendAll := func(text, pat string, glob bool) {
 		for k := range alts {
@@ -589,17 +924,36 @@ func expandParts(parts []syntax.WordPart, atStart bool) ([]partial, bool) {
 	for i, p := range parts {
 		switch p := p.(type) {
 		case *syntax.Lit:
-			text, pat, glob, ok := unquoteLit(p.Value, atStart && i == 0, i == len(parts)-1)
-			if !ok {
-				return nil, false
+			v := p.Value
+			if atStart && i == 0 && strings.HasPrefix(v, "~") {
+				prefix, _, slash := strings.Cut(v, "/")
+				if prefix != "~" || (!slash && i != len(parts)-1) {
+					return nil, false // ~user, ~+, ~-: another directory
+				}
+				var next []partial
+				for _, a := range alts {
+					for _, h := range homeDirs {
+						next = append(next, partial{a.text + h, a.pat + escapeGlob(h), a.glob})
+					}
+				}
+				alts = next
+				v = v[1:]
 			}
+			text, pat, glob := unquoteLit(v)
 			appendAll(text, pat, glob)
 		case *syntax.SglQuoted:
-			if p.Dollar && strings.Contains(p.Value, `\`) {
-				return nil, false // $'\x73udo': ANSI-C escapes are not decoded, so the value is unknown
+			v := p.Value
+			if p.Dollar {
+				v = decodeANSIC(v)
 			}
-			appendAll(p.Value, escapeGlob(p.Value), false)
+			appendAll(v, escapeGlob(v), false)
 		case *syntax.DblQuoted:
+			if p.Dollar {
+				if j.dialect == dialectBash {
+					return nil, false // $"...": translated at run time
+				}
+				appendAll("$", "$", false)
+			}
 			for _, q := range p.Parts {
 				lit, ok := q.(*syntax.Lit)
 				if !ok {
@@ -614,7 +968,7 @@ func expandParts(parts []syntax.WordPart, atStart bool) ([]partial, bool) {
 			}
 			var next []partial
 			for _, el := range p.Elems {
-				sub, ok := expandParts(el.Parts, atStart && i == 0)
+				sub, ok := j.expandParts(el.Parts, atStart && i == 0)
 				if !ok {
 					return nil, false
 				}
@@ -635,19 +989,9 @@ func expandParts(parts []syntax.WordPart, atStart bool) ([]partial, bool) {
 	return alts, true
 }
 
-// unquoteLit removes backslash escapes from an unquoted literal and finds glob metacharacters. At the
-// start of a word, "~" and "~/" become the workspace root; other tilde forms are unknown.
-func unquoteLit(v string, atStart, last bool) (text, pat string, glob, ok bool) {
+// unquoteLit removes backslash escapes from an unquoted literal and finds glob metacharacters.
+func unquoteLit(v string) (text, pat string, glob bool) {
 	var t, p strings.Builder
-	if atStart && strings.HasPrefix(v, "~") {
-		prefix, _, slash := strings.Cut(v, "/")
-		if prefix != "~" || (!slash && !last) {
-			return "", "", false, false
-		}
-		t.WriteString(WorkspaceRoot)
-		p.WriteString(WorkspaceRoot)
-		v = v[1:]
-	}
 	for i := 0; i < len(v); i++ {
 		c := v[i]
 		switch c {
@@ -681,7 +1025,7 @@ func unquoteLit(v string, atStart, last bool) (text, pat string, glob, ok bool) 
 			p.WriteByte(c)
 		}
 	}
-	return t.String(), p.String(), glob, true
+	return t.String(), p.String(), glob
 }
 
 // unescapeDouble removes the backslash escapes that work inside double quotes: \$ \` \" \\ and
@@ -748,27 +1092,16 @@ func isIdentifier(s string) bool {
 	return true
 }
 
-// injectionVar reports whether setting the variable can make a program load or run other code, or
-// change how the shell finds and expands commands.
-func injectionVar(name string) bool {
-	for _, p := range []string{"LD_", "DYLD_", "GIT_", "BASH_FUNC_", "NPM_CONFIG_", "npm_config_"} {
-		if strings.HasPrefix(name, p) {
-			return true
-		}
+// isVarRef reports whether s names a variable without evaluating code: a plain name, or a name with a
+// subscript of digits only. Bash evaluates any other subscript as arithmetic, and command substitutions
+// in it run.
+func isVarRef(s string) bool {
+	name, sub, ok := strings.Cut(s, "[")
+	if !ok {
+		return isIdentifier(s)
 	}
-	return injectionVars[name]
-}
-
-var injectionVars = map[string]bool{
-	"BASH_ENV": true, "ENV": true, "PROMPT_COMMAND": true, "PS0": true, "PS1": true, "PS2": true, "PS3": true,
-	"PS4": true, "SHELLOPTS": true, "BASHOPTS": true, "IFS": true, "PATH": true, "CDPATH": true,
-	"GLOBIGNORE": true, "HOME": true, "XDG_CONFIG_HOME": true, "ZDOTDIR": true, "PAGER": true,
-	"MANPAGER": true, "EDITOR": true, "VISUAL": true, "BROWSER": true, "LESSOPEN": true, "LESSCLOSE": true,
-	"PYTHONPATH": true, "PYTHONSTARTUP": true, "PYTHONHOME": true, "PERL5OPT": true, "PERL5LIB": true,
-	"PERLLIB": true, "RUBYOPT": true, "RUBYLIB": true, "NODE_OPTIONS": true, "NODE_PATH": true,
-	"JAVA_TOOL_OPTIONS": true, "_JAVA_OPTIONS": true, "BASH_LOADABLES_PATH": true, "SSH_ASKPASS": true,
-	"SUDO_ASKPASS": true, "GCONV_PATH": true, "NLSPATH": true, "RIPGREP_CONFIG_PATH": true,
-	"GREP_OPTIONS": true, "TAR_OPTIONS": true, "INPUTRC": true, "FCEDIT": true, "TERMINFO": true,
+	digits, ok := strings.CutSuffix(sub, "]")
+	return ok && isIdentifier(name) && digits != "" && strings.Trim(digits, "0123456789") == ""
 }
 
 // commandBase names a program the way rules do: /usr/bin/rm and ./rm are rm.
@@ -802,4 +1135,28 @@ func shorten(s string) string {
 		s = s[:77] + "..."
 	}
 	return "`" + strings.ReplaceAll(s, "`", "'") + "`"
+}
+
+// seenSet accumulates what a judge looked at.
+type seenSet struct {
+	programs map[string]bool
+	writes   map[string]bool
+	opaque   []string
+}
+
+func newSeenSet() seenSet {
+	return seenSet{programs: map[string]bool{}, writes: map[string]bool{}}
+}
+
+func (s seenSet) result() Seen {
+	out := Seen{Opaque: slices.Clone(s.opaque)}
+	for p := range s.programs {
+		out.Programs = append(out.Programs, p)
+	}
+	for w := range s.writes {
+		out.Writes = append(out.Writes, w)
+	}
+	slices.Sort(out.Programs)
+	slices.Sort(out.Writes)
+	return out
 }

@@ -19,17 +19,11 @@ type shellCase struct {
 
 func runShellCases(t *testing.T, p *Policy, cases []shellCase) {
 	t.Helper()
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			d := decideShell(p, c.cmd)
-			if d.Action != c.want || (c.rule != "" && d.Rule != c.rule) {
-				t.Errorf("Decide(%q) = %s by %s (%s); want %s by %q", c.cmd, d.Action, d.Rule, d.Reason, c.want, c.rule)
-			}
-			if d.Rule == "" || !strings.Contains(d.Reason, "by rule "+d.Rule+": ") {
-				t.Errorf("Decide(%q): reason %q does not name rule %q", c.cmd, d.Reason, d.Rule)
-			}
-		})
+	rc := make([]reqCase, len(cases))
+	for i, c := range cases {
+		rc[i] = reqCase{name: c.name, cmd: c.cmd, want: c.want, rule: c.rule}
 	}
+	runReqCases(t, p, rc)
 }
 
 // TestShellAllowsReadOnly: what the default policy lets run without a person.
@@ -230,8 +224,7 @@ func TestShellAsks(t *testing.T) {
 		{"curl alone", "curl https://example.com", Ask, ""},
 		{"trap", "trap 'ls' EXIT", Ask, ""},
 		{"strace", "strace ls", Ask, RuleUnresolved},
-		{"ANSI-C quoted name", `$'\x6cs'`, Ask, RuleUnresolved},
-		{"ANSI-C quoted argument", `cat $'\x2eenv'`, Ask, RuleUnresolved},
+		{"ANSI-C quoted name: dash runs $\\x6cs", `$'\x6cs'`, Ask, RuleToolAction},
 		{"brace sequence", "cat {1..3}.txt", Ask, RuleUnresolved},
 		{"tilde user", "cat ~root/x", Ask, RuleUnresolved},
 		{"extglob argument", "cat @(a|b)", Ask, RuleUnresolved},
@@ -396,6 +389,7 @@ func TestShellDenies(t *testing.T) {
 		{"cat key", "cat server.key", Deny, RuleDeniedPath},
 		{"cat pem", "head -1 certs/tls.pem", Deny, RuleDeniedPath},
 		{"quoted secret", `cat .e"nv"`, Deny, RuleDeniedPath},
+		{"ANSI-C quoted secret", `cat $'\x2eenv'`, Deny, RuleDeniedPath},
 		{"backslash secret", `cat .e\nv`, Deny, RuleDeniedPath},
 		{"brace secret", "cat .e{n,x}v", Deny, RuleDeniedPath},
 		{"brace command and secret", "{cat,.env}", Deny, RuleDeniedPath},
@@ -488,5 +482,21 @@ func TestShellWrapperBound(t *testing.T) {
 	d = decideShell(Default(), strings.Repeat("strace a ", 40)+"ls")
 	if d.Action == Allow {
 		t.Errorf("generic wrapper chain: allow, want at least ask")
+	}
+}
+
+// TestShellMonotoneAfterCd: a cd never makes a later command more lenient than it is alone.
+func TestShellMonotoneAfterCd(t *testing.T) {
+	p := Default()
+	for _, b := range []string{"cat ../x", "cat config.json", "cat .env", "ls"} {
+		alone := decideShell(p, b)
+		for _, a := range []string{"cd src", "cd .docker", "cd ..", "cd /tmp", "pushd src", "cd src; cd .."} {
+			for _, op := range []string{" && ", "; ", " || "} {
+				cmd := a + op + b
+				if d := decideShell(p, cmd); d.Action.rank() < alone.Action.rank() {
+					t.Errorf("Decide(%q) = %s, more lenient than %q alone (%s)", cmd, d.Action, b, alone.Action)
+				}
+			}
+		}
 	}
 }

@@ -53,7 +53,8 @@ func (s *Store) Replace(p *Policy) { s.policy.Store(p) }
 
 // Decide judges r with the current policy and the approve-always rules.
 func (s *Store) Decide(ctx context.Context, r Request) Decision {
-	return s.policy.Load().decide(r, *s.rules.Load())
+	d, _ := s.policy.Load().decide(r, *s.rules.Load())
+	return d
 }
 
 // ToolEnabled is Policy.ToolEnabled on the current policy.

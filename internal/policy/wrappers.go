@@ -18,6 +18,20 @@ var shells = map[string]bool{
 	"csh": true, "tcsh": true,
 }
 
+// shellDialects are the dialects a shell program reads; shells not listed read roughly bash (ksh, zsh) or
+// are judged as both.
+var shellDialects = map[string]dialect{
+	"sh": dialectsSh, "dash": dialectPOSIX, "ash": dialectPOSIX, "posh": dialectPOSIX, "bash": dialectBash,
+	"rbash": dialectBash,
+}
+
+func dialectOf(shell string) dialect {
+	if d, ok := shellDialects[shell]; ok {
+		return d
+	}
+	return dialectsSh
+}
+
 func (j *shellJudge) shell(name string, argv []word, ruleArgv []string, depth int, info *callInfo) {
 	if f, listed := j.ruleFinding(ruleArgv); listed {
 		j.v.add(f)
@@ -37,7 +51,7 @@ loop:
 			if a.src != nil {
 				info.codeWords = append(info.codeWords, a.src)
 			}
-			j.add(Ask, RuleUnresolved, fmt.Sprintf("the argument %s of %s is only known when the line runs", shorten(a.show()), name))
+			j.opaque(Ask, RuleUnresolved, fmt.Sprintf("the argument %s of %s is only known when the line runs", shorten(a.show()), name))
 			return
 		}
 		t := a.text
@@ -48,10 +62,12 @@ loop:
 		case strings.HasPrefix(t, "--"):
 			switch t {
 			case "--rcfile", "--init-file":
-				j.add(Ask, RuleDangerousFlags, fmt.Sprintf("`%s %s` runs a startup file; leave it out", name, t))
+				j.opaque(Ask, RuleDangerousFlags, fmt.Sprintf("`%s %s` runs a startup file; leave it out", name, t))
 				i++
-			case "--login":
-				j.add(Ask, RuleDangerousFlags, fmt.Sprintf("`%s --login` runs the startup files in the workspace; leave it out", name))
+			case "--login", "--debugger":
+				j.opaque(Ask, RuleDangerousFlags, fmt.Sprintf("`%s %s` runs startup files; leave it out", name, t))
+			case "--dump-strings", "--dump-po-strings":
+				j.add(Ask, RuleDangerousFlags, fmt.Sprintf("`%s %s` lists translatable strings instead of running the script", name, t))
 			}
 		case len(t) > 1 && (t[0] == '-' || t[0] == '+'):
 			for k := 1; k < len(t); k++ {
@@ -61,7 +77,7 @@ loop:
 				case 's':
 					stdin = true
 				case 'i', 'l':
-					j.add(Ask, RuleDangerousFlags, fmt.Sprintf("`%s %s` runs the startup files in the workspace; leave out -i and -l", name, t))
+					j.opaque(Ask, RuleDangerousFlags, fmt.Sprintf("`%s %s` runs the startup files in the workspace; leave out -i and -l", name, t))
 				case 'o', 'O':
 					i++
 				}
@@ -77,20 +93,22 @@ loop:
 	switch {
 	case hasC:
 		if len(rest) == 0 {
-			j.add(Ask, RuleUnresolved, fmt.Sprintf("`%s -c` has no command string", name))
+			j.opaque(Ask, RuleUnresolved, fmt.Sprintf("`%s -c` has no command string here; its arguments come at run time", name))
 			return
 		}
-		j.shellString(rest[0], name+" -c", depth, info)
+		j.shellString(rest[0], name+" -c", depth, info, dialectOf(name))
 	case len(rest) > 0 && !stdin && !isStdinPath(rest[0]):
 		if rest[0].src != nil {
 			info.codeWords = append(info.codeWords, rest[0].src)
 		}
-		j.add(Ask, RuleUnresolved, fmt.Sprintf("`%s %s` runs a script file whose content policy cannot see; a person must approve it, or run its commands directly", name, rest[0].show()))
+		j.opaque(Ask, RuleUnresolved, fmt.Sprintf("`%s %s` runs a script file whose content policy cannot see; a person must approve it, or run its commands directly", name, rest[0].show()))
 		j.checkPathWord(rest[0], false)
 	default:
 		info.stdinScript = true
-		info.posixShell = name != "fish" && name != "csh" && name != "tcsh"
-		j.add(Ask, RuleUnresolved, fmt.Sprintf("`%s` reads its commands from standard input, which policy cannot fully see; pass them with %s -c instead", name, name))
+		if name != "fish" && name != "csh" && name != "tcsh" {
+			info.stdinDialect = dialectOf(name)
+		}
+		j.opaque(Ask, RuleUnresolved, fmt.Sprintf("`%s` reads its commands from standard input, which policy cannot fully see; pass them with %s -c instead", name, name))
 	}
 }
 
@@ -98,23 +116,27 @@ func isStdinPath(w word) bool {
 	return w.known && (w.text == "/dev/stdin" || w.text == "/dev/fd/0" || w.text == "/proc/self/fd/0")
 }
 
-// shellString judges a string that who runs as shell code.
-func (j *shellJudge) shellString(w word, who string, depth int, info *callInfo) {
+// shellString judges a string that who runs as shell code in the dialects dl. A string into which a
+// program splices its input at run time (xargs -I) is judged as written, and asks for what is spliced.
+func (j *shellJudge) shellString(w word, who string, depth int, info *callInfo, dl dialect) {
 	if w.src != nil {
 		info.codeWords = append(info.codeWords, w.src)
 	}
 	if !w.known || w.glob {
-		j.add(Ask, RuleUnresolved, fmt.Sprintf("`%s` runs the command string %s, which is only known when the line runs; write it literally", who, shorten(w.show())))
+		j.opaque(Ask, RuleUnresolved, fmt.Sprintf("`%s` runs the command string %s, which is only known when the line runs; write it literally", who, shorten(w.show())))
 		return
 	}
-	j.program(w.text, depth+1)
+	if w.tainted {
+		j.opaque(Ask, RuleUnresolved, fmt.Sprintf("`%s` runs the command string %s with its input spliced in at run time, so the input runs as code; pass input as arguments (sh -c '...' sh {}) instead", who, shorten(w.show())))
+	}
+	j.program(w.text, depth+1, dl)
 }
 
 func (j *shellJudge) eval(argv []word, ruleArgv []string, depth int, info *callInfo) {
 	if f, listed := j.ruleFinding(ruleArgv); listed {
 		j.v.add(f)
 	}
-	j.add(Ask, RuleUnresolved, "eval runs a string as code, so a person must approve it; run the commands directly")
+	j.opaque(Ask, RuleUnresolved, "eval runs a string as code, so a person must approve it; run the commands directly")
 	args := argv[1:]
 	if len(args) > 0 && args[0].known && args[0].text == "--" {
 		args = args[1:]
@@ -129,7 +151,7 @@ func (j *shellJudge) eval(argv []word, ruleArgv []string, depth int, info *callI
 		texts = append(texts, a.text)
 	}
 	if known && len(texts) > 0 {
-		j.program(strings.Join(texts, " "), depth+1)
+		j.program(strings.Join(texts, " "), depth+1, j.dialect)
 	}
 }
 
@@ -146,16 +168,16 @@ func (j *shellJudge) source(name string, argv []word, ruleArgv []string, info *c
 		info.codeWords = append(info.codeWords, file.src)
 	}
 	if isStdinPath(file) {
-		info.stdinScript, info.posixShell = true, true
+		info.stdinScript, info.stdinDialect = true, j.dialect
 	}
-	j.add(Ask, RuleUnresolved, fmt.Sprintf("`%s %s` runs the commands in a file policy cannot see; a person must approve it, or run the commands directly", name, file.show()))
+	j.opaque(Ask, RuleUnresolved, fmt.Sprintf("`%s %s` runs the commands in a file policy cannot see; a person must approve it, or run the commands directly", name, file.show()))
 	j.checkPathWord(file, false)
 }
 
 // wrapParse is what a wrapper's options say about the command it runs.
 type wrapParse struct {
 	inner       []word // the wrapped command; empty when the wrapper runs none
-	shellCode   *word  // a string the wrapper runs as shell code (watch, su -c, flock -c)
+	shellCode   *word  // a string the wrapper runs as shell code with /bin/sh (watch, su -c, flock -c)
 	runtimeArgs bool   // the wrapper adds arguments at run time (xargs)
 	stdinShell  bool   // the wrapper starts a shell that reads standard input (script without -c)
 	bad         string // why the options could not be followed; empty when they could
@@ -205,7 +227,11 @@ var genericWrappers = map[string]bool{
 	"nsenter": true, "unshare": true, "faketime": true, "prlimit": true, "cgexec": true, "setpriv": true,
 	"capsh": true, "gdb": true, "perf": true, "nocache": true, "trickle": true, "rlwrap": true,
 	"parallel": true, "sem": true, "xvfb-run": true, "dbus-run-session": true, "entr": true, "watchexec": true,
-	"expect": true,
+	"expect": true, "cpulimit": true, "daemonize": true, "start-stop-daemon": true, "chpst": true, "softlimit": true,
+	"setlock": true, "envdir": true, "tini": true, "dumb-init": true, "chronic": true, "setarch": true,
+	"linux32": true, "linux64": true, "schedtool": true, "run-one": true, "retry": true, "lckdo": true,
+	"timelimit": true, "minijail0": true, "runcon": true, "nsjail": true, "gosu": true, "su-exec": true,
+	"setuidgid": true,
 }
 
 func (j *shellJudge) wrapper(name string, argv []word, ruleArgv []string, depth, unwrap int, info *callInfo, runtimeArgs bool) {
@@ -218,15 +244,16 @@ func (j *shellJudge) wrapper(name string, argv []word, ruleArgv []string, depth,
 		j.v.add(f) // it runs no other command: judge it as itself (env alone prints the environment)
 	}
 	if wp.bad != "" {
-		j.add(Ask, RuleUnresolved, fmt.Sprintf("policy cannot tell which command `%s` runs here (%s); write it more plainly", name, wp.bad))
+		j.opaque(Ask, RuleUnresolved, fmt.Sprintf("policy cannot tell which command `%s` runs here (%s); write it more plainly", name, wp.bad))
 		return
 	}
 	if wp.shellCode != nil {
-		j.shellString(*wp.shellCode, name, depth, info)
+		j.seen.programs["sh"] = true // the wrapper runs the string with /bin/sh -c
+		j.shellString(*wp.shellCode, name, depth, info, dialectsSh)
 	}
 	if wp.stdinShell {
-		info.stdinScript, info.posixShell = true, true
-		j.add(Ask, RuleUnresolved, fmt.Sprintf("`%s` starts a shell that reads commands from standard input, which policy cannot fully see", name))
+		info.stdinScript, info.stdinDialect = true, dialectsSh
+		j.opaque(Ask, RuleUnresolved, fmt.Sprintf("`%s` starts a shell that reads commands from standard input, which policy cannot fully see", name))
 	}
 	j.command(wp.inner, depth, unwrap+1, info, runtimeArgs || wp.runtimeArgs)
 }
@@ -235,7 +262,7 @@ func (j *shellJudge) genericWrapper(name string, argv []word, ruleArgv []string,
 	if f, listed := j.ruleFinding(ruleArgv); listed {
 		j.v.add(f)
 	}
-	j.add(Ask, RuleUnresolved, fmt.Sprintf("`%s` runs another command in a way policy cannot follow exactly; a person must approve it", name))
+	j.opaque(Ask, RuleUnresolved, fmt.Sprintf("`%s` runs another command in a way policy cannot follow exactly; a person must approve it", name))
 	if j.inGeneric {
 		return // an outer generic wrapper already tries every operand of this argv
 	}
@@ -346,6 +373,7 @@ func parseEnv(j *shellJudge, argv []word) wrapParse {
 		switch {
 		case o.name == "-C" || isLongOptPrefix(o.name, "--chdir"):
 			j.checkPathWord(o.value, false)
+			j.addDir(o.value)
 		case o.name == "-S" || isLongOptPrefix(o.name, "--split-string"):
 			v := o.value
 			split = &v
@@ -363,8 +391,11 @@ func parseEnv(j *shellJudge, argv []word) wrapParse {
 		if !isAssign {
 			break
 		}
+		if name == "CDPATH" {
+			j.cdpath = true
+		}
 		if injectionVar(name) {
-			j.add(Ask, RuleInjectionEnv, fmt.Sprintf("`env %s=...` sets a variable that can make programs load or run other code; leave it unset", name))
+			j.opaque(Ask, RuleInjectionEnv, fmt.Sprintf("`env %s=...` sets a variable that can make programs load or run other code; leave it unset", name))
 		}
 	}
 	inner := argv[i:]
@@ -385,7 +416,7 @@ func (j *shellJudge) splitWords(w word) ([]word, bool) {
 	if !w.known {
 		return nil, false
 	}
-	f, err := newParser().Parse(strings.NewReader(w.text), "")
+	f, err := parse(w.text, j.dialect)
 	if err != nil || len(f.Stmts) != 1 || len(f.Stmts[0].Redirs) > 0 {
 		return nil, false
 	}
@@ -395,7 +426,7 @@ func (j *shellJudge) splitWords(w word) ([]word, bool) {
 	}
 	var out []word
 	for _, a := range ce.Args {
-		for _, r := range resolveWord(a) {
+		for _, r := range j.resolveWord(a) {
 			if !r.known {
 				return nil, false
 			}
@@ -419,20 +450,91 @@ func parseTime(j *shellJudge, argv []word) wrapParse {
 	return wrapParse{inner: argv[i:]}
 }
 
+// parseXargs reads xargs's options. xargs adds arguments at run time; with -I, -i or --replace it splices
+// its input into every word holding the replace string, so those words are tainted.
 func parseXargs(j *shellJudge, argv []word) wrapParse {
-	opts, i, bad := parseOpts(argv, optSpec{shortValue: "adEILnPs", longValue: []string{"--arg-file", "--delimiter",
-		"--max-args", "--max-procs", "--max-chars", "--process-slot-var"}})
-	if bad != "" {
-		return wrapParse{bad: bad}
-	}
-	for _, o := range opts {
-		if o.name == "-a" || isLongOptPrefix(o.name, "--arg-file") {
-			j.checkPathWord(o.value, false)
+	replace := ""
+	i := 1
+	for ; i < len(argv); i++ {
+		a := argv[i]
+		if !a.known {
+			return wrapParse{bad: "an option is only known when the line runs"}
+		}
+		t := a.text
+		if t == "--" {
+			i++
+			break
+		}
+		if t == "-" || !strings.HasPrefix(t, "-") {
+			break
+		}
+		if strings.HasPrefix(t, "--") {
+			n, v, hasV := strings.Cut(t, "=")
+			switch {
+			case isLongOptPrefix(n, "--replace"):
+				replace = "{}"
+				if hasV {
+					replace = v
+				}
+			case isLongOptPrefix(n, "--arg-file"), isLongOptPrefix(n, "--delimiter"), isLongOptPrefix(n, "--max-args"),
+				isLongOptPrefix(n, "--max-procs"), isLongOptPrefix(n, "--max-chars"), isLongOptPrefix(n, "--max-lines"),
+				isLongOptPrefix(n, "--process-slot-var"):
+				if !hasV {
+					if i+1 >= len(argv) {
+						return wrapParse{bad: n + " has no value"}
+					}
+					i++
+					v = argv[i].text
+				}
+				if isLongOptPrefix(n, "--arg-file") {
+					j.checkPathText(v, false)
+				}
+				if isLongOptPrefix(n, "--process-slot-var") && injectionVar(v) {
+					j.opaque(Ask, RuleInjectionEnv, fmt.Sprintf("`xargs --process-slot-var=%s` sets a variable that can make programs load or run other code; use another name", v))
+				}
+			}
+			continue
+		}
+		for k := 1; k < len(t); k++ {
+			c := t[k]
+			switch c {
+			case 'a', 'd', 'E', 'I', 'L', 'n', 'P', 's':
+				v := t[k+1:]
+				if v == "" {
+					if i+1 >= len(argv) {
+						return wrapParse{bad: "-" + string(c) + " has no value"}
+					}
+					i++
+					v = argv[i].text
+				}
+				switch c {
+				case 'a':
+					j.checkPathText(v, false)
+				case 'I':
+					replace = v
+				}
+				k = len(t)
+			case 'i':
+				replace = "{}"
+				if rest := t[k+1:]; rest != "" {
+					replace = rest
+				}
+				k = len(t)
+			case 'e', 'l':
+				k = len(t) // an optional value, attached
+			}
 		}
 	}
-	inner := argv[i:]
+	inner := slices.Clone(argv[i:])
 	if len(inner) == 0 {
 		inner = []word{literalWord("echo")}
+	}
+	if replace != "" {
+		for k := range inner {
+			if strings.Contains(inner[k].text, replace) {
+				inner[k].tainted = true
+			}
+		}
 	}
 	return wrapParse{inner: inner, runtimeArgs: true}
 }
@@ -484,7 +586,10 @@ func parseFlock(j *shellJudge, argv []word) wrapParse {
 	if i >= len(argv) {
 		return wrapParse{}
 	}
-	j.checkPathWord(argv[i], false)
+	if f := argv[i]; !f.known || strings.Trim(f.text, "0123456789") != "" {
+		j.checkPathWord(f, true)
+		j.add(Ask, RuleDangerousFlags, fmt.Sprintf("`flock %s` creates the lock file when it does not exist; a person must approve it, or lock a descriptor", f.show()))
+	}
 	rest := argv[i+1:]
 	if len(rest) > 1 && rest[0].known && (rest[0].text == "-c" || rest[0].text == "--command") {
 		v := rest[1]
@@ -520,20 +625,41 @@ func parseWatch(j *shellJudge, argv []word) wrapParse {
 	return wrapParse{shellCode: &joined}
 }
 
+// parseScript reads script's options. script writes a typescript of the session: to its operand, to
+// ./typescript without one, and to the files of --log-out, --log-in, --log-io and --log-timing.
 func parseScript(j *shellJudge, argv []word) wrapParse {
 	opts, i, bad := parseOpts(argv, optSpec{shortValue: "cEIOBTm", longValue: []string{"--command", "--echo", "--log-in",
 		"--log-out", "--log-io", "--log-timing", "--logging-format"}})
 	if bad != "" {
 		return wrapParse{bad: bad}
 	}
+	var writes []word
 	if i < len(argv) {
-		j.checkPathWord(argv[i], true)
+		writes = append(writes, argv[i])
+	} else {
+		writes = append(writes, literalWord("typescript"))
 	}
+	var code *word
 	for _, o := range opts {
-		if o.name == "-c" || isLongOptPrefix(o.name, "--command") {
+		switch {
+		case o.name == "-c" || isLongOptPrefix(o.name, "--command"):
 			v := o.value
-			return wrapParse{shellCode: &v}
+			code = &v
+		case o.name == "-I" || o.name == "-O" || o.name == "-B" || o.name == "-T" ||
+			isLongOptPrefix(o.name, "--log-in") || isLongOptPrefix(o.name, "--log-out") ||
+			isLongOptPrefix(o.name, "--log-io") || isLongOptPrefix(o.name, "--log-timing"):
+			writes = append(writes, o.value)
 		}
+	}
+	for _, w := range writes {
+		if p, err := ResolvePath(w.text); w.known && err == nil && isHarmlessDevice(p) {
+			continue
+		}
+		j.checkPathWord(w, true)
+		j.add(Ask, RuleDangerousFlags, fmt.Sprintf("`script` writes a typescript of the session to %s; a person must approve it (script -qc CMD /dev/null writes nothing)", w.show()))
+	}
+	if code != nil {
+		return wrapParse{shellCode: code}
 	}
 	return wrapParse{stdinShell: true}
 }

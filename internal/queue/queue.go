@@ -1,30 +1,37 @@
 // Package queue declares how calls travel between dispatchers and workers and where their state lives:
-// a durable work queue of calls, and a durable record per call that moves through its statuses by
-// compare-and-set. queue/jetstream implements both on NATS JetStream.
+// a durable work queue of calls, a durable record per call that moves through its statuses by
+// compare-and-set, a lease per running call kept on the queue server's clock, and a store for outputs too
+// large for a record. queue/jetstream implements them on NATS JetStream.
 package queue
 
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/toolpool/toolpool/internal/call"
 )
 
-// Errors of a Store.
+// Errors of a Store, a lease store and a publisher.
 var (
 	// ErrNotFound: no record has that id.
 	ErrNotFound = errors.New("call not found")
-	// ErrConflict: the record changed since the revision the caller read; read it again.
+	// ErrConflict: the record (or lease) changed since the revision the caller read; read it again.
 	ErrConflict = errors.New("call record changed concurrently")
-	// ErrExists: a record with that id exists already.
+	// ErrExists: a record (or lease) with that id exists already.
 	ErrExists = errors.New("call exists already")
 	// ErrTenantFull: the tenant has as many calls queued and running as it may.
 	ErrTenantFull = errors.New("tenant has too many calls in flight")
+	// ErrTooLarge: the call does not fit in one queue message; send smaller arguments.
+	ErrTooLarge = errors.New("call is larger than a queue message may be")
 )
 
-// Delivery is one call handed to a worker. The worker settles it exactly once with Ack or Term; until then
-// it must call InProgress more often than the ack wait, or the queue hands the call to another worker.
+// Delivery is one call handed to a worker. The worker settles it at most once with Ack, Nak or Term; until
+// then it must call InProgress more often than the ack wait, or the queue hands the call to another
+// worker. A worker that leaves a delivery unsettled (the call runs elsewhere) lets the queue redeliver it
+// after the ack wait unless its runner's heartbeats keep it: acks and heartbeats count for the message, not
+// for one delivery of it.
 type Delivery interface {
 	// Call decodes the delivered call.
 	Call() (*call.Call, error)
@@ -43,4 +50,40 @@ type Delivery interface {
 type Record struct {
 	Result   *call.Result
 	Revision uint64
+}
+
+// Lease is a worker's hold on a running call, kept on the queue server's clock: the server forgets it once
+// it goes a TTL without renewal, whatever any client's clock says. Safe for concurrent use.
+type Lease interface {
+	// Renew extends the lease by its TTL from now (server time). ErrConflict: the lease lapsed or another
+	// holder took it; the caller must stop the call and record nothing.
+	Renew(ctx context.Context) error
+	// Release gives the lease up; releasing a lease that lapsed is not an error.
+	Release(ctx context.Context) error
+}
+
+// OutputName names the stored copy of one output stream ("output", "stdout", "stderr") of one execution
+// of a call: the call's id, the record revision at which the execution claimed the call, and the stream.
+// Two executions of a call (a read-only call run again after its worker vanished) never share a name, so
+// a late writer cannot overwrite what the recorded one stored.
+func OutputName(callID string, claim uint64, stream string) string {
+	return callID + "/" + strconv.FormatUint(claim, 10) + "/" + stream
+}
+
+// Stuck is a call whose message the queue still holds and that may need settling by someone other than
+// a worker: a delivered call that has been in the queue for long, a waiting call past any deadline, or
+// a call the queue stopped delivering.
+type Stuck struct {
+	// Call is the call as queued; nil when the message does not decode.
+	Call *call.Call
+	// Seq is the message's position in the queue, for Remove.
+	Seq uint64
+	// Queued is when the message was stored, on the queue server's clock.
+	Queued time.Time
+	// Delivered: a worker has been handed the call at least once.
+	Delivered bool
+	// Exhausted: the queue delivered the call as often as it may and will not deliver it again.
+	Exhausted bool
+	// Deliveries counts the deliveries when Exhausted.
+	Deliveries uint64
 }

@@ -79,7 +79,7 @@ func runEditFile(e *runEnv, raw json.RawMessage) (RunnerResult, error) {
 				return RunnerResult{}, pathErr(err, "create directory", dir)
 			}
 		}
-		if err := writeAtomic(e.root, rel, []byte(a.NewString)); err != nil {
+		if err := e.writeAtomic(rel, []byte(a.NewString)); err != nil {
 			return RunnerResult{}, err
 		}
 		return RunnerResult{Output: fmt.Sprintf("Created %s (%d bytes).\n\n%s", shown, len(a.NewString),
@@ -97,9 +97,9 @@ func runEditFile(e *runEnv, raw json.RawMessage) (RunnerResult, error) {
 	if info.Size() > editFileMaxBytes {
 		return RunnerResult{}, toolErr(call.ErrInvalidParams, "edit %s: the file has %d bytes, more than edit_file's limit of %d: edit it with run_shell (sed, a script)", shown, info.Size(), editFileMaxBytes)
 	}
-	data, err := e.root.ReadFile(rel)
+	data, err := e.readGuarded(rel, "edit")
 	if err != nil {
-		return RunnerResult{}, pathErr(err, "edit", rel)
+		return RunnerResult{}, err
 	}
 	content := string(data)
 	if looksBinary(data[:min(len(data), binarySniffBytes)]) {
@@ -109,7 +109,7 @@ func runEditFile(e *runEnv, raw json.RawMessage) (RunnerResult, error) {
 		if content != "" {
 			return RunnerResult{}, toolErr(call.ErrInvalidParams, "edit %s: old_string is empty, which only creates a file or fills an empty one, and this file has %d bytes: give the text to replace, or use write_file to replace the whole file", shown, len(content))
 		}
-		if err := writeAtomic(e.root, rel, []byte(a.NewString)); err != nil {
+		if err := e.writeAtomic(rel, []byte(a.NewString)); err != nil {
 			return RunnerResult{}, err
 		}
 		return RunnerResult{Output: fmt.Sprintf("Wrote %s (%d bytes; it was empty).\n\n%s", shown, len(a.NewString),
@@ -156,7 +156,7 @@ func runEditFile(e *runEnv, raw json.RawMessage) (RunnerResult, error) {
 	}
 	b.WriteString(content[start:])
 	updated := b.String()
-	if err := writeAtomic(e.root, rel, []byte(updated)); err != nil {
+	if err := e.writeAtomic(rel, []byte(updated)); err != nil {
 		return RunnerResult{}, err
 	}
 	what := "1 occurrence"

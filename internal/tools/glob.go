@@ -92,6 +92,7 @@ func runGlob(e *runEnv, raw json.RawMessage) (RunnerResult, error) {
 	var matches []globMatch
 	visited := 0
 	stopped := false
+	hidden := 0
 	err = fs.WalkDir(e.root.FS(), base, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if p == base {
@@ -109,6 +110,13 @@ func runGlob(e *runEnv, raw json.RawMessage) (RunnerResult, error) {
 			}
 		}
 		if p == base {
+			return nil
+		}
+		if _, denied := e.deniedRel(p); denied {
+			hidden++
+			if d.IsDir() {
+				return fs.SkipDir
+			}
 			return nil
 		}
 		segs := strings.Split(relTo(base, p), "/")
@@ -133,8 +141,15 @@ func runGlob(e *runEnv, raw json.RawMessage) (RunnerResult, error) {
 	if err != nil {
 		return RunnerResult{}, err
 	}
+	hiddenNote := ""
+	if hidden > 0 {
+		hiddenNote = fmt.Sprintf("[%d files or directories were not looked at: policy denies them (secrets and keys)]", hidden)
+	}
 	if len(matches) == 0 {
 		msg := fmt.Sprintf("No files match %q under %s.", a.Pattern, showPath(base))
+		if hiddenNote != "" {
+			msg += " " + hiddenNote
+		}
 		if !strings.Contains(pat, "/") && !strings.Contains(pat, "**") {
 			msg += " The pattern has no \"/\", so it only matches files directly in that directory: try \"**/" + pat + "\" to search every level."
 		}
@@ -165,6 +180,9 @@ func runGlob(e *runEnv, raw json.RawMessage) (RunnerResult, error) {
 	if stopped {
 		fmt.Fprintf(&out, "[the search stopped after visiting %d entries: there may be more matches; give a narrower path]\n", walkMaxEntries)
 		res.Truncated = true
+	}
+	if hiddenNote != "" {
+		out.WriteString(hiddenNote + "\n")
 	}
 	res.Output = strings.TrimSuffix(out.String(), "\n")
 	return res, nil

@@ -81,6 +81,7 @@ type grepSearch struct {
 	matches int
 	full    bool // limit or output cap reached
 	capped  bool // output cap reached
+	hidden  int  // files and directories skipped because policy denies them
 }
 
 func runGrep(e *runEnv, raw json.RawMessage) (RunnerResult, error) {
@@ -123,6 +124,9 @@ func runGrep(e *runEnv, raw json.RawMessage) (RunnerResult, error) {
 			return RunnerResult{}, err
 		}
 	} else {
+		if pattern, ok := e.deniedRel(base); ok {
+			return RunnerResult{}, toolErr(call.ErrPolicyDenied, "search %s: it matches the denied pattern %q (secrets and keys stay out of reach); search elsewhere", showPath(base), pattern)
+		}
 		err = fs.WalkDir(e.root.FS(), base, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				if p == base {
@@ -135,6 +139,13 @@ func runGrep(e *runEnv, raw json.RawMessage) (RunnerResult, error) {
 				return fs.SkipAll
 			}
 			if p == base {
+				return nil
+			}
+			if _, denied := e.deniedRel(p); denied {
+				s.hidden++
+				if d.IsDir() {
+					return fs.SkipDir
+				}
 				return nil
 			}
 			if d.IsDir() {
@@ -168,6 +179,10 @@ func runGrep(e *runEnv, raw json.RawMessage) (RunnerResult, error) {
 			return RunnerResult{}, err
 		}
 	}
+	hiddenNote := ""
+	if s.hidden > 0 {
+		hiddenNote = fmt.Sprintf("[%d files or directories were not searched: policy denies them (secrets and keys)]", s.hidden)
+	}
 	if s.matches == 0 {
 		msg := fmt.Sprintf("No matches for %q in %s", a.Pattern, showPath(base))
 		if a.Glob != "" {
@@ -177,9 +192,15 @@ func runGrep(e *runEnv, raw json.RawMessage) (RunnerResult, error) {
 		if stopped {
 			msg += fmt.Sprintf(" The search stopped after %d entries: give a narrower path.", walkMaxEntries)
 		}
+		if hiddenNote != "" {
+			msg += " " + hiddenNote
+		}
 		return RunnerResult{Output: msg}, nil
 	}
 	res := RunnerResult{}
+	if hiddenNote != "" {
+		s.out.WriteString(hiddenNote + "\n")
+	}
 	switch {
 	case s.capped:
 		fmt.Fprintf(&s.out, "[output capped at %d KiB after %d matching lines: narrow the pattern, path or glob, or use less context]\n", grepOutputBytes>>10, s.matches)
@@ -209,6 +230,13 @@ func (s *grepSearch) file(p string, single bool) error {
 		return nil // in a walk, unreadable files and symlinks leading out of the workspace are skipped
 	}
 	defer f.Close()
+	if err := s.e.guard(f, "search", p); err != nil {
+		if single {
+			return err
+		}
+		s.hidden++
+		return nil // a link to a denied file is skipped like the file
+	}
 	br := bufio.NewReaderSize(f, 64<<10)
 	sample, err := br.Peek(binarySniffBytes)
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, bufio.ErrBufferFull) {

@@ -81,7 +81,11 @@ func runListFiles(e *runEnv, raw json.RawMessage) (RunnerResult, error) {
 		n       int
 		cut     bool
 		skipped int
+		hidden  int
 	)
+	if pattern, ok := e.deniedRel(rel); ok {
+		return RunnerResult{}, toolErr(call.ErrPolicyDenied, "list %s: it matches the denied pattern %q (secrets and keys stay out of reach); list elsewhere", showPath(rel), pattern)
+	}
 	var walk func(dir string, level int) error
 	walk = func(dir string, level int) error {
 		if err := e.ctx.Err(); err != nil {
@@ -102,6 +106,10 @@ func runListFiles(e *runEnv, raw json.RawMessage) (RunnerResult, error) {
 				return nil
 			}
 			p := path.Join(dir, d.Name())
+			if _, denied := e.deniedRel(p); denied {
+				hidden++
+				continue
+			}
 			n++
 			li, err := e.root.Lstat(p)
 			if err != nil {
@@ -135,10 +143,20 @@ func runListFiles(e *runEnv, raw json.RawMessage) (RunnerResult, error) {
 	if err := walk(rel, 1); err != nil {
 		return RunnerResult{}, err
 	}
+	hiddenNote := ""
+	if hidden > 0 {
+		hiddenNote = fmt.Sprintf("[%d entries not listed: policy denies them (secrets and keys)]", hidden)
+	}
 	if n == 0 {
+		if hiddenNote != "" {
+			return RunnerResult{Output: hiddenNote}, nil
+		}
 		return RunnerResult{Output: fmt.Sprintf("[%s is an empty directory]", showPath(rel))}, nil
 	}
 	res := RunnerResult{}
+	if hiddenNote != "" {
+		fmt.Fprintln(&out, hiddenNote)
+	}
 	if skipped > 0 {
 		fmt.Fprintf(&out, "[%d directories could not be read]\n", skipped)
 	}

@@ -97,6 +97,9 @@ func runReadFile(e *runEnv, raw json.RawMessage) (RunnerResult, error) {
 		return RunnerResult{}, pathErr(err, "read", rel)
 	}
 	defer f.Close()
+	if err := e.guard(f, "read", rel); err != nil {
+		return RunnerResult{}, err
+	}
 
 	br := bufio.NewReaderSize(f, 64<<10)
 	sample, err := br.Peek(binarySniffBytes)

@@ -113,6 +113,10 @@ type Facts struct {
 	Paths []string `json:"paths,omitempty"`
 	// Command is run_shell's shell command.
 	Command string `json:"command,omitempty"`
+	// Env is run_shell's env argument: the variables the command gets on top of the sandbox's.
+	Env map[string]string `json:"env,omitempty"`
+	// Cwd is run_shell's cwd argument as given ("" for the workspace); Paths holds it resolved too.
+	Cwd string `json:"cwd,omitempty"`
 	// URL is web_fetch's URL.
 	URL string `json:"url,omitempty"`
 }

@@ -71,7 +71,7 @@ func runShellFacts(args json.RawMessage) Facts {
 	if json.Unmarshal(args, &a) != nil {
 		return Facts{}
 	}
-	f := Facts{Command: a.Command}
+	f := Facts{Command: a.Command, Env: a.Env, Cwd: a.Cwd}
 	if a.Cwd != "" {
 		f.Paths = []string{workspacePath(a.Cwd)}
 	}

@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/toolpool/toolpool/internal/call"
+	"github.com/toolpool/toolpool/internal/policy"
 )
 
 // maxRunnerStdin bounds the JSON arguments the runner reads (write_file content is the largest).
@@ -60,6 +61,10 @@ type runEnv struct {
 	ctx  context.Context
 	root *os.Root
 	cfg  runnerConfig
+	// denied are the call's denied globs (nil: none); wsReal is the workspace's real path, to name an
+	// open file by the kernel's account (see secrets.go).
+	denied *policy.DeniedPaths
+	wsReal string
 }
 
 // RunnerMain runs the built-in tool named tool inside the call's container: it reads the JSON arguments
@@ -103,12 +108,20 @@ func runTool(ctx context.Context, tool, workspace string, stdin io.Reader, cfg r
 	if len(args) > maxRunnerStdin {
 		return failResult(call.ErrInvalidParams, "arguments are larger than %d bytes: send less content per call", maxRunnerStdin), RunnerExitOK
 	}
+	args, cp, err := splitPolicy(normalArgs(args))
+	if err != nil {
+		return failResult(call.ErrInternal, "read the call's policy: %v", err), RunnerExitUsage
+	}
+	denied, err := compileCallPolicy(cp)
+	if err != nil {
+		return failResult(call.ErrInternal, "%v", err), RunnerExitUsage
+	}
 	root, err := os.OpenRoot(workspace)
 	if err != nil {
 		return failResult(call.ErrInternal, "open workspace: %v", err), RunnerExitUsage
 	}
 	defer root.Close()
-	res, err := b.run(&runEnv{ctx: ctx, root: root, cfg: cfg}, normalArgs(args))
+	res, err := b.run(&runEnv{ctx: ctx, root: root, cfg: cfg, denied: denied, wsReal: workspaceReal(workspace)}, args)
 	if err != nil {
 		if ctx.Err() != nil {
 			return failResult(call.ErrCancelled, "%s stopped: %v", tool, context.Cause(ctx)), RunnerExitOK

@@ -82,7 +82,7 @@ func runWriteFile(e *runEnv, raw json.RawMessage) (RunnerResult, error) {
 			}
 		}
 	}
-	if err := writeAtomic(e.root, rel, []byte(*a.Content)); err != nil {
+	if err := e.writeAtomic(rel, []byte(*a.Content)); err != nil {
 		return RunnerResult{}, err
 	}
 	if created {
@@ -95,11 +95,13 @@ func runWriteFile(e *runEnv, raw json.RawMessage) (RunnerResult, error) {
 // directory, syncs it, gives it the mode of the file it replaces (newFileMode for a new file) and renames it
 // into place, so a reader sees the old or the new content, never a mix. When rel is a symlink (inside the
 // workspace), the file it points to is rewritten in place instead, keeping the link.
-func writeAtomic(root *os.Root, rel string, data []byte) (retErr error) {
+// A file that is, after links, at a denied path is refused before anything is written to it.
+func (e *runEnv) writeAtomic(rel string, data []byte) (retErr error) {
+	root := e.root
 	mode := newFileMode
 	if li, err := root.Lstat(rel); err == nil {
 		if li.Mode()&fs.ModeSymlink != 0 {
-			return writeThrough(root, rel, data)
+			return e.writeThrough(rel, data)
 		}
 		mode = li.Mode().Perm()
 	}
@@ -118,6 +120,16 @@ func writeAtomic(root *os.Root, rel string, data []byte) (retErr error) {
 			root.Remove(tmp)
 		}
 	}()
+	if e.denied != nil {
+		// The file lands where the temporary file is, whatever links the directories are.
+		real, err := e.realPath(f)
+		if err != nil {
+			return toolErr(call.ErrPermissionDenied, "write %s: policy cannot tell where the path leads (%v), so it is refused", showPath(rel), err)
+		}
+		if err := e.deniedAt(path.Join(path.Dir(real), path.Base(rel)), "write", rel); err != nil {
+			return err
+		}
+	}
 	if _, err := f.Write(data); err != nil {
 		return fmt.Errorf("write %s: %w", rel, err)
 	}
@@ -136,11 +148,20 @@ func writeAtomic(root *os.Root, rel string, data []byte) (retErr error) {
 	return nil
 }
 
-// writeThrough rewrites the file at rel in place (rel is a symlink; os.Root keeps it inside the workspace).
-func writeThrough(root *os.Root, rel string, data []byte) error {
-	f, err := root.OpenFile(rel, os.O_WRONLY|os.O_TRUNC, 0)
+// writeThrough rewrites the file at rel in place (rel is a symlink; os.Root keeps it inside the
+// workspace). It truncates only after checking where the link leads.
+func (e *runEnv) writeThrough(rel string, data []byte) error {
+	f, err := e.root.OpenFile(rel, os.O_WRONLY, 0)
 	if err != nil {
 		return pathErr(err, "write", rel)
+	}
+	if err := e.guard(f, "write", rel); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Truncate(0); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: truncate: %w", rel, err)
 	}
 	if _, err := f.Write(data); err != nil {
 		f.Close()

@@ -370,7 +370,7 @@ func startStack(t *testing.T) *stack {
 		},
 		dispatcher.WithReadyChecks(conn.Ready),
 		dispatcher.WithAudit(conn, audited),
-		dispatcher.WithRuleBook(pstore, nil),
+		dispatcher.WithRuleBook(dispatcher.NewSharedRules(conn, "allow_rules", pstore), nil),
 	)
 	if err != nil {
 		t.Fatal(err)
@@ -387,9 +387,10 @@ func startStack(t *testing.T) *stack {
 	wm := metrics.NewWorker(s.wreg, metrics.Options{TenantLabel: true})
 	wstore := tracing.TraceWorkerStore(metrics.ObserveWorkerStore(
 		audit.Wrap(wconn, wconn, func(err error) { t.Errorf("write audit event: %v", err) }), wm))
-	// The heartbeat is longer than any test: no lease renewal adds an event to the trace.
-	w, err := worker.New(worker.Config{ID: "worker-1", WorkspacesDir: t.TempDir(), Heartbeat: time.Hour, UID: 65532, GID: 65532},
-		tracing.TraceRuntime(metrics.ObserveRuntime(s.runtime, wm)), wstore, reg, log)
+	// Lease renewals go to the leases bucket, outside the traced store: they add nothing to the trace.
+	w, err := worker.New(worker.Config{ID: "worker-1", WorkspacesDir: t.TempDir(), Heartbeat: wconn.AckWait() / 3,
+		AckWait: wconn.AckWait(), MaxDeliver: wconn.MaxDeliver(), Now: wconn.Now, UID: 65532, GID: 65532},
+		tracing.TraceRuntime(metrics.ObserveRuntime(s.runtime, wm)), wstore, reg, log, worker.WithLeases(wconn), worker.WithOutputs(wconn))
 	if err != nil {
 		t.Fatal(err)
 	}

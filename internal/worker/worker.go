@@ -6,12 +6,16 @@ package worker
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"path"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/toolpool/toolpool/internal/call"
 	"github.com/toolpool/toolpool/internal/queue"
@@ -28,9 +32,32 @@ type Store interface {
 	Wait(ctx context.Context, id string, done func(*call.Result) bool) (*call.Result, error)
 }
 
+// Leases are the claims of running calls, kept on the queue server's clock: a lease that goes its TTL
+// without renewal is gone, whatever any worker's clock says.
+type Leases interface {
+	// AcquireLease takes call id's lease for holder; queue.ErrExists when someone holds it.
+	AcquireLease(ctx context.Context, id, holder string, ttl time.Duration) (queue.Lease, error)
+	// LeaseHeld reports whether anyone holds call id's lease.
+	LeaseHeld(ctx context.Context, id string) (bool, error)
+}
+
+// Outputs keeps output fields too large for a record, by object name (queue.OutputName).
+type Outputs interface {
+	// PutOutput stores what r yields under name and returns its size.
+	PutOutput(ctx context.Context, name string, r io.Reader) (int64, error)
+	// DeleteOutput removes an object; a missing one is not an error.
+	DeleteOutput(ctx context.Context, name string) error
+}
+
+// Creator writes a call's first record, for a call whose dispatcher queued it and stopped before it
+// recorded it.
+type Creator interface {
+	Create(ctx context.Context, r *call.Result) (uint64, error)
+}
+
 // Config configures a Worker.
 type Config struct {
-	// ID names this worker in results and logs.
+	// ID names this worker in results, leases and logs.
 	ID string
 	// WorkspacesDir holds every tenant's workspaces, as WorkspacesDir/<tenant>/<workspace>.
 	WorkspacesDir string
@@ -38,14 +65,28 @@ type Config struct {
 	RunnerBinary string
 	// UID and GID own the workspaces; they must be the sandbox's user.
 	UID, GID int
-	// Heartbeat is how often a running call's claim on its delivery is renewed; keep it well below the
-	// queue's ack wait.
+	// Heartbeat is how often a running call's delivery is kept and its lease renewed.
 	Heartbeat time.Duration
+	// AckWait is the queue's ack wait: a delivery not kept for that long is handed to another worker. At
+	// least three heartbeats.
+	AckWait time.Duration
+	// MaxDeliver is the queue's max deliveries. A call that still cannot start at delivery MaxDeliver-1 is
+	// given up with an error by the worker, so that the server never drops it silently.
+	MaxDeliver int
 	// RetryDelay is how long a call that could not start waits before it is offered again.
 	RetryDelay time.Duration
-	// Lease is how long a claim on a running call lasts without renewal; the worker renews it every
-	// Heartbeat, so it must be several heartbeats long.
+	// Lease is the TTL of a running call's lease on the queue server (cmd/worker's default: three
+	// heartbeats, and at least the second the server's TTLs need): at least
+	// two heartbeats, at most the ack wait, so that a redelivered call of a vanished worker finds its lease
+	// gone. A worker that has not renewed the lease for Lease minus one heartbeat (its own monotonic
+	// clock) kills the call and records nothing: by then others may judge the call's runner gone.
 	Lease time.Duration
+	// InlineBytes is how large (JSON-encoded) an output field may be inside the record; larger ones go to
+	// the output store. Default 64 KiB.
+	InlineBytes int
+	// Now is the queue server's clock as this worker estimates it, for deadlines and timestamps; default
+	// time.Now.
+	Now func() time.Time
 	// Image, when set, is the OCI image (in the runtime's store) that every call runs in, instead of the
 	// read-only view of the host's system directories; a custom tool's own image still wins.
 	Image string
@@ -56,12 +97,9 @@ type Config struct {
 	// refuses every call that needs egress.
 	EgressDir string
 	Egress    *egress.Gateway
-	// MaxAttempts is the delivery after which a call that still cannot start is given up with an error;
-	// keep it below the queue's max deliveries so the worker, not the server, settles it.
-	MaxAttempts uint64
 }
 
-// Validate checks the configuration.
+// Validate checks the configuration, and that the worker's timing fits the queue's.
 func (c *Config) Validate() error {
 	switch {
 	case c.ID == "":
@@ -70,17 +108,42 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("workspaces dir %q must be an absolute path", c.WorkspacesDir)
 	case c.Heartbeat <= 0:
 		return errors.New("heartbeat interval must be positive")
+	case c.AckWait < 3*c.Heartbeat:
+		return fmt.Errorf("worker heartbeat %s is not well below the queue's ack wait %s: lower the worker's heartbeat to at most %s, or raise the dispatcher's queue.ack_wait to at least %s",
+			c.Heartbeat, c.AckWait, c.AckWait/3, 3*c.Heartbeat)
 	case c.Lease < 2*c.Heartbeat:
-		return fmt.Errorf("lease %s must be at least two heartbeats (%s)", c.Lease, 2*c.Heartbeat)
+		return fmt.Errorf("worker lease %s must be at least two heartbeats (%s): raise the lease or lower the heartbeat", c.Lease, 2*c.Heartbeat)
+	case c.Lease > c.AckWait:
+		return fmt.Errorf("worker lease %s is longer than the queue's ack wait %s: a vanished worker's call would be redelivered while its lease lives; lower the lease to at most %s",
+			c.Lease, c.AckWait, c.AckWait)
+	case c.MaxDeliver < 3:
+		return fmt.Errorf("the queue's max deliver %d is below 3: raise the dispatcher's queue.max_deliver", c.MaxDeliver)
 	}
 	return nil
 }
+
+// Option configures optional behaviour of a Worker.
+type Option func(*Worker)
+
+// WithLeases gives the worker its lease store (required).
+func WithLeases(l Leases) Option { return func(w *Worker) { w.leases = l } }
+
+// WithOutputs gives the worker a store for outputs too large for a record; without one such outputs are
+// cut to fit, and say so.
+func WithOutputs(o Outputs) Option { return func(w *Worker) { w.outputs = o } }
+
+// WithCreator lets the worker record a call that was queued but never recorded (its dispatcher stopped
+// in between); without one such a call waits for the dispatchers' reconciler.
+func WithCreator(c Creator) Option { return func(w *Worker) { w.creator = c } }
 
 // Worker runs delivered calls. Safe for concurrent use: Handle runs once per delivery, concurrently.
 type Worker struct {
 	cfg        Config
 	runtime    sandbox.Runtime
 	store      Store
+	leases     Leases
+	outputs    Outputs
+	creator    Creator
 	tools      *tools.Registry
 	log        *slog.Logger
 	now        func() time.Time
@@ -88,15 +151,18 @@ type Worker struct {
 }
 
 // New returns a Worker.
-func New(cfg Config, rt sandbox.Runtime, store Store, reg *tools.Registry, log *slog.Logger) (*Worker, error) {
+func New(cfg Config, rt sandbox.Runtime, store Store, reg *tools.Registry, log *slog.Logger, opts ...Option) (*Worker, error) {
 	if cfg.RetryDelay == 0 {
 		cfg.RetryDelay = time.Second
 	}
 	if cfg.Lease == 0 {
 		cfg.Lease = 3 * cfg.Heartbeat
 	}
-	if cfg.MaxAttempts == 0 {
-		cfg.MaxAttempts = 8
+	if cfg.InlineBytes == 0 {
+		cfg.InlineBytes = 64 << 10
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("validate worker config: %w", err)
@@ -105,7 +171,13 @@ func New(cfg Config, rt sandbox.Runtime, store Store, reg *tools.Registry, log *
 	if err != nil {
 		return nil, err
 	}
-	w := &Worker{cfg: cfg, runtime: rt, store: store, tools: reg, log: log, now: time.Now, workspaces: workspaces}
+	w := &Worker{cfg: cfg, runtime: rt, store: store, tools: reg, log: log, now: cfg.Now, workspaces: workspaces}
+	for _, o := range opts {
+		o(w)
+	}
+	if w.leases == nil {
+		return nil, errors.New("new worker: a lease store is required (worker.WithLeases)")
+	}
 	return w, nil
 }
 
@@ -126,6 +198,10 @@ const (
 	settleAck   settle = iota // done: a final result is recorded, or the call was already final
 	settleRetry               // not started here: offer it again
 	settleTerm                // undeliverable: never offer it again
+	// settleLeave leaves the delivery unsettled: the call belongs to a runner elsewhere (alive, or about
+	// to be judged gone), whose heartbeats and ack count for the message; if it vanishes, the queue
+	// delivers the call again after the ack wait.
+	settleLeave
 )
 
 // Handle processes one delivery to the end and settles it. It blocks for the call's run. Cancelling ctx
@@ -142,7 +218,7 @@ func (w *Worker) Handle(ctx context.Context, d queue.Delivery) {
 	stopBeat := w.heartbeat(ctx, d)
 	s, res := w.process(ctx, c, d.Attempt())
 	stopBeat()
-	if s == settleRetry && d.Attempt() >= w.cfg.MaxAttempts && ctx.Err() == nil {
+	if s == settleRetry && d.Attempt() >= uint64(w.cfg.MaxDeliver-1) && ctx.Err() == nil {
 		s, res = w.giveUp(settleCtx, c, d.Attempt())
 	}
 	switch s {
@@ -152,6 +228,8 @@ func (w *Worker) Handle(ctx context.Context, d queue.Delivery) {
 		err = d.Nak(settleCtx, w.cfg.RetryDelay)
 	case settleTerm:
 		err = d.Term(settleCtx, "no record for this call")
+	case settleLeave:
+		log.Info("call belongs to another runner (its lease lives); delivery left to it", "attempt", d.Attempt())
 	}
 	if err != nil {
 		log.Warn("settle delivery", "error", err)
@@ -168,45 +246,46 @@ func (w *Worker) heartbeat(ctx context.Context, d queue.Delivery) (stop func()) 
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		w.every(ctx, func() bool { _ = d.InProgress(ctx); return true })
-	}()
-	return func() { cancel(); <-done }
-}
-
-// every runs fn once per heartbeat until ctx ends or fn returns false. It blocks.
-func (w *Worker) every(ctx context.Context, fn func() bool) {
-	t := time.NewTicker(w.cfg.Heartbeat)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if !fn() {
+		t := time.NewTicker(w.cfg.Heartbeat)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
 				return
+			case <-t.C:
+				_ = d.InProgress(ctx)
 			}
 		}
-	}
+	}()
+	return func() { cancel(); <-done }
 }
 
 // Why a running call's context was cancelled.
 var (
 	errCancelRequested = errors.New("cancelled by request")
 	errFenced          = errors.New("claim lost to another writer")
+	errLeaseLapsed     = errors.New("lease not renewed in time")
 )
+
+// adoptAfter is the delivery from which a worker records a call that has no record itself: the
+// dispatcher queues a call before it records it, so the first deliveries may simply be early.
+const adoptAfter = 3
 
 // process claims the call, runs it and records its final result. It returns how to settle the delivery and
 // the final result when this worker recorded one.
 //
-// The fence against a second execution is the record, not the queue: JetStream matches acks and
-// heartbeats by stream sequence, so a stalled worker's late ack can count for a redelivered copy. A call
-// runs only after its record moved to running under this worker's lease by compare-and-set; a worker that
-// cannot renew its lease kills its container and records nothing.
+// The fence against a second execution is the record and the lease, not the queue: JetStream matches acks
+// and heartbeats by stream sequence, so a stalled worker's late ack can count for a redelivered copy. A
+// call runs only after this worker took its lease and moved its record to running by compare-and-set; a
+// worker that cannot renew its lease in time kills its container and records nothing.
 func (w *Worker) process(ctx context.Context, c *call.Call, attempt uint64) (settle, *call.Result) {
 	storeCtx := context.WithoutCancel(ctx)
 	rec, err := w.store.Get(storeCtx, c.ID)
 	if errors.Is(err, queue.ErrNotFound) {
-		return settleTerm, nil
+		if w.creator == nil || attempt < adoptAfter {
+			return settleRetry, nil
+		}
+		rec, err = w.adopt(storeCtx, c)
 	}
 	if err != nil {
 		return settleRetry, nil
@@ -216,116 +295,358 @@ func (w *Worker) process(ctx context.Context, c *call.Call, attempt uint64) (set
 	switch {
 	case r.Status.Terminal():
 		return settleAck, nil // already final (cancelled while queued, or a duplicate delivery)
-	case r.Status == call.StatusRunning && now.Before(r.LeaseUntil):
-		// Its runner is alive (this is a redelivery after a stall or a lost ack): leave it running there.
-		return settleRetry, nil
 	case r.Status == call.StatusRunning:
+		held, err := w.leases.LeaseHeld(storeCtx, c.ID)
+		switch {
+		case err != nil:
+			return settleRetry, nil
+		case held:
+			// Its runner is alive (this is a redelivery after a stall): leave the call to it.
+			return settleLeave, nil
+		}
 		// Its runner vanished without a result. A call that may have changed files is never run twice.
 		if tool, ok := w.tools.Lookup(c.Tool); !ok || !tool.ReadOnly() {
-			r.Fail(call.StatusLost, call.ErrLost, fmt.Sprintf("worker %s stopped while running this call; it was not run again because %s can change files: check the workspace and call again if needed", r.Worker, c.Tool))
+			r.Fail(call.StatusLost, call.ErrLost, fmt.Sprintf("worker %s stopped while running this call (its lease lapsed); it was not run again because %s can change files: check the workspace and call again if needed", r.Worker, c.Tool))
 			r.FinishedAt, r.LeaseUntil = now, time.Time{}
 			return w.record(storeCtx, r, rec.Revision)
 		}
 	case r.Status == call.StatusPendingApproval:
 		return settleRetry, nil // published before its approval landed: wait for it
 	}
-	if r.CancelRequested {
+	switch {
+	case r.CancelRequested:
 		r.Fail(call.StatusCancelled, call.ErrCancelled, "the call was cancelled before it ran")
 		r.FinishedAt = now
 		return w.record(storeCtx, r, rec.Revision)
-	}
-	if !c.Deadline.IsZero() && now.After(c.Deadline) {
+	case !c.Deadline.IsZero() && now.After(c.Deadline):
 		r.Fail(call.StatusExpired, call.ErrExpired, "the call was not started before its deadline and did not run")
+		r.FinishedAt = now
+		return w.record(storeCtx, r, rec.Revision)
+	case r.ArgsDigest != c.ArgsDigest:
+		r.Fail(call.StatusError, call.ErrInvalidParams, "two requests with the same idempotency_key but different arguments were queued at once; this call did not run: call again with a new idempotency_key")
 		r.FinishedAt = now
 		return w.record(storeCtx, r, rec.Revision)
 	}
 
-	// Claim: the record moves to running under this worker's lease before the container starts.
+	// Claim: the lease first (on the server's clock), then the record moves to running under it by
+	// compare-and-set, before the container starts.
+	renewedAt := time.Now()
+	lease, err := w.leases.AcquireLease(storeCtx, c.ID, w.cfg.ID, w.cfg.Lease)
+	if err != nil {
+		return settleRetry, nil // another worker is claiming it, or a vanished claimer's lease has not lapsed yet
+	}
 	r.Status = call.StatusRunning
 	r.Worker = w.cfg.ID
 	r.StartedAt = now
-	r.LeaseUntil = now.Add(w.cfg.Lease)
+	r.LeaseUntil = now.Add(w.cfg.Lease) // for people; the lease itself is judged by the server
 	r.Timing.QueuedMS = r.StartedAt.Sub(c.CreatedAt).Milliseconds()
 	rev, err := w.store.Update(storeCtx, r, rec.Revision)
 	if err != nil {
+		// Even a conflict may be this claim itself: a write retried after its reply was lost finds the
+		// record moved by its own first attempt.
+		rev, err = w.confirmClaim(storeCtx, r, renewedAt.Add(w.cfg.Lease-w.cfg.Heartbeat))
+	}
+	if err != nil {
+		_ = lease.Release(storeCtx)
 		return settleRetry, nil // someone else moved it (a cancel, another worker): look again later
 	}
-	claim := &claim{rev: rev, result: r}
+	cl := &claim{rev: rev, result: r, lease: lease, renewedAt: renewedAt, ttl: w.cfg.Lease, margin: w.cfg.Heartbeat}
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stopGuard := w.guard(runCtx, cancel, claim)
+	// The guard renews the lease until the result is recorded, not only while the container runs.
+	stopGuard := w.guard(runCtx, cancel, cl)
+	defer stopGuard()
 	out, runErr := w.run(runCtx, c)
-	stopGuard()
 	cause := context.Cause(runCtx)
-	if errors.Is(cause, errFenced) {
-		return settleAck, nil // the record belongs to another writer now; it settles the call
+	switch {
+	case errors.Is(cause, errFenced):
+		_ = lease.Release(storeCtx)
+		return settleLeave, nil // the record belongs to another writer now; it settles the call
+	case errors.Is(cause, errLeaseLapsed) || cl.lapsed():
+		w.log.WarnContext(ctx, "lease not renewed in time: the call was stopped and nothing is recorded", "call_id", c.ID)
+		return settleLeave, nil // others may have judged the call's runner gone: record nothing
 	}
 	if errors.Is(runErr, sandbox.ErrNotStarted) && ctx.Err() == nil && cause == nil {
 		// Nothing ran: hand it back as queued for this or another worker.
 		w.log.WarnContext(ctx, "call did not start; offering it again", "call_id", c.ID, "attempt", attempt, "error", runErr)
 		r.Status, r.Worker, r.StartedAt, r.LeaseUntil = call.StatusQueued, "", time.Time{}, time.Time{}
-		_, _ = w.store.Update(storeCtx, r, claim.rev)
+		_, _ = w.store.Update(storeCtx, r, cl.rev)
+		_ = lease.Release(storeCtx)
 		return settleRetry, nil
 	}
 	w.complete(r, c, out, runErr, cause)
 	r.LeaseUntil = time.Time{}
-	for range 5 {
-		s, res := w.record(storeCtx, r, claim.rev)
+	stored := w.spill(storeCtx, r, cl.rev)
+	s, res := w.recordClaimed(storeCtx, r, cl)
+	stopGuard()
+	if res == nil {
+		w.dropOutputs(storeCtx, stored)
+	}
+	_ = lease.Release(storeCtx)
+	return s, res
+}
+
+// confirmClaim finds out whether a claim whose write failed (no answer in a leader election, or a
+// conflict with its own applied first attempt) was applied: the record then shows this worker's claim,
+// with its start time. It reads until before, and returns the
+// claim's revision, or an error when the claim is not (known to be) this worker's.
+func (w *Worker) confirmClaim(ctx context.Context, claimed *call.Result, before time.Time) (uint64, error) {
+	var rec queue.Record
+	err := retry(ctx, before, 100*time.Millisecond, time.Second, func() (bool, error) {
+		var err error
+		rec, err = w.store.Get(ctx, claimed.ID)
+		return err == nil, err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("claim call %s: %w", claimed.ID, err)
+	}
+	if r := rec.Result; r.Status == call.StatusRunning && r.Worker == w.cfg.ID && r.StartedAt.Equal(claimed.StartedAt) {
+		return rec.Revision, nil
+	}
+	return 0, fmt.Errorf("claim call %s: %w", claimed.ID, queue.ErrConflict)
+}
+
+// adopt records a call that was queued but never recorded, as queued.
+func (w *Worker) adopt(ctx context.Context, c *call.Call) (queue.Record, error) {
+	r := call.NewResult(c, call.StatusQueued)
+	rev, err := w.creator.Create(ctx, r)
+	if errors.Is(err, queue.ErrExists) {
+		return w.store.Get(ctx, c.ID)
+	}
+	if err != nil {
+		return queue.Record{}, err
+	}
+	w.log.WarnContext(ctx, "recorded a call its dispatcher queued but did not record", "call_id", c.ID)
+	return queue.Record{Result: r, Revision: rev}, nil
+}
+
+// recordClaimed writes the final result of a call this worker ran under claim cl. When the record moved
+// while the call ran (a cancel request), it records over it as long as the call is still this worker's.
+// It acknowledges the delivery only once the record is final: a record that looks taken is judged by the
+// lease (a read may come from a replica that lags), and one that was taken is left to its new owner.
+func (w *Worker) recordClaimed(ctx context.Context, r *call.Result, cl *claim) (settle, *call.Result) {
+	rev := cl.rev
+	for range 10 {
+		if cl.lapsed() {
+			w.log.WarnContext(ctx, "lease not renewed in time to record the result: nothing is recorded", "call_id", r.ID)
+			return settleLeave, nil
+		}
+		s, res := w.record(ctx, r, rev)
 		if res != nil || s != settleRetry {
 			return s, res
 		}
-		// The record moved while the call ran (a cancel request): record over it if it is still ours.
-		cur, err := w.store.Get(storeCtx, c.ID)
-		if err != nil {
-			break
+		cur, err := w.store.Get(ctx, r.ID)
+		switch {
+		case err != nil:
+		case cur.Result.Status.Terminal():
+			return settleAck, nil // final already (our own write whose reply was lost, or a cancel)
+		case cur.Result.Status == call.StatusRunning && cur.Result.Worker == w.cfg.ID:
+			rev = cur.Revision
+			continue
+		default:
+			if err := cl.lease.Renew(ctx); errors.Is(err, queue.ErrConflict) {
+				return settleLeave, nil // taken: its new owner settles the call
+			}
 		}
-		if cur.Result.Status.Terminal() || cur.Result.Worker != w.cfg.ID {
-			return settleAck, nil
+		select {
+		case <-ctx.Done():
+			return settleRetry, nil
+		case <-time.After(w.cfg.Heartbeat):
 		}
-		claim.rev = cur.Revision
 	}
 	return settleRetry, nil
 }
 
-// claim is this worker's hold on a running call's record: the revision it last wrote. guard and process
-// share it; rev is updated under mu.
+// claim is this worker's hold on a running call: the record revision of its claim, and its lease with the
+// local monotonic time of its last successful renewal.
 type claim struct {
-	mu     sync.Mutex
 	rev    uint64
 	result *call.Result
+	lease  queue.Lease
+	ttl    time.Duration
+	margin time.Duration
+
+	mu        sync.Mutex
+	renewedAt time.Time // when the last successful renewal was sent (monotonic)
 }
 
-// guard keeps the claim alive while the call runs: it renews the lease every heartbeat and watches the
-// record, cancelling the run with errCancelRequested when a cancel is requested and with errFenced when
-// the lease cannot be renewed because the record is no longer this worker's.
+// deadline is when the worker must have stopped the call unless it renews: a margin before the server
+// can consider the lease lapsed, since the server's TTL started no earlier than renewedAt.
+func (c *claim) deadline() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.renewedAt.Add(c.ttl - c.margin)
+}
+
+func (c *claim) lapsed() bool { return !time.Now().Before(c.deadline()) }
+
+func (c *claim) renewed(sent time.Time) {
+	c.mu.Lock()
+	c.renewedAt = sent
+	c.mu.Unlock()
+}
+
+// guard keeps the claim alive while the call runs: it renews the lease every heartbeat, cancels the run
+// with errLeaseLapsed when no renewal succeeded before the claim's deadline (measured on the local
+// monotonic clock, so a frozen or partitioned worker stops its call before others judge it gone), with
+// errFenced when the server refuses a renewal or the record is no longer this worker's, and with
+// errCancelRequested when a cancel is requested.
 func (w *Worker) guard(ctx context.Context, cancel context.CancelCauseFunc, cl *claim) (stop func()) {
 	ctx, stopCtx := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { // renew
+	go func() { // renew, and stop the call at the claim's deadline
 		defer wg.Done()
-		w.every(ctx, func() bool { return w.renew(ctx, cancel, cl) })
+		deadline := time.NewTimer(time.Until(cl.deadline()))
+		defer deadline.Stop()
+		tick := time.NewTicker(w.cfg.Heartbeat)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-deadline.C:
+			case <-tick.C:
+			}
+			if cl.lapsed() {
+				cancel(errLeaseLapsed)
+				return
+			}
+			sent := time.Now()
+			rctx, rcancel := context.WithDeadline(ctx, cl.deadline())
+			err := cl.lease.Renew(rctx)
+			rcancel()
+			switch {
+			case err == nil:
+				cl.renewed(sent)
+				deadline.Reset(time.Until(cl.deadline()))
+			case errors.Is(err, queue.ErrConflict):
+				cancel(errFenced)
+				return
+			}
+			// Any other failure: try again next heartbeat; the deadline decides.
+		}
 	}()
 	go func() { // watch for a cancel request, to act within a second rather than a heartbeat
 		defer wg.Done()
 		id := cl.result.ID
-		r, err := w.store.Wait(ctx, id, func(r *call.Result) bool {
-			return r.CancelRequested || r.Worker != w.cfg.ID || r.Status != call.StatusRunning
-		})
-		if err != nil || r == nil {
-			return
+		for {
+			r, err := w.store.Wait(ctx, id, func(r *call.Result) bool {
+				return r.CancelRequested || r.Worker != w.cfg.ID || r.Status != call.StatusRunning
+			})
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil || r == nil {
+				// The store could not be read (NATS electing a leader): watch again, or a cancel
+				// requested later would never be seen.
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(w.cfg.Heartbeat):
+				}
+				continue
+			}
+			if r.CancelRequested {
+				cancel(errCancelRequested)
+				return
+			}
+			// The record looks taken. A final state is never stale, and it ends the call. Anything else
+			// may be a read from a replica that lags (the record as it was before the claim), and nobody
+			// takes a call whose lease lives: the lease decides.
+			if r.Status.Terminal() {
+				cancel(errFenced)
+				return
+			}
+			if err := cl.lease.Renew(ctx); errors.Is(err, queue.ErrConflict) {
+				cancel(errFenced)
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(w.cfg.Heartbeat):
+			}
 		}
-		if r.Worker != w.cfg.ID || r.Status != call.StatusRunning {
-			cancel(errFenced)
-			return
-		}
-		cancel(errCancelRequested)
 	}()
 	return func() { stopCtx(); wg.Wait() }
 }
 
-// giveUp ends a call that could not be started in MaxAttempts deliveries, unless it is final already or
-// running under a live lease elsewhere.
+// spill moves every output field whose JSON encoding is larger than InlineBytes into the output store,
+// named by the call, its claim revision and the field, and returns the names it stored. A field that
+// cannot be stored is cut to fit the record, with a note.
+func (w *Worker) spill(ctx context.Context, r *call.Result, claimRev uint64) []string {
+	var stored []string
+	for _, f := range []struct {
+		name string
+		text *string
+	}{{"output", &r.Output}, {"stdout", &r.Stdout}, {"stderr", &r.Stderr}} {
+		if encodedLen(*f.text) <= w.cfg.InlineBytes {
+			continue
+		}
+		name := queue.OutputName(r.ID, claimRev, f.name)
+		if err := w.putOutput(ctx, name, *f.text); err == nil {
+			if r.Stored == nil {
+				r.Stored = map[string]string{}
+			}
+			r.Stored[f.name] = name
+			*f.text = ""
+			stored = append(stored, name)
+			continue
+		} else {
+			w.log.ErrorContext(ctx, "store output", "call_id", r.ID, "field", f.name, "error", err)
+		}
+		*f.text = cutUTF8(*f.text, w.cfg.InlineBytes/6) + "\n[toolpool could not store the rest of this output and cut it here]"
+		r.Truncated = true
+	}
+	return stored
+}
+
+// outputRetryForTest bounds how long storing an output is retried while the store is unreachable; a
+// variable only for tests.
+var outputRetryForTest = 30 * time.Second
+
+func (w *Worker) putOutput(ctx context.Context, name, text string) error {
+	if w.outputs == nil {
+		return errors.New("no output store")
+	}
+	return retry(ctx, time.Now().Add(outputRetryForTest), 50*time.Millisecond, 2*time.Second, func() (bool, error) {
+		_, err := w.outputs.PutOutput(ctx, name, strings.NewReader(text))
+		return err == nil, err
+	})
+}
+
+// dropOutputs removes outputs this worker stored for a result it could not record.
+func (w *Worker) dropOutputs(ctx context.Context, names []string) {
+	for _, n := range names {
+		if err := w.outputs.DeleteOutput(ctx, n); err != nil {
+			w.log.WarnContext(ctx, "delete unrecorded output (it expires with the result TTL)", "name", n, "error", err)
+		}
+	}
+}
+
+// encodedLen is the length of s as a JSON string.
+func encodedLen(s string) int {
+	if len(s) < 1024 { // at most 6 bytes per byte, never over any sensible limit
+		return 6 * len(s)
+	}
+	b, _ := json.Marshal(s)
+	return len(b)
+}
+
+// cutUTF8 returns at most n bytes of s, not splitting a UTF-8 sequence.
+func cutUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// giveUp ends a call that could not be started in MaxDeliver-1 deliveries, unless it is final already,
+// running under a live lease elsewhere, or waiting for its approval.
 func (w *Worker) giveUp(ctx context.Context, c *call.Call, attempt uint64) (settle, *call.Result) {
 	rec, err := w.store.Get(ctx, c.ID)
 	if err != nil {
@@ -335,10 +656,12 @@ func (w *Worker) giveUp(ctx context.Context, c *call.Call, attempt uint64) (sett
 	switch {
 	case r.Status.Terminal():
 		return settleAck, nil
-	case r.Status == call.StatusRunning && w.now().Before(r.LeaseUntil):
-		return settleRetry, nil
+	case r.Status == call.StatusRunning:
+		if held, err := w.leases.LeaseHeld(ctx, c.ID); err != nil || held {
+			return settleLeave, nil
+		}
 	case r.Status == call.StatusPendingApproval:
-		return settleAck, nil // the approval republishes it
+		return settleAck, nil // the approval (or the reconciler, after it) queues it again
 	}
 	r.Fail(call.StatusError, call.ErrInternal, fmt.Sprintf("toolpool could not start the call in %d attempts; it did not run. Retry later.", attempt))
 	r.FinishedAt, r.LeaseUntil = w.now(), time.Time{}
@@ -350,56 +673,35 @@ const recordRetryFor = 2 * time.Minute
 
 // record writes r at revision rev. A conflict returns settleRetry at once for the caller to decide; any
 // other error is retried with backoff for recordRetryFor, so that a store outage does not lose a result.
-// renew extends the claim's lease by one compare-and-set. It returns false, after cancelling the run,
-// when the record is no longer this worker's (errFenced) or a cancel was requested (errCancelRequested).
-func (w *Worker) renew(ctx context.Context, cancel context.CancelCauseFunc, cl *claim) bool {
-	cl.mu.Lock()
-	r := *cl.result
-	r.LeaseUntil = w.now().Add(w.cfg.Lease)
-	rev, err := w.store.Update(ctx, &r, cl.rev)
-	if err == nil {
-		cl.rev = rev
-	}
-	cl.mu.Unlock()
-	if err == nil || !errors.Is(err, queue.ErrConflict) {
-		return true // renewed, or a transient failure the lease has room for
-	}
-	cur, err := w.store.Get(ctx, r.ID)
+func (w *Worker) record(ctx context.Context, r *call.Result, rev uint64) (settle, *call.Result) {
+	var conflict bool
+	err := retry(ctx, time.Now().Add(recordRetryFor), 50*time.Millisecond, 2*time.Second, func() (bool, error) {
+		_, err := w.store.Update(ctx, r, rev)
+		conflict = errors.Is(err, queue.ErrConflict)
+		return err == nil || conflict, err
+	})
 	switch {
-	case err != nil:
-		return true
-	case cur.Result.Worker != w.cfg.ID || cur.Result.Status != call.StatusRunning:
-		cancel(errFenced)
-		return false
-	case cur.Result.CancelRequested:
-		cancel(errCancelRequested)
+	case err == nil:
+		return settleAck, r
+	case !conflict && ctx.Err() == nil:
+		w.log.ErrorContext(ctx, "record result", "call_id", r.ID, "error", err)
 	}
-	cl.mu.Lock()
-	cl.rev = cur.Revision
-	cl.mu.Unlock()
-	return !cur.Result.CancelRequested
+	return settleRetry, nil
 }
 
-func (w *Worker) record(ctx context.Context, r *call.Result, rev uint64) (settle, *call.Result) {
-	deadline := w.now().Add(recordRetryFor)
-	backoff := 50 * time.Millisecond
-	for {
-		_, err := w.store.Update(ctx, r, rev)
-		if err == nil {
-			return settleAck, r
-		}
-		if errors.Is(err, queue.ErrConflict) || w.now().After(deadline) {
-			if !errors.Is(err, queue.ErrConflict) {
-				w.log.ErrorContext(ctx, "record result", "call_id", r.ID, "error", err)
-			}
-			return settleRetry, nil
+// retry calls try until it reports done, ctx ends or the time is past until, waiting first between tries
+// and twice as long each time up to most. It returns try's last error (ctx's when ctx ended first).
+func retry(ctx context.Context, until time.Time, first, most time.Duration, try func() (done bool, err error)) error {
+	for wait := first; ; wait = min(2*wait, most) {
+		done, err := try()
+		if done || time.Now().Add(wait).After(until) {
+			return err
 		}
 		select {
 		case <-ctx.Done():
-			return settleRetry, nil
-		case <-time.After(backoff):
+			return ctx.Err()
+		case <-time.After(wait):
 		}
-		backoff = min(2*backoff, 2*time.Second)
 	}
 }
 

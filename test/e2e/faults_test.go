@@ -14,17 +14,20 @@ import (
 
 	"github.com/toolpool/toolpool/internal/call"
 	"github.com/toolpool/toolpool/internal/sandbox/containerd/ctrtest"
+	"github.com/toolpool/toolpool/test/testbin"
 )
 
 // The fault tests run mutating calls that append one line to their own file in the workspace, then stay
 // busy; after the fault, every accepted call must have exactly one final state and no file more than one
 // line: no mutating call ran twice.
 
-// faultWorkerConfig turns the warm pool off: the fault tests prove that nothing is left by counting every
-// container of the worker's containerd, and a pool's ready containers are there by design (the pool's own
-// crash recovery is TestPoolOrphansAfterCrash's, in internal/sandbox/containerd).
-const faultWorkerConfig = "heartbeat: 300ms\npool: {max_size: 0}\n"
-const faultQueueConfig = "  queue_timeout: 5m\nqueue:\n  ack_wait: 2s\n"
+// The lease is how long a NATS outage a running call survives: its worker stops a call it could not renew
+// the lease of for that long (less a heartbeat). The ack wait must cover the lease. The warm pool is off:
+// the fault tests prove that nothing is left by counting every container of the worker's containerd, and
+// a pool's ready containers are there by design (the pool's own crash recovery is
+// TestPoolOrphansAfterCrash's, in internal/sandbox/containerd).
+const faultWorkerConfig = "heartbeat: 300ms\nlease: 4s\npool: {max_size: 0}\n"
+const faultQueueConfig = "  queue_timeout: 5m\nqueue:\n  ack_wait: 5s\n"
 
 // appendCall is a mutating call that records its run in count-<n> and then sleeps for sleep seconds. The
 // sleep length is unusual so that leftover processes can be recognised.
@@ -127,17 +130,7 @@ func (s *stack) assertNothingLeft(t *testing.T, ids []string) {
 }
 
 // processesWith lists the pids whose command line contains s.
-func processesWith(s string) []string {
-	var pids []string
-	paths, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, p := range paths {
-		b, err := os.ReadFile(p)
-		if err == nil && strings.Contains(strings.ReplaceAll(string(b), "\x00", " "), s) {
-			pids = append(pids, filepath.Base(filepath.Dir(p)))
-		}
-	}
-	return pids
-}
+func processesWith(s string) []string { return testbin.ProcessesWith(s) }
 
 // TestWorkerKilledMidCall: kill -9 of a worker running mutating calls. They end lost, never run twice, and
 // the restarted worker clears what the dead one left.

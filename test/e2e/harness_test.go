@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -21,42 +20,15 @@ import (
 
 	"github.com/toolpool/toolpool/internal/call"
 	"github.com/toolpool/toolpool/internal/sandbox/containerd/ctrtest"
+	"github.com/toolpool/toolpool/test/testbin"
 )
 
-var (
-	buildOnce sync.Once
-	binDir    string
-	buildErr  error
-)
-
-// binaries builds dispatcher, worker and toolpool once per test process.
-func binaries(t testing.TB) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		binDir, buildErr = os.MkdirTemp("", "tpbin")
-		if buildErr != nil {
-			return
-		}
-		cmd := exec.Command("go", "build", "-trimpath", "-o", binDir+"/", "github.com/toolpool/toolpool/cmd/dispatcher",
-			"github.com/toolpool/toolpool/cmd/worker", "github.com/toolpool/toolpool/cmd/toolpool",
-			"github.com/nats-io/nats-server/v2")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binDir
-}
+// binaries builds dispatcher, worker, toolpool and nats-server once per test process.
+func binaries(t testing.TB) string { return testbin.Dir(t) }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
+	testbin.Cleanup()
 	os.Exit(code)
 }
 

@@ -112,7 +112,7 @@ func TestReliabilityAPI(t *testing.T) {
 			`[1,2,3]`,
 			"{\"tool\":\"run_shell\",\"args\":{\"command\":\"\xc3\x28\"}}",
 			`{"tool":"run_shell","args":{"command":"x"}} {"again":1}`,
-			strings.Repeat(" ", 1<<20),
+			strings.Repeat(" ", 512<<10),
 		}
 		var wg sync.WaitGroup
 		codes := make(chan int, 200)

@@ -48,16 +48,17 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 		return nil, errors.New("start nats: store dir is empty")
 	}
 	opts := &server.Options{
-		ServerName:            "toolpool-embedded",
-		Host:                  host,
-		Port:                  port,
-		JetStream:             true,
-		StoreDir:              cfg.StoreDir,
-		JetStreamMaxStore:     cfg.MaxStoreBytes,
-		SyncAlways:            cfg.SyncAlways,
-		NoSigs:                true,
-		NoLog:                 true,
-		MaxPayload:            8 << 20,
+		ServerName:        "toolpool-embedded",
+		Host:              host,
+		Port:              port,
+		JetStream:         true,
+		StoreDir:          cfg.StoreDir,
+		JetStreamMaxStore: cfg.MaxStoreBytes,
+		SyncAlways:        cfg.SyncAlways,
+		NoSigs:            true,
+		NoLog:             true,
+		// MaxPayload stays at the stock 1 MiB: no call message and no record is larger, and an external
+		// server with stock settings takes what the embedded one takes.
 		DisableShortFirstPing: true,
 	}
 	srv, err := server.NewServer(opts)

@@ -130,16 +130,41 @@ func (c *Conn) DeletePending(ctx context.Context, tenant, id string) error {
 	return nil
 }
 
-// PutState stores a named blob of shared state.
-func (c *Conn) PutState(ctx context.Context, key string, value []byte) error {
+// UpdateState changes a named blob of shared state by compare-and-set: it reads the current value (nil
+// when there is none), stores what edit returns, and starts over when another writer changed the blob
+// meanwhile, so that concurrent writers (every dispatcher replica) never lose each other's changes. An
+// error from edit is returned as it is and nothing is stored.
+func (c *Conn) UpdateState(ctx context.Context, key string, edit func(old []byte) ([]byte, error)) error {
 	kv, err := c.js.KeyValue(ctx, c.cfg.stateBucket())
 	if err != nil {
 		return fmt.Errorf("open bucket %s: %w", c.cfg.stateBucket(), err)
 	}
-	if _, err := kv.Put(ctx, key, value); err != nil {
-		return fmt.Errorf("put state %s: %w", key, err)
+	for attempt := 0; ; attempt++ {
+		var old []byte
+		var rev uint64
+		e, err := kv.Get(ctx, key)
+		switch {
+		case err == nil:
+			old, rev = e.Value(), e.Revision()
+		case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
+			if e != nil {
+				rev = e.Revision()
+			}
+		default:
+			return fmt.Errorf("read state %s: %w", key, err)
+		}
+		next, err := edit(old)
+		if err != nil {
+			return err
+		}
+		_, err = kv.Update(ctx, key, next, rev)
+		if err == nil {
+			return nil
+		}
+		if !isWrongSequence(err) || attempt >= 20 {
+			return fmt.Errorf("update state %s: %w", key, err)
+		}
 	}
-	return nil
 }
 
 // WatchState calls onChange with the blob's current value (if any) and with every later value, until ctx

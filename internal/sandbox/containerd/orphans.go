@@ -13,12 +13,17 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/api/services/tasks/v1"
 	"github.com/containerd/containerd/errdefs"
 	"github.com/containerd/containerd/mount"
 	"github.com/containerd/containerd/namespaces"
 	"github.com/containerd/containerd/snapshots"
 )
+
+// OwnerGone reports whether the call a container was made for has no live owner any more (its lease is
+// gone): then any worker may remove the container.
+type OwnerGone func(ctx context.Context, callID string) (bool, error)
 
 // RemoveOrphans deletes what an earlier worker with the same WorkerID and StateDir left behind when it
 // crashed (or what calls left when containerd died under them): its containers with their tasks (killing
@@ -29,8 +34,19 @@ import (
 // calls run, because it leaves alone every call this Runtime is running (their own cleanup is theirs).
 // Other workers' containers (another WorkerID in the same namespace) are not touched.
 func (r *Runtime) RemoveOrphans(ctx context.Context) (int, error) {
+	return r.RemoveOrphansOf(ctx, nil)
+}
+
+// RemoveOrphansOf is RemoveOrphans that also removes the containers of other workers (any WorkerID in the
+// namespace: a crashed worker replaced under another id, a worker sharing this containerd) for which gone
+// reports true. A container for which gone fails or reports false is left alone: its owner may be alive.
+func (r *Runtime) RemoveOrphansOf(ctx context.Context, gone OwnerGone) (int, error) {
 	ctx = namespaces.WithNamespace(ctx, r.cfg.Namespace)
-	list, err := r.client.Containers(ctx, fmt.Sprintf("labels.%q==%s", labelWorker, r.cfg.WorkerID))
+	filter := fmt.Sprintf("labels.%q==%s", labelWorker, r.cfg.WorkerID)
+	if gone != nil {
+		filter = fmt.Sprintf("labels.%q", labelWorker)
+	}
+	list, err := r.client.Containers(ctx, filter)
 	if err != nil {
 		return 0, fmt.Errorf("list orphan containers: %w", err)
 	}
@@ -39,6 +55,9 @@ func (r *Runtime) RemoveOrphans(ctx context.Context) (int, error) {
 	removed := 0
 	for _, c := range list {
 		if r.running(c.ID()) {
+			continue
+		}
+		if !r.ownOrGone(ctx, c, gone) {
 			continue
 		}
 		removed++
@@ -56,7 +75,7 @@ func (r *Runtime) RemoveOrphans(ctx context.Context) (int, error) {
 	for _, id := range swept {
 		ids[id] = true
 	}
-	errs = append(errs, r.removeOrphanSnapshots(ctx))
+	errs = append(errs, r.removeOrphanSnapshots(ctx, ids))
 	strays, err := r.removeStrayShims(ctx)
 	errs = append(errs, err)
 	for _, id := range strays {
@@ -67,6 +86,22 @@ func (r *Runtime) RemoveOrphans(ctx context.Context) (int, error) {
 	}
 	errs = append(errs, r.removeFIFODirs(), r.removeOldRoots(), r.removeOldSlots())
 	return removed, errors.Join(errs...)
+}
+
+// ownOrGone reports whether container c is this worker's (by WorkerID) or its owner is gone.
+func (r *Runtime) ownOrGone(ctx context.Context, c containerd.Container, gone OwnerGone) bool {
+	labels, err := c.Labels(ctx)
+	if err != nil {
+		return false
+	}
+	if labels[labelWorker] == r.cfg.WorkerID {
+		return true
+	}
+	if gone == nil {
+		return false
+	}
+	g, err := gone(ctx, c.ID())
+	return err == nil && g
 }
 
 // removeTasksWithoutContainers kills and deletes the tasks in the namespace whose container record is gone:
@@ -91,7 +126,7 @@ func (r *Runtime) removeTasksWithoutContainers(ctx context.Context) ([]string, e
 		_, _ = r.client.TaskService().Kill(cctx, &tasks.KillRequest{ContainerID: p.ID, Signal: uint32(syscall.SIGKILL), All: true})
 		_, err := r.client.TaskService().Delete(cctx, &tasks.DeleteTaskRequest{ContainerID: p.ID})
 		cancel()
-		if err != nil && !errdefs.IsNotFound(err) {
+		if err = errdefs.FromGRPC(err); err != nil && !errdefs.IsNotFound(err) { // gone meanwhile: its own cleanup won
 			errs = append(errs, fmt.Errorf("delete orphan task %s: %w", p.ID, err))
 		}
 	}
@@ -203,14 +238,17 @@ func (r *Runtime) removeOldRoots() error {
 	return errors.Join(errs...)
 }
 
-// removeOrphanSnapshots removes the snapshots labelled with this worker that no container uses any more.
-func (r *Runtime) removeOrphanSnapshots(ctx context.Context) error {
+// removeOrphanSnapshots removes the snapshots labelled with this worker that no container uses any more,
+// and those of the containers of other workers that were just removed (removed, by id).
+func (r *Runtime) removeOrphanSnapshots(ctx context.Context, removed map[string]bool) error {
 	sn := r.client.SnapshotService(snapshotter)
 	var keys []string
 	err := sn.Walk(ctx, func(_ context.Context, info snapshots.Info) error {
-		keys = append(keys, info.Name)
+		if info.Labels[labelWorker] == r.cfg.WorkerID || removed[info.Name] {
+			keys = append(keys, info.Name)
+		}
 		return nil
-	}, fmt.Sprintf("labels.%q==%s", labelWorker, r.cfg.WorkerID))
+	}, fmt.Sprintf("labels.%q", labelWorker))
 	if err != nil {
 		if errdefs.IsNotFound(err) || errdefs.IsNotImplemented(err) {
 			return nil // no overlayfs snapshotter: no image calls, no snapshots

@@ -305,3 +305,86 @@ func TestRemoveOrphansSparesRunningCalls(t *testing.T) {
 		t.Errorf("containers left: %v", ids)
 	}
 }
+
+// TestRemoveOrphansOfAnotherWorker: a worker killed mid-call and replaced under another id (same node,
+// same containerd) leaves a container that the replacement removes once the call's owner is gone, and
+// only then; a live worker's call on the same containerd is never touched.
+func TestRemoveOrphansOfAnotherWorker(t *testing.T) {
+	ctrtest.Require(t)
+	dataDir := ctrtest.ShortTempDir(t)
+	stateDir := filepath.Join(dataDir, "sandbox")
+	d := ctrtest.StartDaemonIn(t, filepath.Join(dataDir, "ctd"))
+	ws, id := workspace(t), newID("crash")
+
+	other := ctrtest.NewRuntimeOn(t, containerd.Config{Address: d.Address(), WorkerID: "other-worker"})
+	otherWS := workspace(t)
+	otherSpec := shell(otherWS, "echo other > /workspace/other-started; sleep 3; echo survived", 20*time.Second)
+	otherDone := make(chan sandbox.Outcome, 1)
+	go func() {
+		out, _ := other.Run(context.Background(), otherSpec)
+		otherDone <- out
+	}()
+
+	helper := exec.Command(os.Args[0])
+	helper.Env = append(os.Environ(), envCrashHelper+"=1", envAddress+"="+d.Address(), envStateDir+"="+stateDir,
+		envWorkspace+"="+ws, envCallID+"="+id)
+	helper.Stdout, helper.Stderr = os.Stderr, os.Stderr
+	if err := helper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { helper.Process.Kill(); helper.Wait() })
+	waitFor(t, 30*time.Second, "both calls to start", func() bool {
+		_, err1 := os.Stat(filepath.Join(ws, "started"))
+		_, err2 := os.Stat(filepath.Join(otherWS, "other-started"))
+		return err1 == nil && err2 == nil
+	})
+	if err := helper.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	helper.Wait()
+
+	replacement := ctrtest.NewRuntimeOn(t, containerd.Config{Address: d.Address(), StateDir: stateDir, WorkerID: "replacement"})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	alive := func(context.Context, string) (bool, error) { return false, nil }
+	if n, err := replacement.RemoveOrphansOf(ctx, alive); err != nil || n != 0 {
+		t.Fatalf("with every owner alive: removed %d, %v", n, err)
+	}
+	if !slices.Contains(containerIDs(t, d.Address()), id) {
+		t.Fatal("the crashed worker's container was removed while its owner's lease lived")
+	}
+	var asked []string
+	gone := func(_ context.Context, callID string) (bool, error) {
+		asked = append(asked, callID)
+		return callID == id, nil
+	}
+	if n, err := replacement.RemoveOrphansOf(ctx, gone); err != nil || n != 1 {
+		t.Fatalf("with the crashed call's owner gone: removed %d, %v (asked about %v)", n, err, asked)
+	}
+	if slices.Contains(containerIDs(t, d.Address()), id) {
+		t.Fatal("the crashed worker's container is left")
+	}
+	waitFor(t, 10*time.Second, "the crashed call's processes to end", func() bool { return !processWith("sleep 4711") })
+	if out := <-otherDone; !strings.Contains(out.Stdout.String(), "survived") {
+		t.Errorf("the live worker's call was disturbed: %+v", out)
+	}
+}
+
+// containerIDs lists every container in the test namespace of the containerd at address.
+func containerIDs(t *testing.T, address string) []string {
+	t.Helper()
+	client, err := ctdclient.New(address)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	list, err := client.Containers(namespaces.WithNamespace(context.Background(), "toolpool-test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, c := range list {
+		ids = append(ids, c.ID())
+	}
+	return ids
+}

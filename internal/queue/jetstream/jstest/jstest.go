@@ -31,14 +31,31 @@ func Server(t testing.TB, storeDir string) *jetstream.Embedded {
 // buckets; a worker's binds to them.
 func Connect(t testing.TB, url, name string, provision bool, edit ...func(*jetstream.Config)) *jetstream.Conn {
 	t.Helper()
+	return connect(t, url, name, provision, func(cfg *jetstream.Config) {
+		for _, e := range edit {
+			e(cfg)
+		}
+	})
+}
+
+// Provisioned starts a server (Server) and returns a provisioning connection to it with the default
+// Config changed by edit (may be nil) and the connection options opts, and the server's URL.
+func Provisioned(t testing.TB, edit func(*jetstream.Config), opts ...jetstream.Option) (*jetstream.Conn, string) {
+	t.Helper()
+	url := Server(t, "").URL()
+	return connect(t, url, "dispatcher", true, edit, opts...), url
+}
+
+func connect(t testing.TB, url, name string, provision bool, edit func(*jetstream.Config), opts ...jetstream.Option) *jetstream.Conn {
+	t.Helper()
 	cfg := jetstream.DefaultConfig()
 	cfg.URL, cfg.Name, cfg.Provision = url, name, provision
-	for _, e := range edit {
-		e(&cfg)
+	if edit != nil {
+		edit(&cfg)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := jetstream.Connect(ctx, cfg)
+	conn, err := jetstream.Connect(ctx, cfg, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

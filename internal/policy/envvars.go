@@ -1,0 +1,73 @@
+package policy
+
+import "strings"
+
+// Environment variables that make programs load or run other code, or change how the shell finds,
+// reads and expands commands. Setting one (in the line, with env, with export or declare, as a for
+// variable, with printf -v, or in run_shell's env argument) asks (rule code-injection-env).
+//
+// A list of names can never be complete, so names are also matched by the shapes such variables have:
+// a prefix naming a toolchain that reads its configuration from the environment (GIT_, GO, PYTHON...),
+// or a suffix naming a program, an option string or a search path (_COMMAND, FLAGS, _OPTS, PATH...).
+// The few harmless names those shapes catch and that builds need are exempt.
+
+// injectionPrefixes start variables that configure a toolchain or the loader.
+var injectionPrefixes = []string{
+	"LD_", "DYLD_", "GIT_", "BASH_", "NPM_CONFIG_", "npm_config_", "GO", "CGO_", "PYTHON", "PERL", "RUBY",
+	"NODE_", "JAVA", "_JAVA", "JDK_", "MAVEN_", "GRADLE_", "CARGO_", "RUSTC", "RUSTDOC", "RUSTUP_", "PIP_",
+	"YARN_", "BUNDLE_", "GEM_", "COMPOSER_", "LESS", "TEXTDOMAIN", "MAKE", "SSH_", "SUDO_", "XDG_", "HIST",
+	"PROMPT_", "GLIBC_", "MALLOC_", "TERMINFO", "TERMCAP", "PKG_CONFIG", "GCONV", "DOCKER_", "KUBE",
+	"GNUPG", "GPG_", "DENO_", "BUN_", "PHP", "LUA_", "R_", "JULIA_", "DOTNET_", "COMPlus_", "CORECLR_",
+}
+
+// injectionSuffixes end variables that name a program, options or a search path.
+var injectionSuffixes = []string{
+	"_COMMAND", "_CMD", "_PROGRAM", "_EXEC", "_EXECUTABLE", "EDITOR", "PAGER", "SHELL", "FLAGS", "_OPTS",
+	"_OPTIONS", "_ARGS", "PATH", "_HOME", "HOME", "_CONFIG", "CONFIG", "_PRELOAD", "_WRAPPER", "ASKPASS",
+	"_PLUGINS", "_PLUGIN_DIR", "FILE", "RC", "OPT", "_INIT", "_HOOK", "_HOOKS",
+}
+
+// injectionVars are names without such a shape.
+var injectionVars = map[string]bool{
+	"ENV": true, "IFS": true, "CDPATH": true, "GLOBIGNORE": true, "EXECIGNORE": true, "FIGNORE": true,
+	"PS0": true, "PS1": true, "PS2": true, "PS3": true, "PS4": true, "SHELLOPTS": true, "BASHOPTS": true,
+	"POSIXLY_CORRECT": true, "ZDOTDIR": true, "INPUTRC": true, "FCEDIT": true, "BROWSER": true,
+	"VISUAL": true, "NLSPATH": true, "LOCPATH": true, "HOSTALIASES": true, "LOCALDOMAIN": true,
+	"RES_OPTIONS": true, "CC": true, "CXX": true, "CPP": true, "AR": true, "AS": true, "LD": true, "NM": true,
+	"RANLIB": true, "STRIP": true, "OBJCOPY": true, "OBJDUMP": true, "FC": true, "F77": true, "YACC": true,
+	"LEX": true, "M4": true, "TMPDIR": true, "OLDPWD": true, "DIRSTACK": true, "MAIL": true, "MAILCHECK": true,
+	"LANGUAGE": true,
+}
+
+// injectionExempt are harmless names that the shapes above would catch.
+var injectionExempt = map[string]bool{
+	"CGO_ENABLED": true, "GOOS": true, "GOARCH": true, "GOAMD64": true, "GOARM": true, "GOARM64": true,
+	"GO386": true, "GOMAXPROCS": true, "GOGC": true, "GOMEMLIMIT": true, "GOTRACEBACK": true,
+	"GO111MODULE": true, "GOWORK": true, "GOTESTSUM_FORMAT": true,
+	"PYTHONUNBUFFERED": true, "PYTHONDONTWRITEBYTECODE": true, "PYTHONHASHSEED": true,
+	"PYTHONIOENCODING": true, "PYTHONUTF8": true, "PYTHONWARNINGS": true, "PYTHONFAULTHANDLER": true,
+	"NODE_ENV": true, "NODE_NO_WARNINGS": true,
+}
+
+// injectionVar reports whether setting the variable can make a program load or run other code, or
+// change how the shell finds and expands commands.
+func injectionVar(name string) bool {
+	if injectionExempt[name] {
+		return false
+	}
+	if injectionVars[name] {
+		return true
+	}
+	for _, p := range injectionPrefixes {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	upper := strings.ToUpper(name)
+	for _, s := range injectionSuffixes {
+		if strings.HasSuffix(upper, s) {
+			return true
+		}
+	}
+	return false
+}

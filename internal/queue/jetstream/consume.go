@@ -1,0 +1,197 @@
+package jetstream
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolpool/toolpool/internal/call"
+	"github.com/toolpool/toolpool/internal/queue"
+)
+
+// Consume pulls calls and runs handle for each in its own goroutine, never more than slots at once. It
+// fetches one call per free slot, so that no buffered message ages toward its ack wait, and it takes turns
+// among the lanes, so that one tenant's flood delays only the tenants of its own lane. An empty message
+// on a lane's bell subject, published with each call, wakes an idle loop at once; redeliveries ring no
+// bell and are found by polling, every 250ms after a call was found and backing off to every 4s when the
+// queue stays empty. Consume returns when ctx ends, after every handle it started has returned; handle gets
+// ctx too and settles its Delivery (or leaves it to the call's runner elsewhere).
+func (c *Conn) Consume(ctx context.Context, slots int, handle func(context.Context, queue.Delivery)) error {
+	return c.ConsumeWith(ctx, ctx, slots, handle)
+}
+
+// Idle polling bounds of ConsumeWith.
+const (
+	pollMin = 250 * time.Millisecond
+	pollMax = 4 * time.Second
+)
+
+// ConsumeWith is Consume with separate contexts: fetching stops when fetchCtx ends, while the handlers run
+// on runCtx, so that a draining worker finishes its calls (cancel runCtx after a grace period to stop
+// them). It returns once fetching stopped and every handler returned.
+func (c *Conn) ConsumeWith(fetchCtx, runCtx context.Context, slots int, handle func(context.Context, queue.Delivery)) error {
+	bell := make(chan struct{}, 1)
+	sub, err := c.nc.Subscribe(c.cfg.SubjectPrefix+"_ready.*", func(*nats.Msg) {
+		select {
+		case bell <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("subscribe to the lanes' bells: %w", err)
+	}
+	defer sub.Unsubscribe()
+
+	free := make(chan struct{}, slots)
+	for range slots {
+		free <- struct{}{}
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	f := &laneFetcher{conn: c, consumers: make([]jetstream.Consumer, c.cfg.Lanes)}
+	poll := pollMin
+	for {
+		select {
+		case <-fetchCtx.Done():
+			return nil
+		case <-free:
+		}
+		msg, err := f.next(fetchCtx)
+		if msg == nil {
+			free <- struct{}{}
+			wait := poll
+			if err != nil {
+				wait = pollMin // the server is unreachable or restarting: back off briefly
+			} else {
+				poll = min(2*poll, pollMax)
+			}
+			select {
+			case <-fetchCtx.Done():
+			case <-bell:
+			case <-time.After(wait):
+			}
+			continue
+		}
+		poll = pollMin
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { free <- struct{}{} }()
+			handle(runCtx, delivery{msg})
+		}()
+	}
+}
+
+// laneFetcher takes one message at a time, round-robin over the lanes. Used by one goroutine.
+type laneFetcher struct {
+	conn      *Conn
+	consumers []jetstream.Consumer // by lane, looked up on first use
+	turn      int
+}
+
+// next returns the next message in lane rotation, or nil when no lane has one ready: at most one fetch
+// request per lane.
+func (f *laneFetcher) next(ctx context.Context) (jetstream.Msg, error) {
+	lanes := len(f.consumers)
+	for i := range lanes {
+		l := (f.turn + i) % lanes
+		cons, err := f.consumer(ctx, l)
+		if err != nil {
+			return nil, err
+		}
+		batch, err := cons.FetchNoWait(1)
+		if err != nil {
+			f.consumers[l] = nil // look it up again next time
+			return nil, fmt.Errorf("fetch a call of lane %d: %w", l, err)
+		}
+		for msg := range batch.Messages() {
+			f.turn = l + 1
+			return msg, nil
+		}
+	}
+	return nil, nil
+}
+
+// consumer returns lane l's durable consumer, which the dispatcher provisioned.
+func (f *laneFetcher) consumer(ctx context.Context, l int) (jetstream.Consumer, error) {
+	if cons := f.consumers[l]; cons != nil {
+		return cons, nil
+	}
+	cfg := f.conn.cfg
+	cons, err := f.conn.js.Consumer(ctx, cfg.Stream, cfg.laneConsumer(l))
+	if err != nil {
+		return nil, fmt.Errorf("find consumer %s (a dispatcher provisions it at start): %w", cfg.laneConsumer(l), err)
+	}
+	f.consumers[l] = cons
+	return cons, nil
+}
+
+type delivery struct{ msg jetstream.Msg }
+
+func (d delivery) Call() (*call.Call, error) {
+	var c call.Call
+	if err := json.Unmarshal(d.msg.Data(), &c); err != nil {
+		return nil, fmt.Errorf("decode call: %w", err)
+	}
+	if tp := d.msg.Headers().Get("traceparent"); tp != "" && c.TraceParent == "" {
+		c.TraceParent = tp
+	}
+	return &c, nil
+}
+
+func (d delivery) Attempt() uint64 {
+	md, err := d.msg.Metadata()
+	if err != nil {
+		return 1
+	}
+	return md.NumDelivered
+}
+
+func (d delivery) InProgress(ctx context.Context) error { return d.msg.InProgress() }
+func (d delivery) Ack(ctx context.Context) error        { return d.msg.DoubleAck(ctx) }
+func (d delivery) Nak(ctx context.Context, delay time.Duration) error {
+	return d.msg.NakWithDelay(delay)
+}
+func (d delivery) Term(ctx context.Context, reason string) error { return d.msg.TermWithReason(reason) }
+
+// QueueState is the number of calls waiting for a worker (delivered and running calls not counted) and
+// the age of the oldest of them.
+type QueueState struct {
+	Pending   uint64
+	OldestAge time.Duration
+}
+
+// State reads the queue's depth and the age of its oldest waiting call from JetStream: per lane, the
+// undelivered count of its consumer and the first message past what the consumer delivered. It costs two
+// API calls per lane with calls waiting, one per idle lane.
+func (c *Conn) State(ctx context.Context) (QueueState, error) {
+	s, err := c.js.Stream(ctx, c.cfg.Stream)
+	if err != nil {
+		return QueueState{}, fmt.Errorf("get stream %s: %w", c.cfg.Stream, err)
+	}
+	var st QueueState
+	now := c.Now()
+	for l := range c.cfg.Lanes {
+		cons, err := s.Consumer(ctx, c.cfg.laneConsumer(l))
+		if err != nil {
+			return QueueState{}, fmt.Errorf("find consumer %s: %w", c.cfg.laneConsumer(l), err)
+		}
+		ci, err := cons.Info(ctx)
+		if err != nil {
+			return QueueState{}, fmt.Errorf("read consumer %s: %w", c.cfg.laneConsumer(l), err)
+		}
+		if ci.NumPending == 0 {
+			continue
+		}
+		st.Pending += ci.NumPending
+		if msg, err := s.GetMsg(ctx, ci.Delivered.Stream+1, jetstream.WithGetMsgSubject(c.cfg.laneFilter(l))); err == nil {
+			st.OldestAge = max(st.OldestAge, now.Sub(msg.Time))
+		}
+	}
+	return st, nil
+}
