@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs containerd, runc and crun (the faster OCI runtime the worker can run through the runc shim) from
-# Debian's packages when they are missing, and the clients the egress
-# tests run inside containers from the host's /usr (git, curl, python3-pip; Node and Go come with the image).
+# Installs what make run and make test need from Debian's packages, when it is missing: containerd, runc,
+# crun (the faster OCI runtime the worker can run through the runc shim), promtool, Node.js with npm for
+# test/mcp, and the clients the egress tests run inside containers from the host's /usr (git, curl,
+# python3-pip; Node and Go come with the image), and strace for the policy oracle.
 set -euo pipefail
 missing=()
 command -v containerd >/dev/null || missing+=(containerd)
@@ -14,7 +15,19 @@ command -v curl >/dev/null || missing+=(curl)
 /usr/bin/python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 command -v promtool >/dev/null || missing+=(prometheus)   # promtool checks the metrics and alert rules
 command -v strace >/dev/null || missing+=(strace)         # the policy oracle traces shells in the sandbox
+# test/mcp drives the dispatcher with the official MCP TypeScript SDK clients, which need Node.js 20 (the 2.x
+# client). Debian 13's nodejs is 20; Debian 12's is 18, which test/mcp refuses, saying so.
+command -v node >/dev/null || missing+=(nodejs)
+command -v npm >/dev/null || missing+=(npm)
+check_node() {
+  local major
+  major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+  if [ "$major" -lt 20 ]; then
+    echo "warning: Node.js $major is too old for test/mcp, which needs 20 or later (Debian 13's nodejs, or nodejs.org)" >&2
+  fi
+}
 if [ ${#missing[@]} -eq 0 ]; then
+  check_node
   exit 0
 fi
 if [ "$(id -u)" != 0 ]; then
@@ -24,7 +37,7 @@ fi
 echo "installing ${missing[*]} from Debian's packages..." >&2
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-apt-get install -y -qq --no-install-recommends containerd runc crun curl ca-certificates prometheus git python3-pip strace >/dev/null
+apt-get install -y -qq --no-install-recommends "${missing[@]}" ca-certificates >/dev/null
 # Only promtool is wanted from the prometheus package: do not leave its server running on a systemd host.
 if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
   systemctl disable --now prometheus prometheus-node-exporter >/dev/null 2>&1 || true
@@ -33,3 +46,4 @@ fi
 containerd --version >&2
 runc --version | head -1 >&2
 crun --version | head -1 >&2
+check_node

@@ -40,7 +40,10 @@ for _ in $(seq 1 100); do
   http_ok "${LISTEN%:*}" "${LISTEN##*:}" /healthz && break
   sleep 0.1
 done
-bin/worker --data-dir "$DATA/worker" --nats-url nats://127.0.0.1:4222 --listen 127.0.0.1:9091 --drain-timeout 10s 2> >(tee -a "$DATA/worker.log" >&2) &
+# TOOLPOOL_GVISOR=1 (make installs gVisor first): every call runs under gVisor instead of runc.
+runtime=runc
+if [ "${TOOLPOOL_GVISOR:-}" = 1 ]; then runtime=gvisor; fi
+bin/worker --data-dir "$DATA/worker" --nats-url nats://127.0.0.1:4222 --listen 127.0.0.1:9091 --drain-timeout 10s --runtime "$runtime" 2> >(tee -a "$DATA/worker.log" >&2) &
 pids+=($!)
 for _ in $(seq 1 200); do
   http_ok 127.0.0.1 9091 /readyz && break
@@ -49,7 +52,7 @@ done
 
 cat >&2 <<MSG
 
-toolpool is running on http://$LISTEN (tenant dev, token \$TOOLPOOL_TOKEN=$TOOLPOOL_TOKEN). Try:
+toolpool is running on http://$LISTEN (tenant dev, token \$TOOLPOOL_TOKEN=$TOOLPOOL_TOKEN, calls under $runtime). Try:
 
   curl -s -X POST http://$LISTEN/v1/calls \\
     -H "Authorization: Bearer $TOOLPOOL_TOKEN" -H 'Content-Type: application/json' \\

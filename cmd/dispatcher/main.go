@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 
 	"github.com/toolpool/toolpool/internal/audit"
 	"github.com/toolpool/toolpool/internal/dispatcher"
+	"github.com/toolpool/toolpool/internal/mcp"
 	"github.com/toolpool/toolpool/internal/metrics"
 	"github.com/toolpool/toolpool/internal/policy"
 	"github.com/toolpool/toolpool/internal/queue/jetstream"
@@ -40,6 +42,7 @@ type config struct {
 	PolicyFile string            `yaml:"policy_file"`
 	LogLevel   string            `yaml:"log_level"`
 	API        dispatcher.Config `yaml:"api"`
+	MCP        mcp.Config        `yaml:"mcp"`
 	Queue      jetstream.Config  `yaml:"queue"`
 	// Reconciler settles the calls no worker will (every replica runs one).
 	Reconciler dispatcher.ReconcilerConfig `yaml:"reconciler"`
@@ -52,7 +55,7 @@ type config struct {
 func defaults() config {
 	return config{
 		Listen: "127.0.0.1:8080", DataDir: "/var/lib/toolpool/dispatcher", NATSListen: "127.0.0.1:4222",
-		NATSSync: "always", LogLevel: "info", API: dispatcher.DefaultConfig(), Queue: jetstream.DefaultConfig(),
+		NATSSync: "always", LogLevel: "info", API: dispatcher.DefaultConfig(), MCP: mcp.DefaultConfig(), Queue: jetstream.DefaultConfig(),
 		Reconciler: dispatcher.DefaultReconcilerConfig(),
 		Metrics:    metrics.Options{TenantLabel: true, MaxTenants: metrics.DefaultMaxTenants},
 	}
@@ -79,6 +82,10 @@ func (c *config) validate() error {
 	}
 	if c.Reconciler.Interval <= 0 || c.Reconciler.Grace <= 0 || c.Reconciler.InFlightAge < 0 {
 		errs = append(errs, errors.New("reconciler interval and grace must be positive, in_flight_age not negative"))
+	}
+	c.MCP.MaxBodyBytes = c.API.MaxBodyBytes
+	if err := c.MCP.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -278,6 +285,7 @@ func run(args []string) error {
 		dispatcher.WithAudit(conn, audited),
 		dispatcher.WithRuleBook(rules, nil),
 		dispatcher.WithOutputs(conn),
+		dispatcher.WithLive(conn),
 		dispatcher.WithClock(conn.Now),
 	)
 	if err != nil {
@@ -296,8 +304,18 @@ func run(args []string) error {
 		return err
 	}
 	go reconciler.Run(ctx)
+	// MCP's Streamable HTTP endpoint: the same tokens, and calls through the API's own call path.
+	mcpCfg := cfg.MCP
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		mcpCfg.Version = bi.Main.Version
+	}
+	mcpHandler, err := mcp.New(mcpCfg, api, api, log, mcp.WithOutput(conn))
+	if err != nil {
+		return err
+	}
 	root := http.NewServeMux()
 	root.Handle("GET /metrics", metrics.Handler(promReg))
+	root.Handle("/mcp", tracing.HTTPHandler(dm.InstrumentHTTP(api.Authenticate(mcpHandler))))
 	root.Handle("/", tracing.HTTPHandler(dm.InstrumentHTTP(api.Handler())))
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -321,7 +339,15 @@ func run(args []string) error {
 	log.Info("dispatcher stopping: finishing in-flight requests")
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
+	if err := srv.Shutdown(shutdownCtx); errors.Is(err, context.DeadlineExceeded) {
+		// Requests that wait long (an MCP tools/call waiting for its result or a person's answer, a
+		// long poll) are cut: their calls live on in JetStream, for another replica to answer about.
+		log.Warn("dispatcher stopping: closing requests still open after 30s")
+		mcpHandler.Drain() // the calls of the MCP requests cut now run on
+		if err := srv.Close(); err != nil {
+			return fmt.Errorf("close http: %w", err)
+		}
+	} else if err != nil {
 		return fmt.Errorf("shut down http: %w", err)
 	}
 	return nil

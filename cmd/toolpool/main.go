@@ -1,7 +1,10 @@
 // Command toolpool is the command-line client of a toolpool dispatcher.
 //
 //	toolpool call TOOL [--workspace WS] [--json] [--timeout 30s] [--no-wait] [key=value | key:=json]...
+//	toolpool call TOOL --follow ...          (prints output as it is printed)
 //	toolpool get ID [--wait 30s] [--json]
+//	toolpool follow ID [--from EVENT_ID]
+//	toolpool output ID [--stderr] [--offset N] [--limit N]
 //	toolpool cancel ID
 //	toolpool tools [--format native|openai|anthropic|mcp]
 //	toolpool policy check TOOL [key=value | key:=json]...
@@ -31,7 +34,10 @@ const usage = `toolpool: run AI agents' tool calls in sandboxes.
 
 usage:
   toolpool call TOOL [flags] [key=value | key:=json]...   run a tool call and print its result
+      --follow: print the output live as it is printed (Server-Sent Events), then the result
   toolpool get ID [--wait 30s] [--json]                    print a call's state or result
+  toolpool follow ID                                      follow a call live: output as printed, then result
+  toolpool output ID [--stderr] [--offset N] [--limit N]  a finished call's full stdout (or stderr), by range
   toolpool cancel ID                                      cancel a queued or running call
   toolpool tools [--format native|openai|anthropic|mcp]   list the tools you may call
   toolpool policy check TOOL [key=value | key:=json]...   what policy decides, without running
@@ -66,6 +72,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		code, err = cmdCall(c, args[1:], stdout, stderr)
 	case "get":
 		code, err = cmdGet(c, args[1:], stdout, stderr)
+	case "follow":
+		code, err = cmdFollow(c, args[1:], stdout, stderr)
+	case "output":
+		code, err = cmdOutput(c, args[1:], stdout, stderr)
 	case "cancel":
 		code, err = cmdCancel(c, args[1:], stdout, stderr)
 	case "tools":
@@ -121,6 +131,15 @@ type apiError struct {
 	Error call.ErrorInfo `json:"error"`
 }
 
+// apiErrorOf is the error an API answer with status code and body data stands for: the API's message.
+func apiErrorOf(code int, data []byte) error {
+	var ae apiError
+	if json.Unmarshal(data, &ae) == nil && ae.Error.Message != "" {
+		return &httpError{code: code, msg: fmt.Sprintf("%s (HTTP %d %s)", ae.Error.Message, code, ae.Error.Type)}
+	}
+	return &httpError{code: code, msg: fmt.Sprintf("HTTP %d: %s", code, strings.TrimSpace(string(data)))}
+}
+
 // do sends a request and decodes a 2xx body, or a 403 that carries a result envelope (a call denied by
 // policy), into out; other statuses become errors with the API's message.
 func (c *client) do(ctx context.Context, method, path string, body any, out any) (int, error) {
@@ -148,11 +167,7 @@ func (c *client) do(ctx context.Context, method, path string, body any, out any)
 		return resp.StatusCode, fmt.Errorf("read response: %w", err)
 	}
 	if resp.StatusCode >= 300 && (resp.StatusCode != http.StatusForbidden || !isResult(data)) {
-		var ae apiError
-		if json.Unmarshal(data, &ae) == nil && ae.Error.Message != "" {
-			return resp.StatusCode, fmt.Errorf("%s (HTTP %d %s)", ae.Error.Message, resp.StatusCode, ae.Error.Type)
-		}
-		return resp.StatusCode, fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(data)))
+		return resp.StatusCode, apiErrorOf(resp.StatusCode, data)
 	}
 	if out != nil {
 		if raw, ok := out.(*json.RawMessage); ok {
@@ -215,7 +230,7 @@ func splitFlags(args []string) (flags, rest []string) {
 
 func isBoolFlag(a string) bool {
 	switch strings.TrimLeft(a, "-") {
-	case "json", "no-wait":
+	case "json", "no-wait", "follow", "stderr":
 		return true
 	}
 	return false
@@ -235,6 +250,7 @@ func cmdCall(c *client, args []string, stdout, stderr io.Writer) (int, error) {
 	noWait := fs.Bool("no-wait", false, "return the call id at once")
 	rawArgs := fs.String("args", "", "the arguments as one JSON object (instead of key=value pairs)")
 	key := fs.String("idempotency-key", "", "retrying with the same key returns the same call")
+	follow := fs.Bool("follow", false, "print the output as it is printed, then the result")
 	if err := fs.Parse(flagArgs); err != nil {
 		return 2, err
 	}
@@ -257,6 +273,9 @@ func cmdCall(c *client, args []string, stdout, stderr io.Writer) (int, error) {
 	}
 	if *key != "" {
 		body["idempotency_key"] = *key
+	}
+	if *follow {
+		return callFollow(c, body, *asJSON, stdout, stderr)
 	}
 	var res call.Result
 	var raw json.RawMessage

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -26,6 +27,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/toolpool/toolpool/internal/audit"
+	"github.com/toolpool/toolpool/internal/call"
 	"github.com/toolpool/toolpool/internal/metrics"
 	"github.com/toolpool/toolpool/internal/queue/jetstream"
 	"github.com/toolpool/toolpool/internal/sandbox"
@@ -45,10 +47,10 @@ type config struct {
 	ContainerdBinary  string `yaml:"containerd_binary"`
 	Namespace         string `yaml:"namespace"`
 	Runtime           string `yaml:"runtime"`
-	// RuntimeBinary is the OCI runtime the runc shim runs: "runc", "crun", a path, or "auto" (crun when it
+	// RuntimeBinary is the OCI runtime the runc runtime's shim runs: "runc", "crun", a path, or "auto" (crun when it
 	// is installed and works on this host, runc otherwise); empty leaves the shim's default, runc.
 	RuntimeBinary string `yaml:"runtime_binary"`
-	// Pool is the warm pool of containers created ahead of their calls.
+	// Pool is the warm pool of runc containers created ahead of their calls.
 	Pool          poolConfig    `yaml:"pool"`
 	DataDir       string        `yaml:"data_dir"`
 	WorkspacesDir string        `yaml:"workspaces_dir"`
@@ -58,11 +60,14 @@ type config struct {
 	GID           uint32        `yaml:"gid"`
 	Heartbeat     time.Duration `yaml:"heartbeat"`
 	// Lease is the TTL of a running call's lease on the NATS server (default three heartbeats).
-	Lease          time.Duration   `yaml:"lease"`
-	DrainTimeout   time.Duration   `yaml:"drain_timeout"`
-	WorkspaceQuota int64           `yaml:"workspace_quota"`
-	Image          string          `yaml:"image"`
-	Metrics        metrics.Options `yaml:"metrics"`
+	Lease          time.Duration `yaml:"lease"`
+	DrainTimeout   time.Duration `yaml:"drain_timeout"`
+	WorkspaceQuota int64         `yaml:"workspace_quota"`
+	// FullOutputBytes is how much of each stream of a command is kept for reading by range (negative:
+	// none); default 64 MiB.
+	FullOutputBytes int64           `yaml:"full_output_bytes"`
+	Image           string          `yaml:"image"`
+	Metrics         metrics.Options `yaml:"metrics"`
 	// Egress is the base rules of every call's egress (which policy narrows), the DNS server and the
 	// credential bindings of the egress proxy.
 	Egress   egress.Config `yaml:"egress"`
@@ -70,6 +75,13 @@ type config struct {
 	Tools    struct {
 		Custom []tools.CustomTool `yaml:"custom"`
 	} `yaml:"tools"`
+
+	// Runtime (above) is the sandbox runtime of calls whose tenant names none: runc, gvisor, a key of
+	// Runtimes, or a containerd runtime handler. Runtimes maps more sandbox runtime names, which tenants
+	// may be given, to containerd runtime handlers ("kata": "io.containerd.kata.v2"); runc is always
+	// offered, gvisor when gVisor is installed.
+	Runtimes map[string]string `yaml:"runtimes"`
+	GVisor   gvisorConfig      `yaml:"gvisor"`
 }
 
 // poolConfig is the worker's part of containerd.PoolConfig (the init is the worker's own binary).
@@ -85,7 +97,7 @@ type poolConfig struct {
 func defaults() config {
 	host, _ := os.Hostname()
 	return config{
-		ID: "worker-" + host, NATSURL: "nats://127.0.0.1:4222", Namespace: "toolpool", Runtime: "io.containerd.runc.v2",
+		ID: "worker-" + host, NATSURL: "nats://127.0.0.1:4222", Namespace: "toolpool", Runtime: containerd.RuncRuntime,
 		DataDir: "/var/lib/toolpool/worker", Slots: 4, Listen: "127.0.0.1:9091", UID: 65532, GID: 65532,
 		Heartbeat: 5 * time.Second, DrainTimeout: 30 * time.Second, LogLevel: "info", WorkspaceQuota: 1 << 30,
 		Metrics: metrics.Options{TenantLabel: true, MaxTenants: metrics.DefaultMaxTenants},
@@ -116,7 +128,38 @@ func (c *config) validate() error {
 	if c.Pool.MaxAge < 0 {
 		errs = append(errs, fmt.Errorf("pool.max_age %s is negative", c.Pool.MaxAge))
 	}
+	for name := range c.Runtimes {
+		if err := call.ValidateName("runtime", name); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// gvisorConfig offers the sandbox runtime "gvisor": gVisor's runsc under containerd's runc shim
+// (docs/security.md).
+type gvisorConfig struct {
+	// Runsc is gVisor's runsc. Empty means "runsc" on PATH, and gVisor is offered only when it is there;
+	// a path given here must exist.
+	Runsc string `yaml:"runsc"`
+	// Platform is systrap (default), ptrace or kvm (needs /dev/kvm).
+	Platform string `yaml:"platform"`
+	// Disabled never offers gVisor, even when runsc is installed.
+	Disabled bool `yaml:"disabled"`
+}
+
+// gvisor returns the gVisor settings of the sandbox, or nil when gVisor is not offered: disabled, named in
+// Runtimes (a node's own gVisor shim), or not installed.
+func (c *config) gvisor() *containerd.GVisorConfig {
+	if _, named := c.Runtimes[containerd.GVisorRuntime]; c.GVisor.Disabled || named {
+		return nil
+	}
+	if c.GVisor.Runsc == "" {
+		if _, err := exec.LookPath("runsc"); err != nil {
+			return nil
+		}
+	}
+	return &containerd.GVisorConfig{Runsc: c.GVisor.Runsc, Platform: c.GVisor.Platform}
 }
 
 func parseLevel(s string) (slog.Level, error) {
@@ -158,9 +201,9 @@ func loadConfig(fs *flag.FlagSet, args []string) (config, error) {
 	id := fs.String("id", "", "worker id (default worker-HOSTNAME)")
 	natsURL := fs.String("nats-url", "", "NATS server URL (default nats://127.0.0.1:4222, the dispatcher's embedded server)")
 	ctrd := fs.String("containerd-address", "", "containerd socket; empty starts a private containerd under the data dir")
-	runtimeName := fs.String("runtime", "", "containerd runtime handler (io.containerd.runc.v2, io.containerd.runsc.v1, ...)")
-	runtimeBinary := fs.String("runtime-binary", "", "OCI runtime the runc shim runs: runc, crun, a path, or auto (crun when it works here)")
-	poolSize := fs.Int("pool-size", 0, "most containers kept ready ahead of calls (default 8; 0: no warm pool)")
+	runtimeName := fs.String("runtime", "", "sandbox runtime of calls whose tenant names none: runc (default), gvisor, a name from runtimes, or a containerd runtime handler")
+	runtimeBinary := fs.String("runtime-binary", "", "OCI runtime the shim of the runc runtime runs: runc, crun, a path, or auto (crun when it works here)")
+	poolSize := fs.Int("pool-size", 0, "most runc containers kept ready ahead of calls (default 8; 0: no warm pool)")
 	dataDir := fs.String("data-dir", "", "state directory (default /var/lib/toolpool/worker)")
 	wsDir := fs.String("workspaces", "", "workspaces directory (default DATA_DIR/workspaces)")
 	slots := fs.Int("slots", 0, "calls run at once (default 4)")
@@ -311,6 +354,7 @@ func run(args []string) (retErr error) {
 	// tool call, which mounts it there, can run in a pooled container.
 	rt, err := containerd.New(ctx, containerd.Config{
 		Address: address, Namespace: cfg.Namespace, RuntimeName: cfg.Runtime, RuntimeBinary: cfg.RuntimeBinary,
+		Runtimes: cfg.Runtimes, GVisor: cfg.gvisor(),
 		StateDir: filepath.Join(cfg.DataDir, "sandbox"), UID: cfg.UID, GID: cfg.GID, WorkerID: cfg.ID, OnCleanup: wm.ObserveCleanup,
 		Pool: containerd.PoolConfig{MaxSize: cfg.Pool.MaxSize, MemoryBytes: cfg.Pool.MemoryBytes, MaxAge: cfg.Pool.MaxAge,
 			InitBinary: runner, InitPath: tools.RunnerPath},
@@ -399,8 +443,9 @@ func run(args []string) (retErr error) {
 		ID: cfg.ID, WorkspacesDir: cfg.WorkspacesDir, RunnerBinary: runner, UID: int(cfg.UID), GID: int(cfg.GID),
 		Heartbeat: cfg.Heartbeat, Lease: lease, AckWait: conn.AckWait(), MaxDeliver: conn.MaxDeliver(), Now: conn.Now,
 		WorkspaceQuota: cfg.WorkspaceQuota, Image: cfg.Image, EgressDir: filepath.Join(cfg.DataDir, "egress"), Egress: gateway,
+		FullOutputBytes: cfg.FullOutputBytes, SpoolDir: filepath.Join(cfg.DataDir, "spool"),
 	}, tracing.TraceRuntime(metrics.ObserveRuntime(rt, wm)), store, reg, log,
-		worker.WithLeases(conn), worker.WithOutputs(conn), worker.WithCreator(audited))
+		worker.WithLeases(conn), worker.WithOutputs(conn), worker.WithCreator(audited), worker.WithLive(conn))
 	if err != nil {
 		return err
 	}
@@ -424,7 +469,7 @@ func run(args []string) (retErr error) {
 	defer srv.Close()
 
 	log.Info("worker ready", "image", cfg.Image, "slots", cfg.Slots, "nats", cfg.NATSURL, "containerd", address, "runtime", cfg.Runtime,
-		"oci_runtime", rt.OCIRuntime(), "pool_size", cfg.Pool.MaxSize, "workspaces", cfg.WorkspacesDir)
+		"runtimes", rt.Runtimes(), "oci_runtime", rt.OCIRuntime(), "pool_size", cfg.Pool.MaxSize, "workspaces", cfg.WorkspacesDir)
 	handle := metrics.InstrumentHandler(cfg.Slots, tracing.TraceHandler(w.Handle), wm)
 	err = consumeDraining(ctx, cfg.DrainTimeout, secondSignal, log, func(fetchCtx, runCtx context.Context) error {
 		return conn.ConsumeWith(fetchCtx, runCtx, cfg.Slots, handle)

@@ -8,6 +8,7 @@ import (
 	"encoding/base32"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -52,6 +53,9 @@ const (
 	ErrExpired          = "expired"
 	ErrLost             = "lost"
 	ErrInternal         = "internal"
+
+	// ErrRuntimeUnavailable: the worker that took the call lacks the sandbox runtime the call requires.
+	ErrRuntimeUnavailable = "runtime_unavailable"
 )
 
 // Limits bound one call. Zero means "the configured default".
@@ -70,6 +74,10 @@ type Limits struct {
 	// AllowedPorts, when not nil, is the only destination ports the call's egress may reach (policy's
 	// list); an empty, non-nil list allows none.
 	AllowedPorts []int `json:"allowed_ports,omitzero"`
+	// Runtime names the sandbox runtime the call must run under ("gvisor"); empty means the worker's
+	// default. Only the dispatcher's tenant configuration sets it; requests cannot. A worker that does not
+	// offer it refuses the call (ErrRuntimeUnavailable) and never runs it under another runtime.
+	Runtime string `json:"runtime,omitempty"`
 }
 
 // Decision is the policy verdict on a call and the rule that produced it.
@@ -196,7 +204,35 @@ type Result struct {
 	// The dispatcher fills those fields from the store and answers without Stored, so clients never see
 	// it.
 	Stored map[string]string `json:"stored,omitempty"`
+	// Streams describes the full stdout and stderr of a call that ran a command (run_shell, custom tools),
+	// by stream name: how much it printed and how much of it can be read by range
+	// (GET /v1/calls/{id}/stdout?offset=&limit=, or the read_output tool) for as long as the result is
+	// kept. Absent for tools whose output is only the envelope's, and for a stream that printed nothing.
+	Streams map[string]*Stream `json:"streams,omitempty"`
 }
+
+// The output streams of a call.
+const (
+	StreamStdout = "stdout"
+	StreamStderr = "stderr"
+)
+
+// Stream is one full output stream of a call.
+type Stream struct {
+	// Bytes is how much the process printed on the stream.
+	Bytes int64 `json:"bytes"`
+	// Kept is how much of it, from its first byte, can be read by range: Bytes, or less when the stream
+	// went past the per-call cap (or could not be stored: then 0).
+	Kept int64 `json:"kept"`
+	// Object names the stored copy in the output store, and Page the size of its pieces: byte n is in
+	// object Object + "/" + n/Page, so that a read at any offset starts at its piece. The dispatcher
+	// never shows them.
+	Object string `json:"object,omitempty"`
+	Page   int64  `json:"page,omitempty"`
+}
+
+// PageName names piece i of a stream stored in pieces.
+func (s *Stream) PageName(i int64) string { return s.Object + "/" + strconv.FormatInt(i, 10) }
 
 // NewResult returns the envelope of a call that has just been accepted with status s.
 func NewResult(c *Call, s Status) *Result {

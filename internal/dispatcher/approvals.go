@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -73,8 +74,6 @@ type approvalRequest struct {
 }
 
 func (s *Server) decideApproval(w http.ResponseWriter, r *http.Request) {
-	p := principalFrom(r.Context())
-	id := r.PathValue("id")
 	var req approvalRequest
 	if rerr := s.decodeBody(w, r, &req); rerr != nil {
 		writeRequestError(w, rerr)
@@ -84,46 +83,54 @@ func (s *Server) decideApproval(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request", fmt.Sprintf(`decision %q must be "approve" or "deny"`, req.Decision))
 		return
 	}
-	pc, err := s.approvals.GetPending(r.Context(), p.tenant, id)
-	if errors.Is(err, queue.ErrNotFound) {
-		writeError(w, http.StatusNotFound, call.ErrNotFound, fmt.Sprintf("no call %s waits for approval", id))
+	res, rerr := s.decide(r.Context(), principalFrom(r.Context()), r.PathValue("id"), req, "")
+	if rerr != nil {
+		writeRequestError(w, rerr)
 		return
+	}
+	s.writeCall(r.Context(), w, res)
+}
+
+// decide applies an approver's decision to a call waiting for approval: a denied call ends denied, an
+// approved one is queued. The audit log records the decision with its actor, the token's holder and, when
+// via is not empty, the channel it came through ("mcp"). The caller has checked that p may approve.
+func (s *Server) decide(ctx context.Context, p principal, id string, req approvalRequest, via string) (*call.Result, *requestError) {
+	pc, err := s.approvals.GetPending(ctx, p.tenant, id)
+	if errors.Is(err, queue.ErrNotFound) {
+		return nil, &requestError{code: http.StatusNotFound, typ: call.ErrNotFound, msg: fmt.Sprintf("no call %s waits for approval", id)}
 	}
 	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, call.ErrInternal, "toolpool could not read the approval; retry")
-		return
+		return nil, &requestError{code: http.StatusServiceUnavailable, typ: call.ErrInternal, msg: "toolpool could not read the approval; retry"}
 	}
 	if req.ArgsDigest != "" && req.ArgsDigest != pc.Call.ArgsDigest {
-		writeError(w, http.StatusConflict, "digest_mismatch", fmt.Sprintf("the call's arguments have digest %s, not %s: list the approvals again and approve what you see", pc.Call.ArgsDigest, req.ArgsDigest))
-		return
+		return nil, &requestError{code: http.StatusConflict, typ: "digest_mismatch", msg: fmt.Sprintf("the call's arguments have digest %s, not %s: list the approvals again and approve what you see", pc.Call.ArgsDigest, req.ArgsDigest)}
 	}
 	if req.Always && req.Decision == "approve" {
 		if s.rules == nil {
-			writeError(w, http.StatusBadRequest, "invalid_request", "approve always is not available on this dispatcher")
-			return
+			return nil, badRequest("approve always is not available on this dispatcher")
 		}
-		if err := s.rules.AddAllowRule(r.Context(), p.tenant, pc.Call.Tool, req.ArgvPrefix); err != nil {
-			writeError(w, http.StatusBadRequest, "invalid_request", "add approve-always rule: "+err.Error())
-			return
+		if err := s.rules.AddAllowRule(ctx, p.tenant, pc.Call.Tool, req.ArgvPrefix); err != nil {
+			return nil, badRequest("add approve-always rule: %v", err)
 		}
 		if s.onRuleAdded != nil {
 			s.onRuleAdded()
 		}
 	}
-	rec, err := s.store.Get(r.Context(), id)
+	rec, err := s.store.Get(ctx, id)
 	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, call.ErrInternal, "toolpool could not read the call; retry")
-		return
+		return nil, &requestError{code: http.StatusServiceUnavailable, typ: call.ErrInternal, msg: "toolpool could not read the call; retry"}
 	}
-	res := s.expireIfDue(r.Context(), rec)
+	res := s.expireIfDue(ctx, rec)
 	if res.Status != call.StatusPendingApproval {
-		_ = s.approvals.DeletePending(r.Context(), p.tenant, id)
-		writeError(w, http.StatusConflict, "not_pending", fmt.Sprintf("call %s is %s, no longer waiting for approval", id, res.Status))
-		return
+		_ = s.approvals.DeletePending(ctx, p.tenant, id)
+		return nil, &requestError{code: http.StatusConflict, typ: "not_pending", msg: fmt.Sprintf("call %s is %s, no longer waiting for approval", id, res.Status)}
 	}
 	actor := p.tenant + "/" + p.role
 	if p.name != "" {
 		actor = p.tenant + "/" + p.name
+	}
+	if via != "" {
+		actor += " via " + via
 	}
 	c := pc.Call
 	if req.Decision == "deny" {
@@ -134,24 +141,22 @@ func (s *Server) decideApproval(w http.ResponseWriter, r *http.Request) {
 		c.Deadline = s.now().UTC().Add(s.cfg.QueueTimeout)
 		res.Deadline = c.Deadline
 	}
-	if _, err := s.store.Update(r.Context(), res, rec.Revision); err != nil {
-		writeError(w, http.StatusConflict, "conflict", "the call changed meanwhile; list the approvals again")
-		return
+	if _, err := s.store.Update(ctx, res, rec.Revision); err != nil {
+		return nil, &requestError{code: http.StatusConflict, typ: "conflict", msg: "the call changed meanwhile; list the approvals again"}
 	}
 	if s.recorder != nil {
 		event := map[string]string{"approve": "approved", "deny": "rejected"}[req.Decision]
-		s.recorder.Record(r.Context(), event, res, actor)
+		s.recorder.Record(ctx, event, res, actor)
 	}
 	if req.Decision == "approve" {
-		if err := s.pub.Publish(r.Context(), c); err != nil {
+		if err := s.pub.Publish(ctx, c); err != nil {
 			// The approval is recorded and the call parked still: the reconciler queues it.
 			s.log.Error("publish approved call; the reconciler queues it later", "call_id", id, "error", err)
-			s.writeCall(r.Context(), w, res)
-			return
+			return res, nil
 		}
 	}
-	_ = s.approvals.DeletePending(r.Context(), p.tenant, id)
-	s.writeCall(r.Context(), w, res)
+	_ = s.approvals.DeletePending(ctx, p.tenant, id)
+	return res, nil
 }
 
 func (s *Server) readAudit(w http.ResponseWriter, r *http.Request) {

@@ -101,19 +101,28 @@ func TestLimits(t *testing.T) {
 		body   string
 		want   call.Limits
 	}{
+		{name: "the operator's default output cap",
+			config: func(c *Config) { c.DefaultOutputBytes = 5000 },
+			body:   `{}`, want: call.Limits{TimeoutMS: 120000, OutputBytes: 5000}},
+		{name: "the tenant's output cap over the operator's default",
+			config: func(c *Config) { c.Tenants[0].OutputBytes = 60000 },
+			body:   `{}`, want: call.Limits{TimeoutMS: 120000, OutputBytes: 60000}},
+		{name: "a request's output cap over the tenant's",
+			config: func(c *Config) { c.Tenants[0].OutputBytes = 60000 },
+			body:   `{"output_bytes":70000}`, want: call.Limits{TimeoutMS: 120000, OutputBytes: 70000}},
 		{name: "the tool's default timeout and the configured output cap",
-			body: `{}`, want: call.Limits{TimeoutMS: 120000, OutputBytes: 1 << 20}},
+			body: `{}`, want: call.Limits{TimeoutMS: 120000, OutputBytes: 30000}},
 		{name: "a tool default above max_timeout is clamped",
 			config: func(c *Config) { c.DefaultTimeout, c.MaxTimeout = 30*time.Second, time.Minute },
-			body:   `{}`, want: call.Limits{TimeoutMS: 60000, OutputBytes: 1 << 20}},
+			body:   `{}`, want: call.Limits{TimeoutMS: 60000, OutputBytes: 30000}},
 		{name: "a request's timeout is used",
-			body: `{"timeout_ms":1500}`, want: call.Limits{TimeoutMS: 1500, OutputBytes: 1 << 20}},
+			body: `{"timeout_ms":1500}`, want: call.Limits{TimeoutMS: 1500, OutputBytes: 30000}},
 		{name: "a request's timeout above max_timeout is clamped",
-			body: `{"timeout_ms":99999999}`, want: call.Limits{TimeoutMS: (30 * time.Minute).Milliseconds(), OutputBytes: 1 << 20}},
+			body: `{"timeout_ms":99999999}`, want: call.Limits{TimeoutMS: (30 * time.Minute).Milliseconds(), OutputBytes: 30000}},
 		{name: "policy's timeout clamps the request's",
-			policy: policy.Limits{TimeoutMS: 5000}, body: `{"timeout_ms":60000}`, want: call.Limits{TimeoutMS: 5000, OutputBytes: 1 << 20}},
+			policy: policy.Limits{TimeoutMS: 5000}, body: `{"timeout_ms":60000}`, want: call.Limits{TimeoutMS: 5000, OutputBytes: 30000}},
 		{name: "policy's timeout clamps the tool's default",
-			policy: policy.Limits{TimeoutMS: 5000}, body: `{}`, want: call.Limits{TimeoutMS: 5000, OutputBytes: 1 << 20}},
+			policy: policy.Limits{TimeoutMS: 5000}, body: `{}`, want: call.Limits{TimeoutMS: 5000, OutputBytes: 30000}},
 		{name: "a smaller output cap is used",
 			body: `{"output_bytes":2048}`, want: call.Limits{TimeoutMS: 120000, OutputBytes: 2048}},
 		{name: "an output cap above max_output_bytes is clamped",
@@ -122,7 +131,10 @@ func TestLimits(t *testing.T) {
 			policy: policy.Limits{OutputBytes: 4096}, body: `{"output_bytes":8192}`, want: call.Limits{TimeoutMS: 120000, OutputBytes: 4096}},
 		{name: "memory passes on (the sandbox caps it), network and domains come from policy only",
 			policy: policy.Limits{Network: true, AllowedDomains: []string{"example.com"}}, body: `{"memory_bytes":1048576}`,
-			want: call.Limits{TimeoutMS: 120000, OutputBytes: 1 << 20, MemoryBytes: 1 << 20, Network: true, AllowedDomains: []string{"example.com"}}},
+			want: call.Limits{TimeoutMS: 120000, OutputBytes: 30000, MemoryBytes: 1 << 20, Network: true, AllowedDomains: []string{"example.com"}}},
+		{name: "the tenant's sandbox runtime, from the config only",
+			config: func(c *Config) { c.Tenants[0].Runtime = "gvisor" }, body: `{}`,
+			want: call.Limits{TimeoutMS: 120000, OutputBytes: 30000, Runtime: "gvisor"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -433,7 +445,7 @@ func TestTools(t *testing.T) {
 			t.Errorf("tool %s has schema %s", tl.Name, tl.Schema)
 		}
 	}
-	if got := strings.Join(names, ","); got != "read_file,write_file,edit_file,list_files,glob,grep,run_shell" {
+	if got := strings.Join(names, ","); got != "read_file,write_file,edit_file,list_files,glob,grep,run_shell,read_output" {
 		t.Errorf("tools %s, want every built-in but the disabled web_fetch", got)
 	}
 
@@ -444,7 +456,7 @@ func TestTools(t *testing.T) {
 			Function struct{ Name string }
 		} `json:"tools"`
 	}
-	if err := json.Unmarshal(r.body, &openai); err != nil || r.code != http.StatusOK || len(openai.Tools) != 7 ||
+	if err := json.Unmarshal(r.body, &openai); err != nil || r.code != http.StatusOK || len(openai.Tools) != 8 ||
 		openai.Tools[0].Type != "function" || openai.Tools[0].Function.Name != "read_file" {
 		t.Errorf("format=openai: HTTP %d %v: %.300s", r.code, err, r.body)
 	}

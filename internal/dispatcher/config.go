@@ -26,6 +26,8 @@ type Token struct {
 	Role   string `yaml:"role,omitempty"` // caller (default) or approver
 	// Name identifies the token's holder in the audit log ("ci-bot", "alice").
 	Name string `yaml:"name,omitempty"`
+	// Workspace is the workspace of the token's calls that name none (REST and MCP); empty means "default".
+	Workspace string `yaml:"workspace,omitempty"`
 }
 
 // Tenant is one isolated customer: its calls, workspaces and policy are its own. How many calls a tenant
@@ -34,9 +36,15 @@ type Token struct {
 type Tenant struct {
 	Name   string  `yaml:"name"`
 	Tokens []Token `yaml:"tokens"`
+	// OutputBytes, when set, is the tenant's default cap on what a model reads of a call's output, instead
+	// of the operator's default_output_bytes; still at most max_output_bytes.
+	OutputBytes int64 `yaml:"output_bytes,omitempty"`
 	// Posture is how much the tenant's agents may do without a person: interactive (the default),
 	// autonomous or read-only (policy.Posture, docs/policy.md).
 	Posture string `yaml:"posture,omitempty"`
+	// Runtime is the sandbox runtime every call of the tenant runs under ("gvisor"); empty means each
+	// worker's default. A worker that lacks it refuses the call rather than run it under another.
+	Runtime string `yaml:"runtime,omitempty"`
 }
 
 // Ceilings are the most any request may ask for, whatever policy allows: a request above one is
@@ -60,7 +68,13 @@ type Config struct {
 	MaxTimeout     time.Duration `yaml:"max_timeout"`
 	// MaxWait bounds how long one HTTP request waits for a result before answering 202.
 	MaxWait time.Duration `yaml:"max_wait"`
-	// MaxOutputBytes caps a call's output; a request may ask for less.
+	// DefaultOutputBytes caps what a model reads of a call's output (the envelope's output, and each of
+	// stdout and stderr) when neither the request, the tenant nor a custom tool says otherwise: head and
+	// tail are kept, and a note says how to read the rest by range. 30 000 bytes, about 30 000 characters
+	// of ordinary output and 7 500 to 10 000 tokens, is what coding agents commonly give one tool result.
+	DefaultOutputBytes int64 `yaml:"default_output_bytes"`
+	// MaxOutputBytes is the most any request, tenant or tool may set that cap to; policy may lower it
+	// further per tenant or tool.
 	MaxOutputBytes int64 `yaml:"max_output_bytes"`
 	// QueueTimeout is how long a call may wait for a worker before it ends expired, unrun; a request may
 	// ask for less with deadline_ms.
@@ -74,14 +88,15 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{
-		MaxBodyBytes:   960 << 10,
-		DefaultTimeout: 60 * time.Second,
-		MaxTimeout:     30 * time.Minute,
-		MaxWait:        5 * time.Minute,
-		MaxOutputBytes: 1 << 20,
-		QueueTimeout:   10 * time.Minute,
-		ApprovalTTL:    time.Hour,
-		Ceilings:       Ceilings{MemoryBytes: 2 << 30, CPUMillis: 4000, PIDs: 1024, TmpBytes: 1 << 30},
+		MaxBodyBytes:       960 << 10,
+		DefaultTimeout:     60 * time.Second,
+		MaxTimeout:         30 * time.Minute,
+		MaxWait:            5 * time.Minute,
+		DefaultOutputBytes: 30000,
+		MaxOutputBytes:     1 << 20,
+		QueueTimeout:       10 * time.Minute,
+		ApprovalTTL:        time.Hour,
+		Ceilings:           Ceilings{MemoryBytes: 2 << 30, CPUMillis: 4000, PIDs: 1024, TmpBytes: 1 << 30},
 	}
 }
 
@@ -100,6 +115,11 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("tenants[%d]: tenant %q is listed twice", i, t.Name)
 		}
 		seen[t.Name] = true
+		if t.Runtime != "" {
+			if err := call.ValidateName("runtime", t.Runtime); err != nil {
+				return fmt.Errorf("tenant %q: %w", t.Name, err)
+			}
+		}
 		if len(t.Tokens) == 0 {
 			return fmt.Errorf("tenant %q has no tokens", t.Name)
 		}
@@ -120,6 +140,11 @@ func (c *Config) Validate() error {
 			default:
 				return fmt.Errorf("tenant %q tokens[%d]: role %q is not caller or approver", t.Name, j, tok.Role)
 			}
+			if tok.Workspace != "" {
+				if err := call.ValidateName("workspace", tok.Workspace); err != nil {
+					return fmt.Errorf("tenant %q tokens[%d]: %w", t.Name, j, err)
+				}
+			}
 		}
 	}
 	switch {
@@ -137,6 +162,13 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("max_output_bytes %d is below 1024", c.MaxOutputBytes)
 	case c.Ceilings.MemoryBytes < 0 || c.Ceilings.CPUMillis < 0 || c.Ceilings.PIDs < 0 || c.Ceilings.TmpBytes < 0:
 		return errors.New("ceilings must not be negative: write a positive number, or 0 for no ceiling")
+	case c.DefaultOutputBytes < 1024 || c.DefaultOutputBytes > c.MaxOutputBytes:
+		return fmt.Errorf("default_output_bytes %d must be from 1024 to max_output_bytes %d", c.DefaultOutputBytes, c.MaxOutputBytes)
+	}
+	for _, t := range c.Tenants {
+		if t.OutputBytes != 0 && (t.OutputBytes < 1024 || t.OutputBytes > c.MaxOutputBytes) {
+			return fmt.Errorf("tenant %q output_bytes %d must be from 1024 to max_output_bytes %d", t.Name, t.OutputBytes, c.MaxOutputBytes)
+		}
 	}
 	return nil
 }

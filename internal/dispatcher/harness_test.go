@@ -236,8 +236,9 @@ func (b *fakeRuleBook) AddAllowRule(_ context.Context, tenant, tool string, argv
 // setup varies a harness.
 type setup struct {
 	config  func(*Config)
-	noAudit bool // serve no audit log (WithAudit not given)
-	noRules bool // no rule book (WithRuleBook not given)
+	noAudit bool   // serve no audit log (WithAudit not given)
+	noRules bool   // no rule book (WithRuleBook not given)
+	engine  Policy // the policy, instead of a fakePolicy (h.pol is then unused)
 	ready   []ReadyChecker
 }
 
@@ -290,7 +291,11 @@ func newHarness(t *testing.T, su setup) *harness {
 	if !su.noRules {
 		opts = append(opts, WithRuleBook(h.rules, func() { h.rulesAdded++ }))
 	}
-	h.srv, err = New(h.cfg, Deps{Store: h.store, Publisher: h.pub, Tools: reg, Policy: h.pol, Approvals: h.approvals,
+	var pol Policy = h.pol
+	if su.engine != nil {
+		pol = su.engine
+	}
+	h.srv, err = New(h.cfg, Deps{Store: h.store, Publisher: h.pub, Tools: reg, Policy: pol, Approvals: h.approvals,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}, opts...)
 	if err != nil {
 		t.Fatal(err)

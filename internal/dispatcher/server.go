@@ -6,6 +6,7 @@ package dispatcher
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/base32"
@@ -74,6 +75,8 @@ type RuleBook interface {
 type Outputs interface {
 	// ReadOutput returns up to limit bytes of object name from offset on (limit < 0: to the end).
 	ReadOutput(ctx context.Context, name string, offset, limit int64) ([]byte, error)
+	// OpenOutput returns a reader of object name from offset on, which streams it; the caller closes it.
+	OpenOutput(ctx context.Context, name string, offset int64) (io.ReadCloser, error)
 }
 
 // ReadyChecker reports whether a dependency can serve.
@@ -90,6 +93,7 @@ type Server struct {
 	ready   []ReadyChecker
 	now     func() time.Time
 	tokens  map[[32]byte]principal
+	tenants map[string]Tenant
 	handler http.Handler
 
 	approvals   Approvals
@@ -99,12 +103,16 @@ type Server struct {
 	onRuleAdded func()
 	postures    map[string]policy.Posture // by tenant
 	outputs     Outputs
+	live        Live
 }
 
 type principal struct {
-	tenant string
-	role   string
-	name   string
+	tenant    string
+	role      string
+	name      string
+	workspace string // the token's default workspace; "" means "default"
+	// runtime is the tenant's sandbox runtime, carried in every call's limits.
+	runtime string
 }
 
 // Option configures optional behaviour of a Server.
@@ -158,8 +166,10 @@ func New(cfg Config, deps Deps, opts ...Option) (*Server, error) {
 	s := &Server{cfg: cfg, store: deps.Store, pub: deps.Publisher, tools: deps.Tools, policy: deps.Policy,
 		approvals: deps.Approvals, log: deps.Log, now: time.Now, tokens: map[[32]byte]principal{},
 		postures: map[string]policy.Posture{}}
+	s.tenants = make(map[string]Tenant, len(cfg.Tenants))
 	for _, t := range cfg.Tenants {
 		s.postures[t.Name], _ = policy.ParsePosture(t.Posture) // validated above
+		s.tenants[t.Name] = t
 		for _, tok := range t.Tokens {
 			h, _ := tok.hash() // validated above
 			var key [32]byte
@@ -169,7 +179,7 @@ func New(cfg Config, deps Deps, opts ...Option) (*Server, error) {
 			if role == "" {
 				role = RoleCaller
 			}
-			s.tokens[key] = principal{tenant: t.Name, role: role, name: tok.Name}
+			s.tokens[key] = principal{tenant: t.Name, role: role, name: tok.Name, workspace: tok.Workspace, runtime: t.Runtime}
 		}
 	}
 	for _, o := range opts {
@@ -183,6 +193,8 @@ func New(cfg Config, deps Deps, opts ...Option) (*Server, error) {
 	mux.Handle("POST /v1/calls", s.auth(s.postCall))
 	mux.Handle("GET /v1/calls/{id}", s.auth(s.getCall))
 	mux.Handle("DELETE /v1/calls/{id}", s.auth(s.deleteCall))
+	mux.Handle("GET /v1/calls/{id}/events", s.auth(s.getEvents))
+	mux.Handle("GET /v1/calls/{id}/{stream}", s.auth(s.getStream))
 	mux.Handle("GET /v1/tools", s.auth(s.listTools))
 	mux.Handle("POST /v1/policy/check", s.auth(s.checkPolicy))
 	mux.Handle("GET /v1/approvals", s.auth(s.approver(s.listApprovals)))
@@ -312,6 +324,15 @@ func (s *Server) postCall(w http.ResponseWriter, r *http.Request) {
 		writeError(w, rerr.code, rerr.typ, rerr.msg)
 		return
 	}
+	if tool, _ := s.tools.Lookup(c.Tool); tool.Local && dec.Action == policy.Allow {
+		res, rerr := s.readOutput(r.Context(), c)
+		if rerr != nil {
+			writeRequestError(w, rerr)
+			return
+		}
+		writeResult(w, res)
+		return
+	}
 	res, rerr := s.accept(r.Context(), c, dec, req.IdempotencyKey != "")
 	if rerr == errNotRecorded {
 		writeResult(w, res)
@@ -319,6 +340,10 @@ func (s *Server) postCall(w http.ResponseWriter, r *http.Request) {
 	}
 	if rerr != nil {
 		writeRequestError(w, rerr)
+		return
+	}
+	if wantsEvents(r) {
+		s.follow(w, r, p.tenant, res.ID, position{})
 		return
 	}
 	if res.Status.Terminal() || (req.Wait != nil && !*req.Wait) || res.Status == call.StatusPendingApproval {
@@ -336,7 +361,7 @@ func (s *Server) admit(ctx context.Context, p principal, req *callRequest) (*cal
 		return nil, none, badRequest(`"tool" is missing: name one of %s`, strings.Join(s.tools.Names(), ", "))
 	}
 	if req.Workspace == "" {
-		req.Workspace = "default"
+		req.Workspace = cmp.Or(p.workspace, "default")
 	}
 	if err := call.ValidateName("workspace", req.Workspace); err != nil {
 		return nil, none, badRequest("%v", err)
@@ -391,13 +416,14 @@ func (s *Server) admit(ctx context.Context, p principal, req *callRequest) (*cal
 		queueTimeout = min(queueTimeout, time.Duration(*req.DeadlineMS)*time.Millisecond)
 	}
 	c.Deadline = c.CreatedAt.Add(queueTimeout)
-	c.Limits, c.Decision.Clamped = s.limits(req, tool, dec.Limits)
+	c.Limits, c.Decision.Clamped = s.limits(p.tenant, req, tool, dec.Limits)
+	c.Limits.Runtime = p.runtime
 	return c, dec, nil
 }
 
 // limits clamps what the request asked for to what policy and config allow, and says what it lowered.
 // Resources above a ceiling never get here (Ceilings.check refuses them).
-func (s *Server) limits(req *callRequest, tool *tools.Tool, pl policy.Limits) (call.Limits, []string) {
+func (s *Server) limits(tenant string, req *callRequest, tool *tools.Tool, pl policy.Limits) (call.Limits, []string) {
 	var clamped []string
 	timeout := s.cfg.DefaultTimeout
 	if tool.DefaultTimeout > 0 {
@@ -414,13 +440,20 @@ func (s *Server) limits(req *callRequest, tool *tools.Tool, pl policy.Limits) (c
 		timeout = time.Duration(pl.TimeoutMS) * time.Millisecond
 		clamped = append(clamped, fmt.Sprintf("timeout_ms lowered to %d, the policy's most for %s", pl.TimeoutMS, tool.Name))
 	}
-	output := s.cfg.MaxOutputBytes
-	if req.OutputBytes > 0 {
-		if req.OutputBytes > output {
-			clamped = append(clamped, fmt.Sprintf("output_bytes lowered to %d, this server's most", output))
-		}
-		output = min(output, req.OutputBytes)
+	output := s.cfg.DefaultOutputBytes
+	if t := s.tenants[tenant]; t.OutputBytes > 0 {
+		output = t.OutputBytes
 	}
+	if tool.Custom && tool.DefaultOutputBytes > 0 {
+		output = tool.DefaultOutputBytes
+	}
+	if req.OutputBytes > 0 {
+		if req.OutputBytes > s.cfg.MaxOutputBytes {
+			clamped = append(clamped, fmt.Sprintf("output_bytes lowered to %d, this server's most", s.cfg.MaxOutputBytes))
+		}
+		output = req.OutputBytes
+	}
+	output = min(output, s.cfg.MaxOutputBytes)
 	if pl.OutputBytes > 0 && output > pl.OutputBytes {
 		if req.OutputBytes > pl.OutputBytes {
 			clamped = append(clamped, fmt.Sprintf("output_bytes lowered to %d, the policy's most for %s", pl.OutputBytes, tool.Name))
@@ -567,15 +600,7 @@ func (s *Server) enabledTools(tenant string, requestTools map[string]bool) []str
 func (s *Server) waitAndWrite(w http.ResponseWriter, r *http.Request, id string, wait time.Duration) {
 	ctx, cancel := context.WithTimeout(r.Context(), wait)
 	defer cancel()
-	res, err := s.store.Wait(ctx, id, func(r *call.Result) bool {
-		return r.Status.Terminal() || r.Status == call.StatusPendingApproval ||
-			(r.Status == call.StatusQueued && !r.Deadline.IsZero() && s.now().After(r.Deadline))
-	})
-	if res != nil && res.Status == call.StatusQueued {
-		if rec, gerr := s.store.Get(context.WithoutCancel(r.Context()), id); gerr == nil {
-			res = s.expireIfDue(context.WithoutCancel(r.Context()), rec)
-		}
-	}
+	res, err := s.awaitResult(ctx, id, nil)
 	if res == nil {
 		if errors.Is(err, queue.ErrNotFound) {
 			writeError(w, http.StatusNotFound, call.ErrNotFound, fmt.Sprintf("no call %s", id))
@@ -586,6 +611,25 @@ func (s *Server) waitAndWrite(w http.ResponseWriter, r *http.Request, id string,
 		return
 	}
 	s.writeCall(r.Context(), w, res)
+}
+
+// awaitResult waits for the call's record to be final, past its deadline in the queue (it then ends
+// expired), or to satisfy until; a nil until stops at pending approval. When ctx ends first it returns
+// the latest record with ctx's error.
+func (s *Server) awaitResult(ctx context.Context, id string, until func(*call.Result) bool) (*call.Result, error) {
+	if until == nil {
+		until = func(r *call.Result) bool { return r.Status == call.StatusPendingApproval }
+	}
+	res, err := s.store.Wait(ctx, id, func(r *call.Result) bool {
+		return r.Status.Terminal() || until(r) ||
+			(r.Status == call.StatusQueued && !r.Deadline.IsZero() && s.now().After(r.Deadline))
+	})
+	if res != nil && res.Status == call.StatusQueued {
+		if rec, gerr := s.store.Get(context.WithoutCancel(ctx), id); gerr == nil {
+			res = s.expireIfDue(context.WithoutCancel(ctx), rec)
+		}
+	}
+	return res, err
 }
 
 func (s *Server) getCall(w http.ResponseWriter, r *http.Request) {
@@ -616,22 +660,33 @@ func (s *Server) getCall(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) deleteCall(w http.ResponseWriter, r *http.Request) {
-	p := principalFrom(r.Context())
 	id := r.PathValue("id")
+	res, rerr := s.cancel(r.Context(), principalFrom(r.Context()), id)
+	switch {
+	case rerr != nil:
+		writeRequestError(w, rerr)
+	case res.Status == call.StatusRunning:
+		s.waitAndWrite(w, r, id, 10*time.Second)
+	default:
+		s.writeCall(r.Context(), w, res)
+	}
+}
+
+// cancel ends a queued or pending call at once, or asks the worker running it to kill its container (the
+// record stays running, with CancelRequested, until the worker records the end). It returns the record
+// as it stands after the request; a final call is returned unchanged.
+func (s *Server) cancel(ctx context.Context, p principal, id string) (*call.Result, *requestError) {
 	for range 5 {
-		rec, err := s.store.Get(r.Context(), id)
+		rec, err := s.store.Get(ctx, id)
 		if errors.Is(err, queue.ErrNotFound) || (err == nil && rec.Result.Tenant != p.tenant) {
-			writeError(w, http.StatusNotFound, call.ErrNotFound, fmt.Sprintf("no call %s for tenant %s", id, p.tenant))
-			return
+			return nil, &requestError{code: http.StatusNotFound, typ: call.ErrNotFound, msg: fmt.Sprintf("no call %s for tenant %s", id, p.tenant)}
 		}
 		if err != nil {
-			writeError(w, http.StatusServiceUnavailable, call.ErrInternal, "toolpool could not read the call; retry")
-			return
+			return nil, &requestError{code: http.StatusServiceUnavailable, typ: call.ErrInternal, msg: "toolpool could not read the call; retry"}
 		}
 		res := rec.Result
 		if res.Status.Terminal() {
-			s.writeCall(r.Context(), w, res)
-			return
+			return res, nil
 		}
 		parked := res.Status == call.StatusPendingApproval
 		if res.Status == call.StatusRunning {
@@ -641,39 +696,33 @@ func (s *Server) deleteCall(w http.ResponseWriter, r *http.Request) {
 			res.Fail(call.StatusCancelled, call.ErrCancelled, "the call was cancelled before it ran")
 			res.FinishedAt = s.now().UTC()
 		}
-		if _, err := s.store.Update(r.Context(), res, rec.Revision); errors.Is(err, queue.ErrConflict) {
+		if _, err := s.store.Update(ctx, res, rec.Revision); errors.Is(err, queue.ErrConflict) {
 			continue // it moved on: look again
 		} else if err != nil {
-			writeError(w, http.StatusServiceUnavailable, call.ErrInternal, "toolpool could not cancel the call; retry")
-			return
-		}
-		if res.Status == call.StatusRunning {
-			s.waitAndWrite(w, r, id, 10*time.Second)
-			return
+			return nil, &requestError{code: http.StatusServiceUnavailable, typ: call.ErrInternal, msg: "toolpool could not cancel the call; retry"}
 		}
 		if parked {
-			_ = s.approvals.DeletePending(r.Context(), p.tenant, id)
+			_ = s.approvals.DeletePending(ctx, p.tenant, id)
 		}
-		s.writeCall(r.Context(), w, res)
-		return
+		return res, nil
 	}
-	writeError(w, http.StatusConflict, "conflict", "the call kept changing while it was being cancelled; retry")
+	return nil, &requestError{code: http.StatusConflict, typ: "conflict", msg: "the call kept changing while it was being cancelled; retry"}
 }
 
 func (s *Server) listTools(w http.ResponseWriter, r *http.Request) {
 	p := principalFrom(r.Context())
-	var enabled []*tools.Tool
-	for _, t := range s.tools.List() {
-		if s.policy.ToolEnabled(p.tenant, t.Name, nil) {
-			enabled = append(enabled, t)
-		}
-	}
-	list, err := tools.Render(r.URL.Query().Get("format"), enabled)
+	format := r.URL.Query().Get("format")
+	list, err := tools.Render(format, s.enabledToolList(p.tenant), tools.WithNetwork(s.networkGranted(r.Context(), p.tenant)))
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"tools": list})
+	body := map[string]any{"tools": list}
+	if format == tools.FormatMCP {
+		// MCP's ListToolsResult, whole as 2026-07-28 requires it; a tenant's list is its own (private).
+		body["resultType"], body["ttlMs"], body["cacheScope"] = "complete", 0, "private"
+	}
+	writeJSON(w, http.StatusOK, body)
 }
 
 // checkPolicy answers what policy would decide for a call, without running it.
@@ -718,16 +767,34 @@ func statusCode(s call.Status) int {
 // writeCall answers with a call's envelope, with the output fields a worker stored outside the record
 // read back in.
 func (s *Server) writeCall(ctx context.Context, w http.ResponseWriter, r *call.Result) {
+	full, err := s.present(ctx, r)
+	if err != nil {
+		s.log.ErrorContext(ctx, "read stored output", "call_id", r.ID, "error", err)
+		writeError(w, http.StatusServiceUnavailable, call.ErrInternal, "toolpool could not read the call's stored output; retry GET /v1/calls/"+r.ID)
+		return
+	}
+	writeResult(w, full)
+}
+
+// present returns r as clients see it: the output fields a worker stored outside the record read back
+// in, and no object names.
+func (s *Server) present(ctx context.Context, r *call.Result) (*call.Result, error) {
 	if len(r.Stored) > 0 {
 		full, err := s.fillStored(ctx, r)
 		if err != nil {
-			s.log.ErrorContext(ctx, "read stored output", "call_id", r.ID, "error", err)
-			writeError(w, http.StatusServiceUnavailable, call.ErrInternal, "toolpool could not read the call's stored output; retry GET /v1/calls/"+r.ID)
-			return
+			return nil, err
 		}
 		r = full
 	}
-	writeResult(w, r)
+	if len(r.Streams) > 0 {
+		shown := *r
+		shown.Streams = make(map[string]*call.Stream, len(r.Streams))
+		for name, st := range r.Streams {
+			shown.Streams[name] = &call.Stream{Bytes: st.Bytes, Kept: st.Kept}
+		}
+		r = &shown
+	}
+	return r, nil
 }
 
 // fillStored returns a copy of r with each stored output field read back in, and without Stored.

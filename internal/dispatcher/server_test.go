@@ -183,6 +183,8 @@ func TestPostCall(t *testing.T) {
 			code: http.StatusBadRequest, errType: "invalid_request", msg: "syntax error at byte 9"},
 		{name: "an unknown field is 400 naming it", body: `{"tool":"run_shell","args":{"command":"ls"},"priority":1}`,
 			code: http.StatusBadRequest, errType: "invalid_request", msg: `unknown field "priority" (known: tool, args`},
+		{name: "a request cannot choose its sandbox runtime", body: `{"tool":"run_shell","args":{"command":"ls"},"runtime":"runc"}`,
+			code: http.StatusBadRequest, errType: "invalid_request", msg: `unknown field "runtime"`},
 		{name: "a field of the wrong type is 400 naming it", body: `{"tool":"run_shell","args":{"command":"ls"},"timeout_ms":"5s"}`,
 			code: http.StatusBadRequest, errType: "invalid_request", msg: `field "timeout_ms" must be int64`},
 		{name: "a body that is not UTF-8 is 400", body: []byte("{\"tool\":\"run_shell\",\"args\":{\"command\":\"ls \xff\"}}"),

@@ -50,7 +50,7 @@ func NewWorker(reg prometheus.Registerer, opts Options) *WorkerMetrics {
 
 // coldReasons are the values of sandbox_starts_total's cold_reason label (sandbox.Outcome.ColdReason of
 // the containerd runtime, and "none" for a runtime without a pool); any other value counts as Overflow.
-var coldReasons = map[string]bool{"empty": true, "mounts": true, "limits": true, "profiles": true, "broken": true, "disabled": true, "draining": true}
+var coldReasons = map[string]bool{"empty": true, "mounts": true, "limits": true, "profiles": true, "broken": true, "disabled": true, "draining": true, "runtime": true}
 
 // PoolState is what WatchPool reports of a warm pool at scrape time.
 type PoolState struct {

@@ -62,7 +62,8 @@ type Lease interface {
 	Release(ctx context.Context) error
 }
 
-// OutputName names the stored copy of one output stream ("output", "stdout", "stderr") of one execution
+// OutputName names the stored copy of one output field ("output", "stdout", "stderr") or whole stream
+// ("full-stdout", "full-stderr") of one execution
 // of a call: the call's id, the record revision at which the execution claimed the call, and the stream.
 // Two executions of a call (a read-only call run again after its worker vanished) never share a name, so
 // a late writer cannot overwrite what the recorded one stored.
@@ -87,3 +88,16 @@ type Stuck struct {
 	// Deliveries counts the deliveries when Exhausted.
 	Deliveries uint64
 }
+
+// Chunk is a piece of one output stream ("stdout" or "stderr") of a running call, published as the
+// container prints it. Chunks are live and best effort: a reader that is offline or behind misses some,
+// and knows it by Offset; the full stream is kept in the output store once the call ends.
+type Chunk struct {
+	Stream string
+	// Offset is the position of Data's first byte in its stream.
+	Offset int64
+	Data   []byte
+}
+
+// End is the position just past the chunk in its stream.
+func (c Chunk) End() int64 { return c.Offset + int64(len(c.Data)) }

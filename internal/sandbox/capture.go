@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"fmt"
+	"io"
 	"sync"
 )
 
@@ -97,4 +98,21 @@ func (w *CapWriter) Captured() Captured {
 		c.Tail = append([]byte(nil), w.ring...)
 	}
 	return c
+}
+
+// Tee returns a writer that writes to w and then to live, and reports only w's result: live's errors and
+// short writes are ignored. A nil live returns w.
+func Tee(w, live io.Writer) io.Writer {
+	if live == nil {
+		return w
+	}
+	return tee{w, live}
+}
+
+type tee struct{ w, live io.Writer }
+
+func (t tee) Write(p []byte) (int, error) {
+	n, err := t.w.Write(p)
+	_, _ = t.live.Write(p[:n])
+	return n, err
 }

@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"bytes"
+	"errors"
+	"io"
 	"strings"
 	"testing"
 )
@@ -59,5 +61,30 @@ func TestCapWriterFloodKeepsMemoryFixed(t *testing.T) {
 	}
 	if cap(w.ring) > 1024 || cap(w.head) > 1024 {
 		t.Fatalf("buffers grew: head cap %d ring cap %d", cap(w.head), cap(w.ring))
+	}
+}
+
+type failingWriter struct{ got []byte }
+
+func (f *failingWriter) Write(p []byte) (int, error) {
+	f.got = append(f.got, p...)
+	return 0, errors.New("gone")
+}
+
+// TestTee: the live copy gets every byte, and its failures never reach the process's stream.
+func TestTee(t *testing.T) {
+	w := NewCapWriter(8)
+	live := &failingWriter{}
+	tw := Tee(w, live)
+	for _, s := range []string{"hello ", "world, and more"} {
+		if n, err := tw.Write([]byte(s)); n != len(s) || err != nil {
+			t.Fatalf("Write(%q) = %d, %v; want every byte and no error", s, n, err)
+		}
+	}
+	if string(live.got) != "hello world, and more" || w.Captured().Total != 21 {
+		t.Errorf("live %q, captured %d bytes", live.got, w.Captured().Total)
+	}
+	if Tee(w, nil) != io.Writer(w) {
+		t.Error("Tee with no live writer is not the writer itself")
 	}
 }

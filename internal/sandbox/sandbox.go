@@ -6,6 +6,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"io"
 	"time"
 )
 
@@ -16,6 +17,10 @@ var ErrNotStarted = errors.New("process not started")
 // ErrNoProgram marks a Run error for a program that does not exist in the container's root filesystem:
 // nothing ran, and running it again elsewhere would fail the same way.
 var ErrNoProgram = errors.New("program not found in the sandbox")
+
+// ErrNoRuntime marks a Run error for a Spec whose Runtime this sandbox does not offer: nothing ran, and the
+// call must not run under another runtime instead (its tenant was given a stronger boundary on purpose).
+var ErrNoRuntime = errors.New("sandbox runtime not available")
 
 // Mount is an extra bind mount from the host into the container, always read-only unless Writable.
 type Mount struct {
@@ -46,12 +51,20 @@ type Spec struct {
 	// Image, when set, names an OCI image in the runtime's store to use as the root filesystem instead of
 	// the read-only view of the host's system directories.
 	Image string
+	// Runtime names the sandbox runtime the process must run under ("runc", "gvisor"); empty means the
+	// sandbox's default. A name the sandbox does not offer is refused with ErrNoRuntime, never replaced by
+	// another runtime. The hardened defaults are the same under every runtime.
+	Runtime string
 	// TrustedCAs, when set, are PEM certificates the container's programs trust on top of the system's
 	// roots (the egress proxy's CA). The runtime adds them to the system bundle the container sees
 	// (/etc/ssl/certs/ca-certificates.crt on the host-view root) and points the usual variables at the
 	// bundle (SSL_CERT_FILE, CURL_CA_BUNDLE, GIT_SSL_CAINFO, REQUESTS_CA_BUNDLE, PIP_CERT) and at the extra
 	// certificates alone (NODE_EXTRA_CA_CERTS). Only certificates enter the container, never a key.
 	TrustedCAs []byte
+	// Stdout and Stderr, when set, receive every byte the process prints on that stream, in order, as it is
+	// printed, besides the capped capture in the Outcome. They are called from the runtime's output copy:
+	// one that blocks holds up the process's output, so they must return at once and never fail.
+	Stdout, Stderr io.Writer
 }
 
 // Limits bound the container. Zero values mean the runtime's configured default.

@@ -98,8 +98,14 @@ func Anthropic(ts []*Tool) []AnthropicTool {
 }
 
 // MCP renders ts as MCP tools. A tool that is not read-only is marked destructive (it may overwrite,
-// delete or run anything); read and search tools are idempotent; fetch and execute tools reach an open world.
-func MCP(ts []*Tool) []MCPTool {
+// delete or run anything); read and search tools are idempotent. A tool reaches an open world when it
+// fetches (through the worker's egress proxy) or when the tenant's policy grants its container network
+// (WithNetwork); every other call runs in a container with loopback only.
+func MCP(ts []*Tool, opts ...RenderOption) []MCPTool {
+	var o renderOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	out := make([]MCPTool, 0, len(ts))
 	for _, t := range ts {
 		out = append(out, MCPTool{
@@ -108,15 +114,29 @@ func MCP(ts []*Tool) []MCPTool {
 				ReadOnlyHint:    t.ReadOnly(),
 				DestructiveHint: !t.ReadOnly(),
 				IdempotentHint:  t.Kind == KindRead || t.Kind == KindSearch,
-				OpenWorldHint:   t.Kind == KindFetch || t.Kind == KindExecute || t.Custom,
+				OpenWorldHint:   t.Kind == KindFetch || (o.network != nil && o.network(t.Name)),
 			},
 		})
 	}
 	return out
 }
 
-// Render renders ts in the named format (one of Formats; "" means native), ready for json.Marshal.
-func Render(format string, ts []*Tool) (any, error) {
+// RenderOption adjusts how Render and MCP describe tools.
+type RenderOption func(*renderOptions)
+
+type renderOptions struct {
+	network func(tool string) bool
+}
+
+// WithNetwork tells the MCP format which tools the tenant's policy grants network egress (their
+// openWorldHint). Without it, only fetch tools reach an open world.
+func WithNetwork(granted func(tool string) bool) RenderOption {
+	return func(o *renderOptions) { o.network = granted }
+}
+
+// Render renders ts in the named format (one of Formats; "" means native), ready for json.Marshal. Only
+// the MCP format uses opts.
+func Render(format string, ts []*Tool, opts ...RenderOption) (any, error) {
 	switch format {
 	case "", FormatNative:
 		return Native(ts), nil
@@ -125,7 +145,7 @@ func Render(format string, ts []*Tool) (any, error) {
 	case FormatAnthropic:
 		return Anthropic(ts), nil
 	case FormatMCP:
-		return MCP(ts), nil
+		return MCP(ts, opts...), nil
 	}
 	return nil, fmt.Errorf("render tools: unknown format %q: use one of %v", format, Formats)
 }

@@ -71,6 +71,8 @@ type Tool struct {
 	Custom bool
 	// Image is the OCI image a custom tool runs in; empty means the host's read-only view, like built-ins.
 	Image string
+	// Local is true for a tool the dispatcher answers itself, without a worker (read_output).
+	Local bool
 
 	compiled *jsonschema.Schema
 	doc      any             // the decoded schema, to describe what an argument must be
@@ -79,6 +81,10 @@ type Tool struct {
 	shell    bool // Finish composes stdout, stderr and exit code rather than decoding a RunnerResult
 	spec     *builtin
 }
+
+// Streams reports whether the tool's stdout and stderr are the command's own (run_shell, custom tools):
+// those are streamed live and kept in full; a runner tool's stdout is only its result.
+func (t *Tool) Streams() bool { return t.shell }
 
 // ReadOnly reports whether the tool only reads: true for the read, search and fetch kinds.
 func (t *Tool) ReadOnly() bool {
@@ -139,11 +145,13 @@ type builtin struct {
 	run func(env *runEnv, args json.RawMessage) (RunnerResult, error)
 	// egress marks tools whose runner needs the egress proxy.
 	egress bool
+	// local marks tools the dispatcher answers itself (read_output).
+	local bool
 }
 
 // builtins lists the built-in tools in the order List returns them.
 var builtins = []*builtin{
-	&readFileTool, &writeFileTool, &editFileTool, &listFilesTool, &globTool, &grepTool, &runShellTool, &webFetchTool,
+	&readFileTool, &writeFileTool, &editFileTool, &listFilesTool, &globTool, &grepTool, &runShellTool, &webFetchTool, &readOutputTool,
 }
 
 func builtinByName(name string) *builtin {
@@ -169,7 +177,7 @@ func NewRegistry(custom ...CustomTool) (*Registry, error) {
 	for _, b := range builtins {
 		t := &Tool{
 			Name: b.name, Description: b.description, Kind: b.kind, Schema: json.RawMessage(b.schema),
-			DefaultTimeout: b.timeout, DefaultOutputBytes: b.outputBytes, shell: b.run == nil, spec: b,
+			DefaultTimeout: b.timeout, DefaultOutputBytes: b.outputBytes, shell: b.run == nil && !b.local, Local: b.local, spec: b,
 		}
 		if err := t.compile(); err != nil {
 			return nil, fmt.Errorf("compile built-in tool %q: %w", b.name, err)

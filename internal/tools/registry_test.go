@@ -22,7 +22,7 @@ func mustRegistry(t *testing.T, custom ...CustomTool) *Registry {
 
 func TestRegistryBuiltins(t *testing.T) {
 	r := mustRegistry(t)
-	want := []string{"read_file", "write_file", "edit_file", "list_files", "glob", "grep", "run_shell", "web_fetch"}
+	want := []string{"read_file", "write_file", "edit_file", "list_files", "glob", "grep", "run_shell", "web_fetch", "read_output"}
 	var got []string
 	for _, tool := range r.List() {
 		got = append(got, tool.Name)
@@ -43,7 +43,7 @@ func TestRegistryBuiltins(t *testing.T) {
 	if _, ok := r.Lookup("nope"); ok {
 		t.Error("Lookup(nope) found a tool")
 	}
-	readOnly := map[string]bool{"read_file": true, "list_files": true, "glob": true, "grep": true, "web_fetch": true}
+	readOnly := map[string]bool{"read_output": true, "read_file": true, "list_files": true, "glob": true, "grep": true, "web_fetch": true}
 	for _, tool := range r.List() {
 		if tool.ReadOnly() != readOnly[tool.Name] {
 			t.Errorf("%s: ReadOnly = %v", tool.Name, tool.ReadOnly())
@@ -103,7 +103,7 @@ func TestValidateMessages(t *testing.T) {
 		{"url without host", "web_fetch", `{"url":"https:///x"}`,
 			`invalid arguments for web_fetch: argument "url" has no host: give an absolute URL such as https://example.com/page, got "https:///x"`},
 		{"unknown tool", "read", `{}`,
-			`unknown tool "read": available tools are edit_file, glob, grep, list_files, read_file, run_shell, web_fetch, write_file`},
+			`unknown tool "read": available tools are edit_file, glob, grep, list_files, read_file, read_output, run_shell, web_fetch, write_file`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -338,8 +338,8 @@ func TestFormats(t *testing.T) {
 	if native[6]["name"] != "run_shell" || native[6]["kind"] != "execute" || native[6]["default_timeout_ms"] != float64(120000) || native[6]["schema"] == nil {
 		t.Errorf("native run_shell: %v", native[6])
 	}
-	if native[8]["custom"] != true {
-		t.Errorf("native deploy: %v", native[8])
+	if native[9]["custom"] != true {
+		t.Errorf("native deploy: %v", native[9])
 	}
 	if _, err := Render("gemini", ts); err == nil {
 		t.Error("Render(gemini) did not fail")

@@ -27,7 +27,7 @@ var runShellTool = builtin{
 		`are set, only the domains the policy allows can be reached, and a refused one answers 403 with the rule ` +
 		`that refused it. Returns the command's stdout, then its stderr after a "[stderr]" line, ` +
 		`then "[exit code N]" when it is not 0 (the call's status is then "error"). Long output keeps its head ` +
-		`and tail with a note of what was cut.
+		`and tail with a note of what was cut and the exact read_output call that reads it.
 Each call starts from scratch: no shell state (cd, variables, background processes) survives it; chain ` +
 		`steps with "&&" in one command. Prefer read_file, write_file, edit_file, list_files, glob and grep for ` +
 		`files: they are faster and their output is structured. Keep output small (pipe through head, tail or ` +

@@ -174,15 +174,22 @@ func decodeArgs(args json.RawMessage, v any) error {
 
 // Run is what the sandbox reports about a finished process, as plain values.
 type Run struct {
-	// Stdout and Stderr are what the sandbox kept of the process's output.
-	Stdout, Stderr []byte
-	// StdoutBytes and StderrBytes are how much the process wrote in all; larger than len(Stdout) or
-	// len(Stderr) when the sandbox cut the stream. Zero means "what was kept".
+	// Stdout and Stderr are what the sandbox kept of the process's output: the whole stream, or when it
+	// cut the stream, its head, with its tail in StdoutTail and StderrTail.
+	Stdout, Stderr         []byte
+	StdoutTail, StderrTail []byte
+	// StdoutBytes and StderrBytes are how much the process wrote in all; larger than what was kept when
+	// the sandbox cut the stream. Zero means "what was kept".
 	StdoutBytes, StderrBytes int64
 	ExitCode                 int
 	// OutputBytes caps the model-facing output (the call's limit, as policy allowed it); zero means the
 	// tool's DefaultOutputBytes. Runner tools also keep to their own caps, whatever this says.
 	OutputBytes int64
+	// CallID, StdoutKept and StderrKept say where the full streams can be read by range: the first
+	// StdoutKept bytes of stdout of call CallID, and so on. With none kept, a cut stream's note suggests a
+	// narrower command instead of read_output.
+	CallID                 string
+	StdoutKept, StderrKept int64
 }
 
 // Outcome is the model-facing part of a finished call: the result fields the tool decides. Timeouts,
@@ -221,6 +228,8 @@ func (t *Tool) Finish(run Run) Outcome {
 	if t.shell {
 		return finishShell(run, int(limit))
 	}
+	run.Stdout = append(run.Stdout[:len(run.Stdout):len(run.Stdout)], run.StdoutTail...)
+	run.Stderr = append(run.Stderr[:len(run.Stderr):len(run.Stderr)], run.StderrTail...)
 	return finishRunner(t.Name, run, int(limit))
 }
 
@@ -247,40 +256,34 @@ func finishRunner(tool string, run Run, limit int) Outcome {
 
 func finishShell(run Run, limit int) Outcome {
 	code := run.ExitCode
-	o := Outcome{ExitCode: &code, Stdout: string(run.Stdout), Stderr: string(run.Stderr)}
-	outTotal, errTotal := max(run.StdoutBytes, int64(len(run.Stdout))), max(run.StderrBytes, int64(len(run.Stderr)))
-	o.OutputBytes = outTotal + errTotal
-	o.Truncated = outTotal > int64(len(run.Stdout)) || errTotal > int64(len(run.Stderr))
+	o := Outcome{ExitCode: &code}
+	out := stream{name: "stdout", head: run.Stdout, tail: run.StdoutTail, total: run.StdoutBytes, kept: run.StdoutKept}
+	errs := stream{name: "stderr", head: run.Stderr, tail: run.StderrTail, total: run.StderrBytes, kept: run.StderrKept}
+	out.total = max(out.total, int64(len(out.head)+len(out.tail)))
+	errs.total = max(errs.total, int64(len(errs.head)+len(errs.tail)))
+	o.OutputBytes = out.total + errs.total
 
-	// Share the cap: stderr gets up to a quarter, or more when stdout needs less.
-	errBudget := min(len(run.Stderr), limit/4)
+	// Share the cap, less room for the labels ("[stderr]", "[exit code N]"): stderr gets up to a quarter,
+	// or more when stdout needs less.
+	limit = max(limit-labelRoom, 0)
+	errBudget := int(min(errs.need(), int64(limit/4)))
 	outBudget := limit - errBudget
-	if len(run.Stdout) < outBudget {
-		errBudget = min(len(run.Stderr), limit-len(run.Stdout))
-		outBudget = len(run.Stdout)
+	if out.need() < int64(outBudget) {
+		errBudget = int(min(errs.need(), int64(limit)-out.need()))
+		outBudget = int(out.need())
 	}
-	const hint = "rerun with less output: pipe through head, tail or grep, or redirect to a file and read it with read_file (offset/limit)"
-	stdout, stderr := string(run.Stdout), string(run.Stderr)
-	if len(stdout) > outBudget {
-		stdout, o.Truncated = cutMiddle(stdout, outBudget, "stdout", hint), true
-	}
-	if len(stderr) > errBudget {
-		stderr, o.Truncated = cutMiddle(stderr, errBudget, "stderr", hint), true
-	}
+	stdout, cutOut := out.clip(run.CallID, outBudget, limit)
+	stderr, cutErr := errs.clip(run.CallID, errBudget, limit)
+	o.Truncated = cutOut || cutErr
+	o.Stdout, o.Stderr = strings.ToValidUTF8(stdout, "\uFFFD"), strings.ToValidUTF8(stderr, "\uFFFD")
 	var b strings.Builder
 	b.WriteString(stdout)
-	if outTotal > int64(len(run.Stdout)) {
-		fmt.Fprintf(&b, "\n[stdout cut by the sandbox: %d of %d bytes kept; %s]\n", len(run.Stdout), outTotal, hint)
-	}
-	if stderr != "" || errTotal > 0 {
+	if errs.total > 0 {
 		if b.Len() > 0 && !strings.HasSuffix(b.String(), "\n") {
 			b.WriteByte('\n')
 		}
 		b.WriteString("[stderr]\n")
 		b.WriteString(stderr)
-		if errTotal > int64(len(run.Stderr)) {
-			fmt.Fprintf(&b, "\n[stderr cut by the sandbox: %d of %d bytes kept]\n", len(run.Stderr), errTotal)
-		}
 	}
 	if code != 0 {
 		if b.Len() > 0 && !strings.HasSuffix(b.String(), "\n") {
@@ -294,6 +297,93 @@ func finishShell(run Run, limit int) Outcome {
 	}
 	o.Output = strings.ToValidUTF8(b.String(), "\uFFFD")
 	return o
+}
+
+// labelRoom is what the labels between and after the streams take at most.
+const labelRoom = len("\n[stderr]\n") + len("\n[exit code -2147483648]")
+
+// stream is one output stream of a command as the sandbox kept it: its first bytes (head), its last
+// (tail; empty when head is the whole stream), how much was printed, and how much of it, from its first
+// byte, can be read by range.
+type stream struct {
+	name       string
+	head, tail []byte
+	total      int64
+	kept       int64
+}
+
+// need is how many bytes the stream takes in the output uncut: all of it, or when the sandbox cut it,
+// what was kept and room for the note.
+func (st stream) need() int64 {
+	if kept := int64(len(st.head) + len(st.tail)); kept < st.total {
+		return kept + 512
+	}
+	return st.total
+}
+
+// noCutHint is what a cut note suggests when the stream cannot be read by range.
+const noCutHint = "rerun with less output: pipe through head, tail or grep, or redirect to a file and read it with read_file (offset/limit)"
+
+// clip fits the stream into budget bytes, keeping about two thirds from its head and a third from its
+// tail, on line boundaries near the cut points when there are any and never inside a UTF-8 sequence.
+// In place of what it cuts it puts a note saying how many bytes were cut and exactly how to read them
+// (read_output or the range endpoint, in pages of at most page bytes). It reports whether it cut.
+func (st stream) clip(callID string, budget, page int) (string, bool) {
+	if int64(len(st.head)+len(st.tail)) == st.total && len(st.head)+len(st.tail) <= budget {
+		return string(st.head) + string(st.tail), false
+	}
+	note := func(off, n int64) string {
+		s := fmt.Sprintf("\n[... %d bytes of %s cut here (%d bytes in all)", n, st.name, st.total)
+		switch {
+		case callID != "" && st.kept > off:
+			s += "; read them with " + ReadHint(callID, st.name, off, min(n, st.kept-off, int64(max(page, 1))))
+			if st.kept < st.total {
+				s += fmt.Sprintf(" (only the first %d bytes of %s were kept)", st.kept, st.name)
+			}
+		default:
+			s += "; to see them: " + noCutHint
+		}
+		return s + " ...]\n"
+	}
+	// Bytes that are not UTF-8 grow into U+FFFD: shrink until the text as shown fits.
+	for b := max(budget-len(note(st.total, st.total)), 0); ; {
+		head, tail := st.cut(b)
+		off := int64(len(head))
+		text := strings.ToValidUTF8(string(head), "\uFFFD") + note(off, st.total-int64(len(tail))-off) + strings.ToValidUTF8(string(tail), "\uFFFD")
+		if over := len(text) - budget; over > 0 && b > 0 {
+			b = max(b-over, 0)
+			continue
+		}
+		return text, true
+	}
+}
+
+// cut returns about two thirds of b bytes from the stream's head and the rest from its tail.
+func (st stream) cut(b int) (head, tail []byte) {
+	hN := min(b*2/3, len(st.head))
+	end := st.tail
+	if len(end) == 0 {
+		end = st.head[hN:]
+	}
+	tN := min(b-hN, len(end))
+	head = st.head[:hN]
+	if i := bytes.LastIndexByte(head, '\n'); i >= hN/2 {
+		head = head[:i+1]
+	}
+	for i := 0; i < utf8.UTFMax && len(head) > 0; i++ {
+		if r, size := utf8.DecodeLastRune(head); r != utf8.RuneError || size != 1 {
+			break
+		}
+		head = head[:len(head)-1]
+	}
+	tail = end[len(end)-tN:]
+	if i := bytes.IndexByte(tail, '\n'); i >= 0 && i <= tN/2 {
+		tail = tail[i+1:]
+	}
+	for i := 0; i < utf8.UTFMax && len(tail) > 0 && !utf8.RuneStart(tail[0]); i++ {
+		tail = tail[1:]
+	}
+	return head, tail
 }
 
 // cutMiddle fits s into max bytes by keeping its head and tail and putting in their place a note of what

@@ -269,7 +269,11 @@ func TestFinishShell(t *testing.T) {
 		{"no output", Run{}, "[no output]", "", false},
 		{"stderr and exit code", Run{Stdout: []byte("out"), Stderr: []byte("bad thing\n"), ExitCode: 2}, "out\n[stderr]\nbad thing\n[exit code 2]", call.ErrExitCode, false},
 		{"exit code only", Run{ExitCode: 1}, "[exit code 1]", call.ErrExitCode, false},
-		{"cut by sandbox", Run{Stdout: []byte("abc"), StdoutBytes: 10}, "abc\n[stdout cut by the sandbox: 3 of 10 bytes kept;", "", true},
+		{"cut by sandbox", Run{Stdout: []byte("abc"), StdoutBytes: 10}, "abc\n[... 7 bytes of stdout cut here (10 bytes in all); to see them: rerun with less output", "", true},
+		{"cut by sandbox, kept in full", Run{Stdout: []byte("abc"), StdoutTail: []byte("xyz"), StdoutBytes: 10, CallID: "c_x", StdoutKept: 10},
+			"abc\n[... 4 bytes of stdout cut here (10 bytes in all); read them with read_output {\"call_id\":\"c_x\",\"stream\":\"stdout\",\"offset\":3,\"limit\":4} or GET /v1/calls/c_x/stdout?offset=3&limit=4 ...]\nxyz", "", true},
+		{"cut by sandbox, kept in part", Run{Stdout: []byte("abc"), StdoutTail: []byte("xyz"), StdoutBytes: 10, CallID: "c_x", StdoutKept: 5},
+			"abc\n[... 4 bytes of stdout cut here (10 bytes in all); read them with read_output {\"call_id\":\"c_x\",\"stream\":\"stdout\",\"offset\":3,\"limit\":2} or GET /v1/calls/c_x/stdout?offset=3&limit=2 (only the first 5 bytes of stdout were kept) ...]\nxyz", "", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -336,3 +340,19 @@ func TestCutMiddle(t *testing.T) {
 }
 
 func utf8Valid(s string) bool { return strings.ToValidUTF8(s, "") == s }
+
+// TestFinishShellFitsTheCap: however the streams, labels and exit code add up, the output stays within
+// the cap.
+func TestFinishShellFitsTheCap(t *testing.T) {
+	sh, _ := mustRegistry(t).Lookup("run_shell")
+	for _, errLen := range []int{0, 5, 3000, 100000} {
+		for _, code := range []int{0, 1, -2147483648} {
+			out := bytes.Repeat([]byte("o\xff"), 50000)
+			errs := bytes.Repeat([]byte("e"), errLen)
+			got := sh.Finish(Run{Stdout: out, Stderr: errs, ExitCode: code, OutputBytes: 30000, CallID: "c_x", StdoutKept: int64(len(out)), StderrKept: int64(len(errs))})
+			if len(got.Output) > 30000 || len(got.Stdout) > 30000 || len(got.Stderr) > 30000 || !got.Truncated {
+				t.Errorf("stderr %d, exit %d: output %d bytes (stdout %d, stderr %d), truncated %v", errLen, code, len(got.Output), len(got.Stdout), len(got.Stderr), got.Truncated)
+			}
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path"
 	"strings"
 	"sync"
@@ -81,6 +82,15 @@ type Config struct {
 	// gone. A worker that has not renewed the lease for Lease minus one heartbeat (its own monotonic
 	// clock) kills the call and records nothing: by then others may judge the call's runner gone.
 	Lease time.Duration
+	// CaptureBytes is how much of each of a call's stdout and stderr the sandbox keeps in memory (head and
+	// tail), from which the envelope is made; at least the call's output cap. Default 1 MiB.
+	CaptureBytes int64
+	// FullOutputBytes is how much of each stream of a command (run_shell, custom tools) is kept, from its
+	// first byte, in the output store for reading by range; negative keeps none. Default 64 MiB.
+	FullOutputBytes int64
+	// SpoolDir holds the files in which a running command's full output is gathered before it is stored
+	// (unlinked at once, so nothing is left behind). Default os.TempDir().
+	SpoolDir string
 	// InlineBytes is how large (JSON-encoded) an output field may be inside the record; larger ones go to
 	// the output store. Default 64 KiB.
 	InlineBytes int
@@ -143,6 +153,7 @@ type Worker struct {
 	store      Store
 	leases     Leases
 	outputs    Outputs
+	live       Live
 	creator    Creator
 	tools      *tools.Registry
 	log        *slog.Logger
@@ -161,11 +172,23 @@ func New(cfg Config, rt sandbox.Runtime, store Store, reg *tools.Registry, log *
 	if cfg.InlineBytes == 0 {
 		cfg.InlineBytes = 64 << 10
 	}
+	if cfg.CaptureBytes == 0 {
+		cfg.CaptureBytes = 1 << 20
+	}
+	if cfg.FullOutputBytes == 0 {
+		cfg.FullOutputBytes = 64 << 20
+	}
+	if cfg.SpoolDir == "" {
+		cfg.SpoolDir = os.TempDir()
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("validate worker config: %w", err)
+	}
+	if err := os.MkdirAll(cfg.SpoolDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create spool dir: %w", err)
 	}
 	workspaces, err := NewWorkspaces(WorkspacesConfig{Dir: cfg.WorkspacesDir, UID: cfg.UID, GID: cfg.GID, Quota: cfg.WorkspaceQuota})
 	if err != nil {
@@ -356,7 +379,7 @@ func (w *Worker) process(ctx context.Context, c *call.Call, attempt uint64) (set
 	// The guard renews the lease until the result is recorded, not only while the container runs.
 	stopGuard := w.guard(runCtx, cancel, cl)
 	defer stopGuard()
-	out, runErr := w.run(runCtx, c)
+	out, runErr := w.run(runCtx, c, cl.rev)
 	cause := context.Cause(runCtx)
 	switch {
 	case errors.Is(cause, errFenced):
@@ -376,7 +399,7 @@ func (w *Worker) process(ctx context.Context, c *call.Call, attempt uint64) (set
 	}
 	w.complete(r, c, out, runErr, cause)
 	r.LeaseUntil = time.Time{}
-	stored := w.spill(storeCtx, r, cl.rev)
+	stored := append(w.spill(storeCtx, r, cl.rev), out.stored...)
 	s, res := w.recordClaimed(storeCtx, r, cl)
 	stopGuard()
 	if res == nil {
@@ -585,7 +608,8 @@ func (w *Worker) spill(ctx context.Context, r *call.Result, claimRev uint64) []s
 			continue
 		}
 		name := queue.OutputName(r.ID, claimRev, f.name)
-		if err := w.putOutput(ctx, name, *f.text); err == nil {
+		text := *f.text
+		if err := w.putOutput(ctx, name, func() io.Reader { return strings.NewReader(text) }); err == nil {
 			if r.Stored == nil {
 				r.Stored = map[string]string{}
 			}
@@ -593,8 +617,6 @@ func (w *Worker) spill(ctx context.Context, r *call.Result, claimRev uint64) []s
 			*f.text = ""
 			stored = append(stored, name)
 			continue
-		} else {
-			w.log.ErrorContext(ctx, "store output", "call_id", r.ID, "field", f.name, "error", err)
 		}
 		*f.text = cutUTF8(*f.text, w.cfg.InlineBytes/6) + "\n[toolpool could not store the rest of this output and cut it here]"
 		r.Truncated = true
@@ -606,14 +628,20 @@ func (w *Worker) spill(ctx context.Context, r *call.Result, claimRev uint64) []s
 // variable only for tests.
 var outputRetryForTest = 30 * time.Second
 
-func (w *Worker) putOutput(ctx context.Context, name, text string) error {
+// putOutput stores what open yields under name, retrying (with a fresh reader from open) while the store
+// is unreachable.
+func (w *Worker) putOutput(ctx context.Context, name string, open func() io.Reader) error {
 	if w.outputs == nil {
 		return errors.New("no output store")
 	}
-	return retry(ctx, time.Now().Add(outputRetryForTest), 50*time.Millisecond, 2*time.Second, func() (bool, error) {
-		_, err := w.outputs.PutOutput(ctx, name, strings.NewReader(text))
+	err := retry(ctx, time.Now().Add(outputRetryForTest), 50*time.Millisecond, 2*time.Second, func() (bool, error) {
+		_, err := w.outputs.PutOutput(ctx, name, open())
 		return err == nil, err
 	})
+	if err != nil {
+		w.log.ErrorContext(ctx, "store output", "name", name, "error", err)
+	}
+	return err
 }
 
 // dropOutputs removes outputs this worker stored for a result it could not record.
@@ -705,8 +733,9 @@ func retry(ctx context.Context, until time.Time, first, most time.Duration, try 
 	}
 }
 
-// run plans the call's process and runs it in a fresh container.
-func (w *Worker) run(ctx context.Context, c *call.Call) (runOutcome, error) {
+// run plans the call's process and runs it in a fresh container. A command's full output is gathered
+// while it runs and stored, named by the call and claim, before run returns.
+func (w *Worker) run(ctx context.Context, c *call.Call, claim uint64) (runOutcome, error) {
 	tool, ok := w.tools.Lookup(c.Tool)
 	if !ok {
 		return runOutcome{planErr: &call.ErrorInfo{Type: call.ErrNotFound, Message: fmt.Sprintf("unknown tool %q", c.Tool)}}, nil
@@ -740,8 +769,9 @@ func (w *Worker) run(ctx context.Context, c *call.Call) (runOutcome, error) {
 	}
 	spec := sandbox.Spec{
 		ID: c.ID, Argv: inv.Argv, Env: inv.Env, Cwd: inv.Cwd, Stdin: inv.Stdin, WorkspaceDir: ws.Dir, Image: cmp.Or(inv.Image, w.cfg.Image),
+		Runtime: c.Limits.Runtime,
 		Limits: sandbox.Limits{
-			Timeout: timeout, OutputBytes: c.Limits.OutputBytes, MemoryBytes: c.Limits.MemoryBytes,
+			Timeout: timeout, OutputBytes: max(c.Limits.OutputBytes, w.cfg.CaptureBytes), MemoryBytes: c.Limits.MemoryBytes,
 			PIDs: c.Limits.PIDs, CPUMillis: c.Limits.CPUMillis, Network: c.Limits.Network, WorkspaceBytes: quota,
 		},
 	}
@@ -752,7 +782,29 @@ func (w *Worker) run(ctx context.Context, c *call.Call) (runOutcome, error) {
 	if err != nil {
 		return runOutcome{}, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
 	}
+	var capt *capture
+	if tool.Streams() {
+		keep := w.cfg.FullOutputBytes
+		if w.outputs == nil {
+			keep = 0
+		}
+		if capt, err = newCapture(c.ID, w.cfg.SpoolDir, keep, w.live); err != nil {
+			return runOutcome{}, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
+		}
+		spec.Stdout, spec.Stderr = capt.stdout(), capt.stderr()
+	}
 	out, err := w.runtime.Run(ctx, spec)
+	var streams map[string]*call.Stream
+	var stored []string
+	if capt != nil {
+		var put func(context.Context, string, func() io.Reader) error
+		if w.outputs != nil && !errors.Is(err, sandbox.ErrNotStarted) {
+			put = w.putOutput
+		}
+		streams, stored = capt.finish(context.WithoutCancel(ctx), func(stream string) string {
+			return queue.OutputName(c.ID, claim, "full-"+stream)
+		}, put)
+	}
 	egressConns := finishEgress()
 	if errors.Is(err, sandbox.ErrNoProgram) {
 		// Nothing ran, and nothing would elsewhere: the call's own mistake, like arguments that do not plan.
@@ -763,7 +815,15 @@ func (w *Worker) run(ctx context.Context, c *call.Call) (runOutcome, error) {
 		return runOutcome{tool: tool, planErr: &call.ErrorInfo{Type: call.ErrNotFound, Message: fmt.Sprintf(
 			"the program %q does not exist in this sandbox's root filesystem (%s); use a program it has", spec.Argv[0], root)}}, nil
 	}
-	return runOutcome{tool: tool, out: out, timeout: timeout, egress: egressConns}, err
+	if errors.Is(err, sandbox.ErrNoRuntime) {
+		// Final: running it under another runtime would silently weaken the boundary its tenant was given.
+		return runOutcome{tool: tool, planErr: &call.ErrorInfo{Type: call.ErrRuntimeUnavailable, Message: fmt.Sprintf(
+			"toolpool did not run this call: its tenant's calls must run under the sandbox runtime %q, which worker %s does not have (%v). "+
+				"Nothing ran, and such calls never run under another runtime. An operator must install the runtime on every worker "+
+				"(gVisor: make gvisor, or scripts/gvisor.sh) or change the tenant's runtime in the dispatcher's configuration.",
+			spec.Runtime, w.cfg.ID, err)}}, nil
+	}
+	return runOutcome{tool: tool, out: out, timeout: timeout, streams: streams, stored: stored, egress: egressConns}, err
 }
 
 type runOutcome struct {
@@ -771,6 +831,9 @@ type runOutcome struct {
 	timeout time.Duration
 	out     sandbox.Outcome
 	planErr *call.ErrorInfo
+	// streams are a command's full output streams, stored under the names in stored.
+	streams map[string]*call.Stream
+	stored  []string
 	egress  []call.EgressConn
 }
 
@@ -792,11 +855,19 @@ func (w *Worker) complete(r *call.Result, c *call.Call, ro runOutcome, runErr, c
 		w.workspaces.Record(c.Tenant, c.Workspace, o.WorkspaceBytes) // the next call need not measure again
 	}
 	if ro.tool != nil {
-		ro.tool.Finish(tools.Run{
-			Stdout: []byte(o.Stdout.String()), Stderr: []byte(o.Stderr.String()),
+		run := tools.Run{
+			Stdout: o.Stdout.Head, StdoutTail: o.Stdout.Tail, Stderr: o.Stderr.Head, StderrTail: o.Stderr.Tail,
 			StdoutBytes: o.Stdout.Total, StderrBytes: o.Stderr.Total,
-			ExitCode: o.ExitCode, OutputBytes: c.Limits.OutputBytes,
-		}).Apply(r)
+			ExitCode: o.ExitCode, OutputBytes: c.Limits.OutputBytes, CallID: c.ID,
+		}
+		if st := ro.streams[call.StreamStdout]; st != nil {
+			run.StdoutKept = st.Kept
+		}
+		if st := ro.streams[call.StreamStderr]; st != nil {
+			run.StderrKept = st.Kept
+		}
+		ro.tool.Finish(run).Apply(r)
+		r.Streams = ro.streams
 		if o.Stdout.Truncated() || o.Stderr.Truncated() {
 			r.Truncated = true
 		}

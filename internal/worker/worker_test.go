@@ -60,6 +60,9 @@ func (f *fakeRuntime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Outco
 		}
 	}
 	w := sandbox.NewCapWriter(1 << 10)
+	if spec.Stdout != nil {
+		io.WriteString(spec.Stdout, "done\n")
+	}
 	io.WriteString(w, "done\n")
 	out.Stdout = w.Captured()
 	return out, nil
@@ -391,6 +394,42 @@ func TestGiveUp(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// runtimeFunc adapts a function to sandbox.Runtime.
+type runtimeFunc func(context.Context, sandbox.Spec) (sandbox.Outcome, error)
+
+func (f runtimeFunc) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Outcome, error) {
+	return f(ctx, spec)
+}
+
+// TestRuntimeUnavailable: a call whose tenant must run under a runtime this worker lacks ends at once with a
+// final error that names the runtime and what to install; it is neither retried nor run under another.
+func TestRuntimeUnavailable(t *testing.T) {
+	st := queuetest.NewStore()
+	var asked []string
+	rt := runtimeFunc(func(_ context.Context, spec sandbox.Spec) (sandbox.Outcome, error) {
+		asked = append(asked, spec.Runtime)
+		return sandbox.Outcome{}, fmt.Errorf("%w: runtime %q: this worker offers only runc", sandbox.ErrNoRuntime, spec.Runtime)
+	})
+	w := newTestWorker(t, rt, st)
+	c := newCall("run_shell", shellArgs)
+	c.Limits.Runtime = "gvisor"
+	st.Put(call.NewResult(c, call.StatusQueued))
+	d := &fakeDelivery{c: c}
+	w.Handle(context.Background(), d)
+	r := st.Result(c.ID)
+	if len(asked) != 1 || asked[0] != "gvisor" {
+		t.Errorf("the runtime was asked for %q, want once for gvisor", asked)
+	}
+	if r.Status != call.StatusError || r.Error == nil || r.Error.Type != call.ErrRuntimeUnavailable || d.settlement() != "ack" {
+		t.Fatalf("status %s error %+v settled %s; want a final runtime_unavailable error", r.Status, r.Error, d.settlement())
+	}
+	for _, want := range []string{`"gvisor"`, "make gvisor", "never run under another runtime"} {
+		if !strings.Contains(r.Error.Message, want) {
+			t.Errorf("message %q does not say %q", r.Error.Message, want)
+		}
 	}
 }
 

@@ -25,15 +25,15 @@ import (
 
 	"github.com/toolpool/toolpool/internal/call"
 	"github.com/toolpool/toolpool/internal/sandbox/containerd/ctrtest"
-	"github.com/toolpool/toolpool/test/testbin"
+	"github.com/toolpool/toolpool/internal/testproc"
 )
 
 // bin is the path of binary name (dispatcher, worker, toolpool, nats-server), built once per process.
-func bin(t testing.TB, name string) string { return filepath.Join(testbin.Dir(t), name) }
+func bin(t testing.TB, name string) string { return filepath.Join(testproc.All(t), name) }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	testbin.Cleanup()
+	testproc.Cleanup()
 	os.Exit(code)
 }
 
@@ -556,7 +556,7 @@ func (p *pool) leaked(marker string) int {
 	left := 0
 	deadline := time.Now().Add(time.Minute)
 	for {
-		left = p.containers() + len(testbin.ProcessesWith("sleep "+marker))
+		left = p.containers() + len(testproc.ProcessesWith("sleep "+marker))
 		if left == 0 || time.Now().After(deadline) {
 			return left
 		}

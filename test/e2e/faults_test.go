@@ -14,7 +14,7 @@ import (
 
 	"github.com/toolpool/toolpool/internal/call"
 	"github.com/toolpool/toolpool/internal/sandbox/containerd/ctrtest"
-	"github.com/toolpool/toolpool/test/testbin"
+	"github.com/toolpool/toolpool/internal/testproc"
 )
 
 // The fault tests run mutating calls that append one line to their own file in the workspace, then stay
@@ -130,7 +130,7 @@ func (s *stack) assertNothingLeft(t *testing.T, ids []string) {
 }
 
 // processesWith lists the pids whose command line contains s.
-func processesWith(s string) []string { return testbin.ProcessesWith(s) }
+func processesWith(s string) []string { return testproc.ProcessesWith(s) }
 
 // TestWorkerKilledMidCall: kill -9 of a worker running mutating calls. They end lost, never run twice, and
 // the restarted worker clears what the dead one left.
@@ -170,17 +170,7 @@ func TestDispatcherRestartMidCall(t *testing.T) {
 func TestExternalNATSRestart(t *testing.T) {
 	storeDir := t.TempDir()
 	port := freePort(t)
-	startNATS := func() *proc {
-		p := start(t, "nats-server", "-js", "-sd", storeDir, "-a", "127.0.0.1", "-p", fmt.Sprint(port))
-		waitFor(t, 30*time.Second, "nats-server listening", func() bool {
-			c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-			if err == nil {
-				c.Close()
-			}
-			return err == nil
-		})
-		return p
-	}
+	startNATS := func() *proc { return startNATSServer(t, storeDir, port) }
 	ctrtest.RequirePrograms(t, "ctr")
 	nats := startNATS()
 	s := startStackWith(t, stackOptions{policy: permissivePolicy, workerConfig: faultWorkerConfig, extraConfig: faultQueueConfig,
@@ -235,6 +225,21 @@ func TestContainerdDiesUnderWorker(t *testing.T) {
 	if r := s.shell(t, "dev-token", "faults", "echo back", nil); r.result(t).Stdout != "back\n" {
 		t.Fatalf("after containerd restart: %s", r.body)
 	}
+}
+
+// startNATSServer starts a JetStream nats-server on 127.0.0.1:port storing under storeDir, and waits
+// until it listens.
+func startNATSServer(t *testing.T, storeDir string, port int) *proc {
+	t.Helper()
+	p := start(t, "nats-server", "-js", "-sd", storeDir, "-a", "127.0.0.1", "-p", fmt.Sprint(port))
+	waitFor(t, 30*time.Second, "nats-server listening", func() bool {
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	return p
 }
 
 func freePort(t *testing.T) int {

@@ -3,130 +3,52 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/toolpool/toolpool/internal/call"
 	"github.com/toolpool/toolpool/internal/sandbox/containerd/ctrtest"
-	"github.com/toolpool/toolpool/test/testbin"
+	"github.com/toolpool/toolpool/internal/testproc"
 )
 
 // binaries builds dispatcher, worker, toolpool and nats-server once per test process.
-func binaries(t testing.TB) string { return testbin.Dir(t) }
+func binaries(t testing.TB) string { return testproc.All(t) }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	testbin.Cleanup()
+	testproc.Cleanup()
 	os.Exit(code)
 }
 
 // proc is a started binary whose JSON log lines are collected.
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	logs []map[string]any
-	raw  bytes.Buffer
-	done chan struct{}
-}
+type proc struct{ *testproc.Proc }
 
 func start(t testing.TB, name string, args ...string) *proc {
 	t.Helper()
-	p := &proc{name: name, cmd: exec.Command(filepath.Join(binaries(t), name), args...), done: make(chan struct{})}
-	stderr, err := p.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.cmd.Env = append(os.Environ(), "TOOLPOOL_TOKEN=dev-token")
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	go func() {
-		defer close(p.done)
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			var m map[string]any
-			p.mu.Lock()
-			p.raw.WriteString(sc.Text() + "\n")
-			if json.Unmarshal(sc.Bytes(), &m) == nil {
-				p.logs = append(p.logs, m)
-			}
-			p.mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() { p.stop(t) })
-	return p
+	return &proc{testproc.Start(t, filepath.Join(binaries(t), name), []string{"TOOLPOOL_TOKEN=dev-token"}, args...)}
 }
 
 // waitLog returns the first log line whose msg is msg, waiting up to timeout.
 func (p *proc) waitLog(t testing.TB, msg string, timeout time.Duration) map[string]any {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		p.mu.Lock()
-		for _, l := range p.logs {
-			if l["msg"] == msg {
-				p.mu.Unlock()
-				return l
-			}
-		}
-		p.mu.Unlock()
-		select {
-		case <-p.done:
-			t.Fatalf("%s exited before logging %q:\n%s", p.name, msg, p.output())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	t.Fatalf("%s did not log %q within %s:\n%s", p.name, msg, timeout, p.output())
-	return nil
+	return p.WaitLog(t, msg, timeout)
 }
 
-func (p *proc) output() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.raw.String()
-}
+func (p *proc) output() string { return p.Output() }
 
 // kill9 kills the process with SIGKILL, as a crash would, and waits for it.
-func (p *proc) kill9(t testing.TB) {
-	t.Helper()
-	_ = p.cmd.Process.Kill()
-	_ = p.cmd.Wait()
-	<-p.done
-}
+func (p *proc) kill9(t testing.TB) { p.Kill9(t) }
 
 // stop sends SIGTERM and waits for a clean exit.
-func (p *proc) stop(t testing.TB) {
-	if p.cmd.ProcessState != nil {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	waited := make(chan error, 1)
-	go func() { waited <- p.cmd.Wait() }()
-	select {
-	case err := <-waited:
-		if err != nil {
-			t.Errorf("%s exited with %v:\n%s", p.name, err, p.output())
-		}
-	case <-time.After(60 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-waited
-		t.Errorf("%s did not stop within 60s of SIGTERM", p.name)
-	}
-}
+func (p *proc) stop(t testing.TB) { p.Stop(t) }
 
 // stack is a running dispatcher and worker.
 type stack struct {
@@ -192,7 +114,7 @@ func startStackWith(t testing.TB, o stackOptions) *stack {
 func (s *stack) startWorker(t testing.TB) {
 	t.Helper()
 	args := []string{"--data-dir", filepath.Join(s.dataDir, "w"), "--nats-url", s.natsURL,
-		"--listen", "127.0.0.1:0", "--id", "e2e-worker", "--slots", "4"}
+		"--listen", "127.0.0.1:0", "--id", "e2e-worker", "--slots", "4", "--runtime", ctrtest.Runtime()}
 	if s.opts.workerConfig != "" {
 		path := filepath.Join(s.dataDir, "worker.yaml")
 		if err := os.WriteFile(path, []byte(s.opts.workerConfig), 0o600); err != nil {

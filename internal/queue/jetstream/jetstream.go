@@ -106,6 +106,7 @@ type Conn struct {
 	leases jetstream.KeyValue
 	outs   jetstream.ObjectStore
 	clock  clock
+	live   liveTopics
 
 	closeOnce sync.Once
 	stop      context.CancelFunc

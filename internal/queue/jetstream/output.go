@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/toolpool/toolpool/internal/queue"
 )
 
 // Outputs too large for a record live in an object store (chunked, so no message is larger than a chunk),
@@ -39,19 +37,11 @@ func (c *Conn) PutOutput(ctx context.Context, name string, r io.Reader) (int64, 
 // ReadOutput returns up to limit bytes of the object name from offset on (limit < 0: to the end).
 // queue.ErrNotFound if there is no such object (it expired with its record, or was never stored).
 func (c *Conn) ReadOutput(ctx context.Context, name string, offset, limit int64) ([]byte, error) {
-	obj, err := c.outs.Get(ctx, name)
-	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return nil, fmt.Errorf("read output %s: %w", name, queue.ErrNotFound)
-	}
+	obj, err := c.OpenOutput(ctx, name, offset)
 	if err != nil {
-		return nil, fmt.Errorf("read output %s: %w", name, err)
+		return nil, err
 	}
 	defer obj.Close()
-	if offset > 0 {
-		if _, err := io.CopyN(io.Discard, obj, offset); err != nil && !errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("read output %s: %w", name, err)
-		}
-	}
 	var rd io.Reader = obj
 	if limit >= 0 {
 		rd = io.LimitReader(obj, limit)

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/containerd/containerd/oci"
-	"github.com/containerd/containerd/runtime/v2/runc/options"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/toolpool/toolpool/internal/sandbox"
@@ -87,20 +86,11 @@ func crunWarnings(ctx context.Context, binary string) []string {
 	return nil
 }
 
-// runtimeOptions are the runc shim's options for every container: the OCI runtime it runs. nil leaves
-// the handler's default.
-func (r *Runtime) runtimeOptions() any {
-	if !isRuncShim(r.cfg.RuntimeName) || r.cfg.RuntimeBinary == "" {
-		return nil
-	}
-	return &options.Options{BinaryName: r.cfg.RuntimeBinary}
-}
-
-// specOpts are hardenedSpec's options with what only the runtime's plumbing reads in front: the shim group
-// of the container.
-func (r *Runtime) specOpts(argv []string, cwd string, spec sandbox.Spec, lim sandbox.Limits, rootPath string, mounts []specs.Mount) []oci.SpecOpts {
+// specOpts are hardenedSpec's options for a container of backend be, with what only the runtime's plumbing
+// reads in front: the shim group of a RuncRuntime container (ShimGroups).
+func (r *Runtime) specOpts(be backend, argv []string, cwd string, spec sandbox.Spec, lim sandbox.Limits, rootPath string, mounts []specs.Mount) []oci.SpecOpts {
 	hardened := r.hardenedSpec(argv, cwd, spec, lim, rootPath, mounts)
-	if r.cfg.ShimGroups <= 0 || !isRuncShim(r.cfg.RuntimeName) {
+	if r.cfg.ShimGroups <= 0 || !be.runc {
 		return hardened
 	}
 	n := r.shimGroup.Add(1) % uint64(r.cfg.ShimGroups)

@@ -104,6 +104,7 @@ const (
 	ColdBroken   = "broken"   // the claimed container failed before the call's program started
 	ColdDisabled = "disabled" // the pool has stopped serving (PoolStats.Disabled)
 	ColdDraining = "draining" // the pool was drained (DrainPool) or the runtime is closing
+	ColdRuntime  = "runtime"  // the call's runtime is not RuncRuntime (gVisor, a Config.Runtimes handler)
 )
 
 const (
@@ -281,6 +282,9 @@ func (p *pool) removeSlotsDir() error { return removeSlotsTree(p.dir) }
 
 // profileOf returns the profile that serves spec with limits lim, or why none does.
 func (r *Runtime) profileOf(spec sandbox.Spec, lim sandbox.Limits) (profileKey, string) {
+	if be, err := r.backendFor(spec.Runtime); err != nil || !be.runc {
+		return profileKey{}, ColdRuntime
+	}
 	if len(spec.TrustedCAs) > 0 {
 		return profileKey{}, ColdMounts
 	}
@@ -530,7 +534,7 @@ func (r *Runtime) createSlot(ctx context.Context, key profileKey) (_ *slot, retE
 	}
 	mounts, rootPath := r.rootfs.mounts, r.rootfs.path
 	opts := []containerd.NewContainerOpts{
-		containerd.WithRuntime(r.cfg.RuntimeName, r.runtimeOptions()),
+		containerd.WithRuntime(r.backends[RuncRuntime].handler, r.backends[RuncRuntime].options),
 		containerd.WithContainerLabels(map[string]string{labelWorker: r.cfg.WorkerID, labelPool: "1"}),
 	}
 	if key.image != "" {
@@ -579,7 +583,7 @@ func (r *Runtime) slotSpec(id string, lim sandbox.Limits, rootPath string, base 
 			mounts[i].Options = []string{"bind", "ro", "nosuid", "nodev", "rslave"}
 		}
 	}
-	return r.specOpts([]string{r.pool.cfg.InitPath, sandboxinit.Command}, "/", sandbox.Spec{ID: id}, lim, rootPath, mounts), nil
+	return r.specOpts(r.backends[RuncRuntime], []string{r.pool.cfg.InitPath, sandboxinit.Command}, "/", sandbox.Spec{ID: id}, lim, rootPath, mounts), nil
 }
 
 // discardSlot destroys a container that served no call, in the background (see removeLater).
@@ -663,8 +667,9 @@ func (r *Runtime) runWarm(ctx context.Context, spec sandbox.Spec, lim sandbox.Li
 		return out, "", fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
 	}
 	stdout, stderr := sandbox.NewCapWriter(lim.OutputBytes), sandbox.NewCapWriter(lim.OutputBytes)
-	s.stdout.set(stdout)
-	s.stderr.set(stderr)
+	// The live watchers (spec.Stdout, spec.Stderr) see the call's output as under a cold start.
+	s.stdout.set(sandbox.Tee(stdout, spec.Stdout))
+	s.stderr.set(sandbox.Tee(stderr, spec.Stderr))
 	waitCtx, cancelWait := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWait()
 	exitCh, err := s.task.Wait(waitCtx)

@@ -27,6 +27,7 @@ func TestSlotSpecMatchesCold(t *testing.T) {
 	r := &Runtime{cfg: Config{Namespace: "ns", UID: 65532, GID: 65532, Defaults: DefaultLimits,
 		Pool: PoolConfig{InitBinary: init.Source, InitPath: init.Destination}}}
 	r.pool = &pool{cfg: r.cfg.Pool}
+	r.backends, r.def, _ = backends(r.cfg)
 	lim := r.slotLimits(profileKey{tmp: DefaultLimits.TmpBytes})
 	base := []specs.Mount{roBind("/usr", "/usr")}
 	ctx := namespaces.WithNamespace(context.Background(), "ns")
@@ -50,7 +51,7 @@ func TestSlotSpecMatchesCold(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cold := gen(r.specOpts(argv, cwd, spec, lim, "/rootfs", mounts))
+	cold := gen(r.specOpts(r.backends[RuncRuntime], argv, cwd, spec, lim, "/rootfs", mounts))
 	slotOpts, err := r.slotSpec("c1", lim, "/rootfs", base, slotDir)
 	if err != nil {
 		t.Fatal(err)

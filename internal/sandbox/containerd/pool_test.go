@@ -1,6 +1,7 @@
 package containerd_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -233,6 +234,40 @@ func TestPoolBindsLimits(t *testing.T) {
 	if got := strings.TrimSpace(out.Stdout.String()); got != "Max open files 1024 1024 files" {
 		t.Errorf("the next call's limit: %q", got)
 	}
+}
+
+// TestPoolLiveOutput: a warm call's live watchers (Spec.Stdout, Spec.Stderr) see its output as a cold call's
+// do, and nothing of the init's.
+func TestPoolLiveOutput(t *testing.T) {
+	rt, _, probe := newPooledRuntime(t, containerd.Config{})
+	spec := warmSpec(probe, workspace(t), "echo live; echo err >&2")
+	var stdout, stderr lockedBuffer
+	spec.Stdout, spec.Stderr = &stdout, &stderr
+	out := runWarm(t, rt, spec)
+	if got := stdout.String(); got != "live\n" || out.Stdout.String() != got {
+		t.Errorf("live stdout %q, captured %q; want both %q", got, out.Stdout.String(), "live\n")
+	}
+	if got := stderr.String(); got != "err\n" || out.Stderr.String() != got {
+		t.Errorf("live stderr %q, captured %q; want both %q", got, out.Stderr.String(), "err\n")
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a writer and a reader on different goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // TestPoolColdReasons checks which calls the pool does not serve, and that they run cold and say why.

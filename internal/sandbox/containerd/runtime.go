@@ -38,13 +38,21 @@ type Config struct {
 	Address string
 	// Namespace is the containerd namespace of toolpool's containers.
 	Namespace string
-	// RuntimeName is the containerd runtime handler: io.containerd.runc.v2 (default), or another shim such
-	// as io.containerd.runsc.v1 (gVisor) or io.containerd.kata.v2. docs/security.md says what each adds.
+	// RuntimeName is the runtime of a Spec that names none: a runtime name this Runtime offers (RuncRuntime,
+	// the default; GVisorRuntime; a key of Runtimes), or else a containerd runtime handler such as
+	// io.containerd.kata.v2. docs/security.md says what each adds.
 	RuntimeName string
-	// RuntimeBinary is the OCI runtime the runc shim runs (its BinaryName option): "runc", "crun" or a path;
-	// empty means what the shim runs by default ("runc" on PATH). RuntimeBinaryAuto picks crun when it is
-	// installed and works on this host (see Warnings), runc otherwise. Other runtime handlers (gVisor, Kata)
-	// ignore it.
+	// Runtimes maps more runtime names a Spec may ask for (sandbox.Spec.Runtime) to containerd runtime
+	// handlers, run with the handler's own defaults ("kata": "io.containerd.kata.v2"). RuncRuntime is
+	// always offered, GVisorRuntime when GVisor is set. A Spec naming a runtime this Runtime does not offer
+	// is refused with sandbox.ErrNoRuntime; nothing runs under another runtime instead.
+	Runtimes map[string]string
+	// GVisor, when set, offers GVisorRuntime. New fails when runsc is missing.
+	GVisor *GVisorConfig
+	// RuntimeBinary is the OCI runtime the runc shim of RuncRuntime runs (its BinaryName option): "runc",
+	// "crun" or a path; empty means what the shim runs by default ("runc" on PATH, unless containerd's
+	// config says otherwise). RuntimeBinaryAuto picks crun when it is installed and works on this host (see
+	// Warnings), runc otherwise. The other runtimes (gVisor, Runtimes) ignore it.
 	RuntimeBinary string
 	// ShimGroups, when positive, spreads the containers over that many runc shims (the shim's group
 	// annotation) instead of starting one shim per container: a shim is a long-lived process of its own,
@@ -97,6 +105,9 @@ func (c *Config) Validate() error {
 	case c.ShimGroups < 0:
 		return errors.New("shim groups must not be negative")
 	}
+	if err := c.validateRuntimes(); err != nil {
+		return err
+	}
 	return c.Pool.validate()
 }
 
@@ -106,6 +117,9 @@ const (
 	rootfsPrefix = "rootfs."
 	// ioDrainTimeout bounds how long Run waits, after the process exited, for the last output to arrive.
 	ioDrainTimeout = 5 * time.Second
+	// killRaceGrace is how long kill waits for an exit status after the OCI runtime refused to signal a
+	// task, which it does when the process has just exited.
+	killRaceGrace = 2 * time.Second
 	// cleanupTimeout bounds each teardown, which runs on a fresh context so that a cancelled call still
 	// leaves nothing behind.
 	cleanupTimeout = 30 * time.Second
@@ -124,6 +138,9 @@ type Runtime struct {
 	rootfs   *hostRootFS
 	fifos    string
 	warnings []string
+	// backends are the runtimes offered by name; def is a Spec's that names none.
+	backends map[string]backend
+	def      backend
 
 	mu     sync.Mutex
 	active map[string]bool // ids of the calls Run is running or removing, which RemoveOrphans leaves alone
@@ -143,7 +160,7 @@ type Runtime struct {
 // Warnings). The caller owns the Runtime and must Close it; Close does not stop containerd.
 func New(ctx context.Context, cfg Config) (_ *Runtime, retErr error) {
 	if cfg.RuntimeName == "" {
-		cfg.RuntimeName = "io.containerd.runc.v2"
+		cfg.RuntimeName = RuncRuntime
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("validate sandbox config: %w", err)
@@ -174,10 +191,19 @@ func New(ctx context.Context, cfg Config) (_ *Runtime, retErr error) {
 		return nil, fmt.Errorf("create fifo dir: %w", err)
 	}
 	var warnings []string
-	cfg.RuntimeBinary, warnings = resolveRuntimeBinary(cfg.RuntimeName, cfg.RuntimeBinary)
-	warnings = append(warnings, runtimeWarnings(ctx, cfg.RuntimeName, cfg.RuntimeBinary)...)
-	r := &Runtime{cfg: cfg, client: client, rootfs: rootfs, fifos: fifos, warnings: warnings, active: map[string]bool{}, trustWritten: map[string]bool{},
-		cleanupSlots: make(chan struct{}, maxPendingCleanups), started: started}
+	cfg.RuntimeBinary, warnings = resolveRuntimeBinary(RuncHandler, cfg.RuntimeBinary)
+	all, def, err := backends(cfg)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case def.runc:
+		warnings = append(warnings, runtimeWarnings(ctx, RuncHandler, cfg.RuntimeBinary)...)
+	case def.options == nil:
+		warnings = append(warnings, runtimeWarnings(ctx, def.handler, cfg.RuntimeBinary)...)
+	}
+	r := &Runtime{cfg: cfg, client: client, rootfs: rootfs, fifos: fifos, warnings: warnings, backends: all, def: def,
+		active: map[string]bool{}, trustWritten: map[string]bool{}, cleanupSlots: make(chan struct{}, maxPendingCleanups), started: started}
 	if cfg.Pool.MaxSize > 0 {
 		if err := r.startPool(ctx, started); err != nil {
 			return nil, fmt.Errorf("start pool: %w", err)
@@ -194,8 +220,8 @@ func (r *Runtime) OCIRuntime() string { return r.cfg.RuntimeBinary }
 func (r *Runtime) Warnings() []string { return slices.Clone(r.warnings) }
 
 // Close drains the pool (destroying every container that waits in it), waits for the removal of the
-// containers of finished calls, then releases the connection to containerd. Call it once no Run is in
-// progress. It is idempotent.
+// containers of finished calls, then releases the connection to containerd and unmounts what gVisor keeps
+// mounted between calls. Call it once no Run is in progress. It is idempotent.
 func (r *Runtime) Close() error {
 	if r.client == nil {
 		return nil
@@ -210,6 +236,9 @@ func (r *Runtime) Close() error {
 	}
 	errs = append(errs, r.client.Close())
 	r.client = nil
+	if b, ok := r.backends[GVisorRuntime]; ok && b.gvisor {
+		errs = append(errs, releaseGVisor(r.cfg.StateDir))
+	}
 	return errors.Join(errs...)
 }
 
@@ -277,12 +306,23 @@ func capLimits(l, c sandbox.Limits) sandbox.Limits {
 // Run implements sandbox.Runtime. Limits are the Spec's, with Config.Defaults for zero fields, capped by
 // Config.Ceiling. With a pool (Config.Pool), a call that the pool can serve runs in a container created
 // ahead of it (Outcome.Warm); every other call runs in a container created for it, and Outcome.ColdReason
-// says why. Either way the container is fresh, hardened alike, and serves this call only.
+// says why. Either way the container is fresh, hardened alike, and serves this call only. The pool holds
+// containers of RuncRuntime only: a call whose runtime is another (gVisor, a Config.Runtimes handler) runs
+// cold (ColdRuntime), and one naming a runtime this Runtime does not offer is refused with
+// sandbox.ErrNoRuntime.
 func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Outcome, error) {
 	lim := capLimits(mergeLimits(spec.Limits, r.cfg.Defaults), r.cfg.Ceiling)
 	ctx = namespaces.WithNamespace(ctx, r.cfg.Namespace)
 	if r.pool == nil {
 		return r.runCold(ctx, spec, lim)
+	}
+	if be, err := r.backendFor(spec.Runtime); err != nil || !be.runc {
+		// runCold refuses an unknown runtime as it does without a pool.
+		out, err := r.runCold(ctx, spec, lim)
+		if be.handler != "" {
+			out.ColdReason = ColdRuntime
+		}
+		return out, err
 	}
 	out, reason, err := r.runWarm(ctx, spec, lim)
 	if reason == "" {
@@ -307,6 +347,10 @@ func (r *Runtime) runCold(ctx context.Context, spec sandbox.Spec, lim sandbox.Li
 			r.end(spec.ID)
 		}
 	}()
+	be, err := r.backendFor(spec.Runtime)
+	if err != nil {
+		return out, fmt.Errorf("%w: %w", sandbox.ErrNoRuntime, err)
+	}
 	cwd, err := checkCwd(spec.Cwd)
 	if err != nil {
 		return out, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
@@ -315,7 +359,7 @@ func (r *Runtime) runCold(ctx context.Context, spec sandbox.Spec, lim sandbox.Li
 	mounts := r.rootfs.mounts
 	rootPath := r.rootfs.path
 	containerOpts := []containerd.NewContainerOpts{
-		containerd.WithRuntime(r.cfg.RuntimeName, r.runtimeOptions()),
+		containerd.WithRuntime(be.handler, be.options),
 		containerd.WithContainerLabels(map[string]string{labelWorker: r.cfg.WorkerID}),
 	}
 	if spec.Image != "" {
@@ -343,7 +387,11 @@ func (r *Runtime) runCold(ctx context.Context, spec sandbox.Spec, lim sandbox.Li
 	if err != nil {
 		return out, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
 	}
-	containerOpts = append(containerOpts, containerd.WithNewSpec(r.specOpts(argv, cwd, spec, lim, rootPath, mounts)...))
+	specOpts := r.specOpts(be, argv, cwd, spec, lim, rootPath, mounts)
+	if be.gvisor {
+		specOpts = append(specOpts, withGVisor(lim))
+	}
+	containerOpts = append(containerOpts, containerd.WithNewSpec(specOpts...))
 	container, err := r.client.NewContainer(ctx, spec.ID, containerOpts...)
 	if err != nil {
 		return out, fmt.Errorf("%w: create container %s: %w", sandbox.ErrNotStarted, spec.ID, err)
@@ -364,7 +412,7 @@ func (r *Runtime) runCold(ctx context.Context, spec sandbox.Spec, lim sandbox.Li
 	var callIO cio.IO
 	creator := func(id string) (cio.IO, error) {
 		var err error
-		callIO, err = cio.NewCreator(cio.WithStreams(stdin, stdout, stderr), cio.WithFIFODir(r.fifoDir(id)))(id)
+		callIO, err = cio.NewCreator(cio.WithStreams(stdin, sandbox.Tee(stdout, spec.Stdout), sandbox.Tee(stderr, spec.Stderr)), cio.WithFIFODir(r.fifoDir(id)))(id)
 		return callIO, err
 	}
 	task, err = container.NewTask(ctx, creator)
@@ -600,6 +648,12 @@ func (r *Runtime) kill(ctx context.Context, task containerd.Task, exitCh <-chan 
 	killCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	if err := task.Kill(killCtx, syscall.SIGKILL, containerd.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
+		// runc says "not found" when the kill raced the process's exit; runsc says "sandbox is not running".
+		select {
+		case st := <-exitCh:
+			return st, nil
+		case <-time.After(killRaceGrace):
+		}
 		return containerd.ExitStatus{}, fmt.Errorf("kill task %s: %w", task.ID(), err)
 	}
 	select {
@@ -698,14 +752,18 @@ func (r *Runtime) remove(ctx context.Context, container containerd.Container, ta
 		}
 	}
 	if task != nil {
-		_, err := task.Delete(cctx, containerd.WithProcessKill)
-		if err != nil && !errdefs.IsNotFound(err) && stopTask(cctx, task) == nil {
-			// The shim refused ("cannot delete a running process"): the kill's exit had not reached it
-			// yet. Once the task reports stopped, delete it again.
-			_, err = task.Delete(cctx)
-		}
-		if err != nil && !errdefs.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("delete task %s: %w", task.ID(), err))
+		// A task whose process has exited is deleted as it is: WithProcessKill signals it first, which runc
+		// answers with "not found" but runsc with an error that fails the delete.
+		if _, err := task.Delete(cctx); err != nil && !errdefs.IsNotFound(err) {
+			_, err := task.Delete(cctx, containerd.WithProcessKill)
+			if err != nil && !errdefs.IsNotFound(err) && stopTask(cctx, task) == nil {
+				// The shim refused ("cannot delete a running process"): the kill's exit had not reached it
+				// yet. Once the task reports stopped, delete it again.
+				_, err = task.Delete(cctx)
+			}
+			if err != nil && !errdefs.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("delete task %s: %w", task.ID(), err))
+			}
 		}
 	}
 	if err := container.Delete(cctx, containerd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {

@@ -76,9 +76,15 @@ func assertGone(t testing.TB, rt *containerd.Runtime, stateDir, namespace, id st
 // aliveFIFO is a FIFO in a workspace that a call's background processes hold open for writing, and that
 // the host holds open for reading. Through it the host sees, without waiting for something not to happen,
 // that they ran (they wrote) and that every one of them is dead (end of file: no writer left).
+//
+// Under gVisor it is a regular file: gVisor opens no host FIFO (runsc's --host-fifo stays none, as the
+// sandbox has it). The file shows that the processes ran; that they are gone is shown by the call's cgroup,
+// which the caller checks empty (assertGone): every process of a gVisor call is a task of its Sentry, and
+// the Sentry and its systrap stubs are in that cgroup (TestLeakCheckSeesALiveCall runs under gVisor too).
 type aliveFIFO struct {
 	name string
-	fd   int
+	path string
+	fd   int // -1 under gVisor
 }
 
 // newAliveFIFO creates the FIFO name in workspace ws and opens it for reading without blocking; a process
@@ -86,24 +92,38 @@ type aliveFIFO struct {
 func newAliveFIFO(t testing.TB, ws, name string) *aliveFIFO {
 	t.Helper()
 	p := filepath.Join(ws, name)
-	if err := syscall.Mkfifo(p, 0o600); err != nil {
+	gvisor := ctrtest.Runtime() == containerd.GVisorRuntime
+	mk := func() error { return syscall.Mkfifo(p, 0o600) }
+	if gvisor {
+		mk = func() error { return os.WriteFile(p, nil, 0o600) }
+	}
+	if err := mk(); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Chown(p, ctrtest.SandboxUID, ctrtest.SandboxGID); err != nil {
 		t.Fatal(err)
+	}
+	if gvisor {
+		return &aliveFIFO{name: name, path: p, fd: -1}
 	}
 	fd, err := syscall.Open(p, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { syscall.Close(fd) })
-	return &aliveFIFO{name: name, fd: fd}
+	return &aliveFIFO{name: name, path: p, fd: fd}
 }
 
 // assertWritersGone reads the FIFO until every writer has closed it, for at most within, and fails the test
 // if no writer ever wrote (the check would prove nothing) or if one still holds it at the deadline.
 func (a *aliveFIFO) assertWritersGone(t testing.TB, within time.Duration) {
 	t.Helper()
+	if a.fd < 0 { // gVisor: a regular file
+		if fi, err := os.Stat(a.path); err != nil || fi.Size() == 0 {
+			t.Errorf("no background process ever wrote to %s (%v): the test did not run what it checks", a.name, err)
+		}
+		return
+	}
 	buf := make([]byte, 4096)
 	got := 0
 	deadline := time.Now().Add(within)
@@ -243,18 +263,21 @@ func TestOutputSurvivesKill(t *testing.T) {
 }
 
 // TestTimeoutKillsEverything: daemons, setsid and double-forked orphans die with the call. Each holds a FIFO
-// of the workspace open, so the host sees them run and sees them all gone.
+// of the workspace open, so the host sees them run and sees them all gone; the call's cgroup is empty.
 func TestTimeoutKillsEverything(t *testing.T) {
-	rt, _ := ctrtest.NewRuntime(t, containerd.Config{})
+	stateDir := filepath.Join(ctrtest.ShortTempDir(t), "state")
+	rt, _ := ctrtest.NewRuntime(t, containerd.Config{StateDir: stateDir})
 	ws := workspace(t)
 	alive := newAliveFIFO(t, ws, "alive")
 	cmd := `(setsid sh -c 'while true; do echo x; sleep 0.05; done' >/workspace/alive &) ; ` +
 		`nohup sh -c 'echo y; sleep 1000' >/workspace/alive 2>&1 & echo started; sleep 1000`
-	out, err := rt.Run(context.Background(), shell(ws, cmd, 5*time.Second))
+	spec := shell(ws, cmd, 5*time.Second)
+	out, err := rt.Run(context.Background(), spec)
 	if err != nil || !out.TimedOut {
 		t.Fatalf("Run: %v, timedOut %v", err, out.TimedOut)
 	}
 	alive.assertWritersGone(t, 10*time.Second)
+	assertGone(t, rt, stateDir, "toolpool-test", spec.ID)
 }
 
 // TestNoLeaks runs many calls, timeouts and failures among them, concurrently, and checks that none leaves a
@@ -263,13 +286,17 @@ func TestTimeoutKillsEverything(t *testing.T) {
 // destroys). Every check is scoped to this test's own daemon and calls: other tests on the host may share
 // the containerd namespace.
 func TestNoLeaks(t *testing.T) {
+	cold := 300 // hundreds of calls, a quarter of them timeouts and a quarter failures
+	if ctrtest.Runtime() == containerd.GVisorRuntime {
+		cold = 60 // every gVisor call boots a kernel (half a CPU-second): fewer, to keep the gVisor tier in CI's budget
+	}
 	for _, tc := range []struct {
 		name string
 		n    int
 		pool bool
 	}{
-		{name: "cold", n: 300}, // hundreds of calls, a quarter of them timeouts and a quarter failures
-		{name: "pooled", n: 80, pool: true},
+		{name: "cold", n: cold},
+		{name: "pooled", n: 80, pool: true}, // the pool's containers are runc's, whatever the suite's runtime
 	} {
 		t.Run(tc.name, func(t *testing.T) { testNoLeaks(t, tc.n, tc.pool) })
 	}
@@ -279,6 +306,7 @@ func testNoLeaks(t *testing.T, n int, pooled bool) {
 	stateDir := filepath.Join(ctrtest.ShortTempDir(t), "state")
 	cfg := containerd.Config{StateDir: stateDir}
 	if pooled {
+		cfg.RuntimeName = containerd.RuncRuntime
 		cfg.Pool = containerd.PoolConfig{MaxSize: 4, InitBinary: buildProbe(t), InitPath: probePath}
 	}
 	rt, d := ctrtest.NewRuntime(t, cfg)
@@ -349,19 +377,35 @@ func testNoLeaks(t *testing.T, n int, pooled bool) {
 		}
 		return nil
 	})
+	// gVisor's sandbox and gofer processes name their state dir (runsc --root) in their command line.
+	waitFor(t, 10*time.Second, "every gVisor sandbox process of this test to exit", func() bool {
+		return !processWith(stateDir)
+	})
+	// gVisor's state holds files per live container, and the network namespace its gofers share, which
+	// stays mounted until the Runtime closes.
+	left, _ := filepath.Glob(filepath.Join(stateDir, "runsc", "state", "*", "*"))
+	if left = slices.DeleteFunc(left, func(p string) bool { return filepath.Base(p) == "null-netns" }); len(left) > 0 {
+		t.Errorf("runsc state left behind: %v", left)
+	}
 	daemonDir := filepath.Dir(d.Address())
 	mountinfo, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, line := range strings.Split(string(mountinfo), "\n") {
-		if strings.Contains(line, daemonDir) || strings.Contains(line, stateDir) {
+		if strings.Contains(line, daemonDir) || strings.Contains(line, stateDir) && !strings.Contains(line, "/null-netns ") {
 			t.Errorf("mount left behind: %s", line)
 		}
 	}
 	waitFor(t, 10*time.Second, "every shim of this test's containerd to exit", func() bool {
 		return !processWith("containerd-shim", "-address "+d.Address()+" ")
 	})
+	if err := rt.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if mountinfo, _ = os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mountinfo), stateDir) {
+		t.Errorf("mounts left under %s after Close", stateDir)
+	}
 }
 
 // TestLeakCheckSeesALiveCall proves that the leak checks look where this host keeps a container's cgroups
@@ -418,4 +462,71 @@ func TestWarnings(t *testing.T) {
 		t.Errorf("runc %s (too old: %v): warnings %q", v, old, w)
 	}
 	t.Logf("runc %s: warnings %q", v, w)
+}
+
+// liveBuffer watches Spec.Stdout and Spec.Stderr, and signals each write.
+type liveBuffer struct {
+	mu    sync.Mutex
+	buf   strings.Builder
+	wrote chan struct{}
+}
+
+func (l *liveBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	l.buf.Write(p)
+	l.mu.Unlock()
+	select {
+	case l.wrote <- struct{}{}:
+	default:
+	}
+	return len(p), nil
+}
+
+func (l *liveBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// TestLiveOutput: Spec.Stdout and Spec.Stderr see what the process prints while it still runs (the process waits for a
+// file that the test creates only after it saw the first line), and in the end all of both streams, even
+// past the output cap.
+func TestLiveOutput(t *testing.T) {
+	rt, _ := ctrtest.NewRuntime(t, containerd.Config{})
+	ws := workspace(t)
+	live := &liveBuffer{wrote: make(chan struct{}, 1)}
+	spec := shell(ws, `echo first; while [ ! -e /workspace/go-on ]; do sleep 0.05; done; head -c 3000 /dev/zero | tr '\0' y; echo; echo err >&2`, 2*time.Minute)
+	spec.Limits.OutputBytes = 1000
+	spec.Stdout, spec.Stderr = live, live
+	type result struct {
+		out sandbox.Outcome
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := rt.Run(context.Background(), spec)
+		done <- result{out, err}
+	}()
+	deadline := time.After(2 * time.Minute)
+	for !strings.Contains(live.String(), "first\n") {
+		select {
+		case <-live.wrote:
+		case r := <-done:
+			t.Fatalf("the call ended (%v, stdout %q) before Live saw its first line: %q", r.err, r.out.Stdout.String(), live.String())
+		case <-deadline:
+			t.Fatalf("Live saw %q in 2 minutes, want the first line while the call runs", live.String())
+		}
+	}
+	if err := os.WriteFile(filepath.Join(ws, "go-on"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || r.out.ExitCode != 0 {
+		t.Fatalf("run: exit %d, %v", r.out.ExitCode, r.err)
+	}
+	got := live.String()
+	if strings.Count(got, "y") != 3000 || !strings.Contains(got, "err\n") || !r.out.Stdout.Truncated() {
+		t.Errorf("Live got %d bytes (%d y, stderr %v); stdout truncated %v; want every byte in Live and stdout capped",
+			len(got), strings.Count(got, "y"), strings.Contains(got, "err\n"), r.out.Stdout.Truncated())
+	}
 }

@@ -9,6 +9,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -21,8 +24,22 @@ const (
 	SandboxGID = 65532
 )
 
+// Runtime is the sandbox runtime the tests run under, from TOOLPOOL_TEST_RUNTIME: containerd.RuncRuntime
+// (the default), containerd.GVisorRuntime, or any other containerd runtime handler (io.containerd.kata.v2),
+// returned as it is.
+func Runtime() string {
+	switch v := os.Getenv("TOOLPOOL_TEST_RUNTIME"); v {
+	case "", containerd.RuncHandler:
+		return containerd.RuncRuntime
+	case "runsc":
+		return containerd.GVisorRuntime
+	default:
+		return v
+	}
+}
+
 // Require skips the test under -short; otherwise it fails (CI=true) or skips the test unless this process
-// is root and containerd and runc are installed.
+// is root and containerd and runc are installed, and, when the tests run under gVisor, runsc.
 func Require(t testing.TB) {
 	t.Helper()
 	if testing.Short() {
@@ -38,6 +55,8 @@ func Require(t testing.TB) {
 		missing = "runc (apt-get install runc)"
 	case !onPath("containerd-shim-runc-v2"):
 		missing = "containerd-shim-runc-v2 (apt-get install containerd)"
+	case Runtime() == containerd.GVisorRuntime && !onPath("runsc"):
+		missing = "gVisor's runsc (make gvisor)"
 	}
 	lack(t, missing)
 }
@@ -65,6 +84,39 @@ func lack(t testing.TB, missing string) {
 		t.Fatalf("this test needs %s, and CI must not skip it", missing)
 	}
 	t.Skipf("this test needs %s", missing)
+}
+
+// RequireGVisor is Require, and gVisor's runsc on PATH. A missing runsc fails the test under CI=true
+// unless TOOLPOOL_GVISOR=0, which make test sets when gVisor is not installed (make test-gvisor installs it
+// and runs these tests); it skips the test elsewhere.
+func RequireGVisor(t testing.TB) {
+	t.Helper()
+	Require(t)
+	if onPath("runsc") {
+		return
+	}
+	if os.Getenv("CI") == "true" && os.Getenv("TOOLPOOL_GVISOR") != "0" {
+		t.Fatal("this test needs gVisor's runsc (make gvisor), and CI must not skip it")
+	}
+	t.Skip("this test needs gVisor's runsc: make test-gvisor installs it and runs this test")
+}
+
+// HostRelease is the host kernel's release (uname -r), which a call under runc sees and one under gVisor
+// does not: the tests tell the runtime a call ran under by it.
+func HostRelease(t testing.TB) string {
+	t.Helper()
+	var u syscall.Utsname
+	if err := syscall.Uname(&u); err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, c := range u.Release {
+		if c == 0 {
+			break
+		}
+		b.WriteByte(byte(c))
+	}
+	return b.String()
 }
 
 func onPath(name string) bool {
@@ -117,13 +169,18 @@ func NewRuntime(t testing.TB, cfg containerd.Config) (*containerd.Runtime, *cont
 }
 
 // NewRuntimeOn returns a Runtime on the containerd at cfg.Address, closed when the test ends, with the
-// same defaults as NewRuntime. An empty cfg.RuntimeName is taken from TOOLPOOL_TEST_RUNTIME when set, so
-// that the sandbox suite can be run against another runtime handler (io.containerd.runsc.v1), and an empty
-// cfg.RuntimeBinary from TOOLPOOL_TEST_RUNTIME_BINARY (crun), the OCI runtime the runc shim runs.
+// same defaults as NewRuntime. An empty cfg.RuntimeName is Runtime, so that the sandbox suite runs under
+// the runtime TOOLPOOL_TEST_RUNTIME names; gVisor (runsc on PATH) is offered whenever it is the one. An
+// empty cfg.RuntimeBinary is TOOLPOOL_TEST_RUNTIME_BINARY (crun), the OCI runtime the runc shim runs.
+// Unless cfg.OnCleanup is set, a container whose removal fails fails the test when it ends: a container
+// left behind is a leak.
 func NewRuntimeOn(t testing.TB, cfg containerd.Config) *containerd.Runtime {
 	t.Helper()
 	if cfg.RuntimeName == "" {
-		cfg.RuntimeName = os.Getenv("TOOLPOOL_TEST_RUNTIME")
+		cfg.RuntimeName = Runtime()
+	}
+	if cfg.RuntimeName == containerd.GVisorRuntime && cfg.GVisor == nil {
+		cfg.GVisor = &containerd.GVisorConfig{}
 	}
 	if cfg.RuntimeBinary == "" {
 		cfg.RuntimeBinary = os.Getenv("TOOLPOOL_TEST_RUNTIME_BINARY")
@@ -139,6 +196,26 @@ func NewRuntimeOn(t testing.TB, cfg containerd.Config) *containerd.Runtime {
 	}
 	if cfg.WorkerID == "" {
 		cfg.WorkerID = "test-worker"
+	}
+	var removal struct {
+		sync.Mutex
+		errs []error
+	}
+	if cfg.OnCleanup == nil {
+		cfg.OnCleanup = func(_ time.Duration, err error) {
+			if err != nil {
+				removal.Lock()
+				removal.errs = append(removal.errs, err)
+				removal.Unlock()
+			}
+		}
+		t.Cleanup(func() { // runs after Close, which waits for every removal
+			removal.Lock()
+			defer removal.Unlock()
+			for _, err := range removal.errs {
+				t.Errorf("remove a finished call's container: %v", err)
+			}
+		})
 	}
 	rt, err := containerd.New(context.Background(), cfg)
 	if err != nil {

@@ -1,0 +1,46 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// TestCallFollow: --follow prints output events as they come (base64 ones decoded to their bytes, stderr
+// to stderr), and when the stream breaks before the result it resumes with Last-Event-ID from the last
+// event it read, then prints the result's summary without printing the output twice.
+func TestCallFollow(t *testing.T) {
+	var mu sync.Mutex
+	var resumedFrom []string
+	serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Accept") != "text/event-stream" {
+			t.Errorf("%s %s without Accept: text/event-stream", r.Method, r.URL.Path)
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		switch {
+		case r.Method == http.MethodPost && r.URL.Path == "/v1/calls":
+			fmt.Fprint(w, "id: 0.0\nevent: status\ndata: {\"id\":\"c_1\",\"status\":\"running\"}\n\n")
+			fmt.Fprint(w, "id: 6.0\nevent: stdout\ndata: {\"offset\":0,\"text\":\"hello\\n\"}\n\n")
+			fmt.Fprint(w, "id: 8.0\nevent: stdout\ndata: {\"offset\":6,\"base64\":\"/w0=\"}\n\n")
+			// the connection breaks here
+		case r.Method == http.MethodGet && r.URL.Path == "/v1/calls/c_1/events":
+			mu.Lock()
+			resumedFrom = append(resumedFrom, r.Header.Get("Last-Event-ID"))
+			mu.Unlock()
+			fmt.Fprint(w, "id: 8.4\nevent: stderr\ndata: {\"offset\":0,\"text\":\"oops\"}\n\n")
+			fmt.Fprintf(w, "id: 8.4\nevent: result\ndata: %s\n\n", strings.ReplaceAll(okResult, "\n", ""))
+		default:
+			t.Errorf("unexpected %s %s", r.Method, r.URL)
+			http.NotFound(w, r)
+		}
+	}))
+	code, stdout, stderr := cli("call", "run_shell", "--follow", "command=echo hello")
+	if code != 0 || stdout != "hello\n\xff\r" || !strings.HasPrefix(stderr, "oops[ok · exit 0") {
+		t.Errorf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if len(resumedFrom) != 1 || resumedFrom[0] != "8.0" {
+		t.Errorf("resumed from %q, want once from the last event id 8.0", resumedFrom)
+	}
+}

@@ -1,0 +1,184 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/toolpool/toolpool/internal/call"
+	"github.com/toolpool/toolpool/internal/queue"
+	"github.com/toolpool/toolpool/internal/queue/queuetest"
+	"github.com/toolpool/toolpool/internal/sandbox"
+)
+
+// printRuntime prints data on stdout through the spec's watcher in pieces of piece bytes, the way the
+// containerd runtime's output copy does, and captures it like the runtime.
+type printRuntime struct {
+	data  []byte
+	piece int
+}
+
+func (r printRuntime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Outcome, error) {
+	capw := sandbox.NewCapWriter(spec.Limits.OutputBytes)
+	for b := r.data; len(b) > 0; {
+		n := min(r.piece, len(b))
+		capw.Write(b[:n])
+		if spec.Stdout != nil {
+			spec.Stdout.Write(b[:n])
+		}
+		b = b[n:]
+	}
+	return sandbox.Outcome{Stdout: capw.Captured()}, nil
+}
+
+// chunkLog is a Live that records chunks; block makes every publish wait until released.
+type chunkLog struct {
+	mu     sync.Mutex
+	chunks []queue.Chunk
+	block  chan struct{}
+}
+
+func (l *chunkLog) PublishChunk(_ context.Context, id string, ch queue.Chunk) error {
+	if l.block != nil {
+		<-l.block
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.chunks = append(l.chunks, ch)
+	return nil
+}
+
+// TestFullOutputKeptAndStreamed: a command's whole stdout (bigger than the model's cap and the sandbox's
+// capture, with bytes that are not UTF-8) is stored byte for byte, every live chunk is the stream's bytes
+// at its offset, and the envelope's output is bounded and names read_output with the call's id.
+func TestFullOutputKeptAndStreamed(t *testing.T) {
+	var data bytes.Buffer
+	for i := 0; data.Len() < 3<<20; i++ {
+		fmt.Fprintf(&data, "line %d é\xff\n", i)
+	}
+	st := queuetest.NewStore()
+	outs := &memOutputs{objs: map[string][]byte{}}
+	live := &chunkLog{}
+	w := newTestWorkerWith(t, slowConfig(t), printRuntime{data: data.Bytes(), piece: 32 << 10}, st,
+		WithLeases(newFakeLeases()), WithOutputs(outs), WithLive(live))
+	c := newCall("run_shell", shellArgs)
+	c.Limits.OutputBytes = 30000
+	st.Put(call.NewResult(c, call.StatusQueued))
+	w.Handle(context.Background(), &fakeDelivery{c: c})
+	got, _ := st.Get(context.Background(), c.ID)
+	r := got.Result
+	s := r.Streams[call.StreamStdout]
+	if r.Status != call.StatusOK || s == nil || s.Bytes != int64(data.Len()) || s.Kept != int64(data.Len()) {
+		t.Fatalf("status %s, stdout stream %+v, want %d bytes kept", r.Status, s, data.Len())
+	}
+	var stored []byte
+	for i := int64(0); i*s.Page < s.Kept; i++ {
+		stored = append(stored, outs.objs[s.PageName(i)]...)
+	}
+	if !bytes.Equal(stored, data.Bytes()) || s.Page != 1<<20 {
+		t.Fatalf("stored %d bytes in pages of %d, not the %d printed", len(stored), s.Page, data.Len())
+	}
+	if len(r.Output) > 30000 || !strings.Contains(r.Output, `read_output {"call_id":"`+c.ID+`","stream":"stdout","offset":`) || !r.Truncated {
+		t.Errorf("output (%d bytes, truncated %v) does not name read_output for this call:\n%.600s", len(r.Output), r.Truncated, r.Output)
+	}
+	live.mu.Lock()
+	defer live.mu.Unlock()
+	var seen int64
+	for _, ch := range live.chunks {
+		if ch.Stream != call.StreamStdout || ch.End() > int64(data.Len()) || !bytes.Equal(ch.Data, data.Bytes()[ch.Offset:ch.End()]) {
+			t.Fatalf("chunk %s@%d (%d bytes) is not the stream's bytes there", ch.Stream, ch.Offset, len(ch.Data))
+		}
+		if ch.Offset < seen {
+			t.Fatalf("chunk at %d after one ending at %d", ch.Offset, seen)
+		}
+		seen = ch.End()
+	}
+	if seen == 0 {
+		t.Error("nothing was published live")
+	}
+}
+
+// TestLiveOutputComplete: output that never fills the pending buffer is published whole, in order, up
+// to its last byte (published after the process ended), with no UTF-8 sequence split between chunks.
+func TestLiveOutputComplete(t *testing.T) {
+	data := []byte(strings.Repeat("héllo wörld ", 20000)) // 260 000 bytes, printed in 1 000-byte pieces
+	data = data[:200000]
+	st := queuetest.NewStore()
+	live := &chunkLog{}
+	w := newTestWorkerWith(t, slowConfig(t), printRuntime{data: data, piece: 1000}, st,
+		WithLeases(newFakeLeases()), WithOutputs(&memOutputs{objs: map[string][]byte{}}), WithLive(live))
+	c := newCall("run_shell", shellArgs)
+	st.Put(call.NewResult(c, call.StatusQueued))
+	w.Handle(context.Background(), &fakeDelivery{c: c})
+	live.mu.Lock()
+	defer live.mu.Unlock()
+	var got []byte
+	for _, ch := range live.chunks {
+		if ch.Offset != int64(len(got)) {
+			t.Fatalf("chunk at %d after %d bytes", ch.Offset, len(got))
+		}
+		if !utf8.Valid(ch.Data) {
+			t.Errorf("chunk at %d splits a UTF-8 sequence", ch.Offset)
+		}
+		got = append(got, ch.Data...)
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatalf("published %d bytes, want all %d", len(got), len(data))
+	}
+}
+
+// TestStuckLiveNeverSlowsTheCall: with a publisher that never returns, a call printing 8 MiB still
+// finishes, keeps its whole output, and waits for the stuck publisher no longer than liveFlushWait.
+func TestStuckLiveNeverSlowsTheCall(t *testing.T) {
+	old := liveFlushWait
+	liveFlushWait = 200 * time.Millisecond
+	defer func() { liveFlushWait = old }()
+	data := bytes.Repeat([]byte("x"), 8<<20)
+	st := queuetest.NewStore()
+	outs := &memOutputs{objs: map[string][]byte{}}
+	live := &chunkLog{block: make(chan struct{})}
+	defer close(live.block)
+	w := newTestWorkerWith(t, slowConfig(t), printRuntime{data: data, piece: 4 << 10}, st,
+		WithLeases(newFakeLeases()), WithOutputs(outs), WithLive(live))
+	c := newCall("run_shell", shellArgs)
+	st.Put(call.NewResult(c, call.StatusQueued))
+	done := make(chan struct{})
+	go func() { w.Handle(context.Background(), &fakeDelivery{c: c}); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("the call waits for a stuck live publisher")
+	}
+	got, _ := st.Get(context.Background(), c.ID)
+	if s := got.Result.Streams[call.StreamStdout]; s == nil || s.Kept != int64(len(data)) {
+		t.Fatalf("stdout stream %+v, want all %d bytes kept", s, len(data))
+	}
+}
+
+func TestRuneCut(t *testing.T) {
+	tests := []struct {
+		name string
+		b    string
+		n    int
+		want int
+	}{
+		{"ascii", "abcdef", 4, 4},
+		{"whole rune at the cut", "aé", 3, 3},
+		{"inside a two-byte rune", "aé", 2, 1},
+		{"inside a four-byte rune", "a😀", 3, 1},
+		{"invalid byte", "a\xff\xfe", 3, 3},
+		{"empty", "", 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := runeCut([]byte(tt.b), tt.n); got != tt.want {
+				t.Errorf("runeCut(%q, %d) = %d, want %d", tt.b, tt.n, got, tt.want)
+			}
+		})
+	}
+}
