@@ -29,7 +29,7 @@ CONTAINER_PKGS := ./internal/sandbox/containerd/... ./test/e2e/... ./test/cluste
 # FUZZTIME is how long make test (and make fuzz) runs each fuzz target.
 FUZZTIME ?= 20s
 
-.PHONY: all deps gvisor build run test test-gvisor test-unit fuzz bench lint helm fmt clean
+.PHONY: all deps gvisor build run test test-gvisor test-unit test-escape fuzz bench lint helm fmt clean
 
 all: build
 
@@ -70,6 +70,12 @@ test-gvisor: deps gvisor
 ## test-unit: the tests that need neither root nor containerd (-short skips the others, CI=true or not)
 test-unit:
 	$(GO) test -race -count=1 -short $(PKGS)
+
+## test-escape: the escape suite again, against the warm pool's containers and under crun (make test runs it
+## cold under runc)
+test-escape: deps
+	TOOLPOOL_TEST_POOL=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run '^TestEscape$$' ./internal/sandbox/containerd/
+	TOOLPOOL_TEST_RUNTIME_BINARY=crun $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run '^TestEscape$$' ./internal/sandbox/containerd/
 
 ## fuzz: every fuzz target for FUZZTIME (default 20s) each; a failing input lands in testdata/fuzz/ to commit
 fuzz:

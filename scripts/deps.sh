@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Installs what make run and make test need from Debian's packages, when it is missing: containerd, runc,
-# promtool, Node.js with npm for test/mcp, and the clients the egress tests run inside containers from the
-# host's /usr (git, curl, python3-pip; Node and Go come with the image), and strace for the policy oracle.
+# crun (the faster OCI runtime the worker can run through the runc shim), promtool, Node.js with npm for
+# test/mcp, and the clients the egress tests run inside containers from the host's /usr (git, curl,
+# python3-pip; Node and Go come with the image), and strace for the policy oracle.
 set -euo pipefail
 missing=()
 command -v containerd >/dev/null || missing+=(containerd)
 command -v containerd-shim-runc-v2 >/dev/null || missing+=(containerd)
 command -v ctr >/dev/null || missing+=(containerd)   # the fault tests list containers with it
 command -v runc >/dev/null || missing+=(runc)
+command -v crun >/dev/null || missing+=(crun)
 command -v curl >/dev/null || missing+=(curl)
 [ -x /usr/bin/git ] && [ -x /usr/lib/git-core/git-http-backend ] || missing+=(git)
 /usr/bin/python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
@@ -43,4 +45,5 @@ fi
 # The containerd package's own service is not used: toolpool's worker runs a private containerd.
 containerd --version >&2
 runc --version | head -1 >&2
+crun --version | head -1 >&2
 check_node

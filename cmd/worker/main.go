@@ -30,7 +30,9 @@ import (
 	"github.com/toolpool/toolpool/internal/call"
 	"github.com/toolpool/toolpool/internal/metrics"
 	"github.com/toolpool/toolpool/internal/queue/jetstream"
+	"github.com/toolpool/toolpool/internal/sandbox"
 	"github.com/toolpool/toolpool/internal/sandbox/containerd"
+	"github.com/toolpool/toolpool/internal/sandbox/sandboxinit"
 	"github.com/toolpool/toolpool/internal/tools"
 	"github.com/toolpool/toolpool/internal/tools/egress"
 	"github.com/toolpool/toolpool/internal/tracing"
@@ -40,19 +42,24 @@ import (
 
 // config is the worker's whole configuration: defaults, then the YAML file, then flags, then Validate.
 type config struct {
-	ID                string        `yaml:"id"`
-	NATSURL           string        `yaml:"nats_url"`
-	ContainerdAddress string        `yaml:"containerd_address"`
-	ContainerdBinary  string        `yaml:"containerd_binary"`
-	Namespace         string        `yaml:"namespace"`
-	Runtime           string        `yaml:"runtime"`
-	DataDir           string        `yaml:"data_dir"`
-	WorkspacesDir     string        `yaml:"workspaces_dir"`
-	Slots             int           `yaml:"slots"`
-	Listen            string        `yaml:"listen"`
-	UID               uint32        `yaml:"uid"`
-	GID               uint32        `yaml:"gid"`
-	Heartbeat         time.Duration `yaml:"heartbeat"`
+	ID                string `yaml:"id"`
+	NATSURL           string `yaml:"nats_url"`
+	ContainerdAddress string `yaml:"containerd_address"`
+	ContainerdBinary  string `yaml:"containerd_binary"`
+	Namespace         string `yaml:"namespace"`
+	Runtime           string `yaml:"runtime"`
+	// RuntimeBinary is the OCI runtime the runc runtime's shim runs: "runc", "crun", a path, or "auto" (crun when it
+	// is installed and works on this host, runc otherwise); empty leaves the shim's default, runc.
+	RuntimeBinary string `yaml:"runtime_binary"`
+	// Pool is the warm pool of runc containers created ahead of their calls.
+	Pool          poolConfig    `yaml:"pool"`
+	DataDir       string        `yaml:"data_dir"`
+	WorkspacesDir string        `yaml:"workspaces_dir"`
+	Slots         int           `yaml:"slots"`
+	Listen        string        `yaml:"listen"`
+	UID           uint32        `yaml:"uid"`
+	GID           uint32        `yaml:"gid"`
+	Heartbeat     time.Duration `yaml:"heartbeat"`
 	// Lease is the TTL of a running call's lease on the NATS server (default three heartbeats).
 	Lease          time.Duration `yaml:"lease"`
 	DrainTimeout   time.Duration `yaml:"drain_timeout"`
@@ -93,6 +100,16 @@ type workspacesConfig struct {
 	ArchiveMaxBytes int64         `yaml:"archive_max_bytes"`
 }
 
+// poolConfig is the worker's part of containerd.PoolConfig (the init is the worker's own binary).
+type poolConfig struct {
+	// MaxSize is the most ready containers at once; 0 turns the pool off.
+	MaxSize int `yaml:"max_size"`
+	// MemoryBytes is the memory the ready containers may hold in all; 0 sets no budget beyond MaxSize.
+	MemoryBytes int64 `yaml:"memory_bytes"`
+	// MaxAge is the longest a ready container waits for a call before it is destroyed.
+	MaxAge time.Duration `yaml:"max_age"`
+}
+
 func defaults() config {
 	host, _ := os.Hostname()
 	return config{
@@ -100,6 +117,7 @@ func defaults() config {
 		DataDir: "/var/lib/toolpool/worker", Slots: 4, Listen: "127.0.0.1:9091", UID: 65532, GID: 65532,
 		Heartbeat: 5 * time.Second, DrainTimeout: 30 * time.Second, LogLevel: "info", WorkspaceQuota: 1 << 30,
 		Metrics: metrics.Options{TenantLabel: true, MaxTenants: metrics.DefaultMaxTenants},
+		Pool:    poolConfig{MaxSize: 8, MemoryBytes: 256 << 20, MaxAge: 10 * time.Minute},
 	}
 }
 
@@ -116,6 +134,15 @@ func (c *config) validate() error {
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		errs = append(errs, err)
+	}
+	if c.Pool.MaxSize < 0 || c.Pool.MaxSize > 1024 {
+		errs = append(errs, fmt.Errorf("pool.max_size %d is outside 0..1024 (0 turns the warm pool off)", c.Pool.MaxSize))
+	}
+	if c.Pool.MemoryBytes < 0 {
+		errs = append(errs, fmt.Errorf("pool.memory_bytes %d is negative (0 sets no memory budget)", c.Pool.MemoryBytes))
+	}
+	if c.Pool.MaxAge < 0 {
+		errs = append(errs, fmt.Errorf("pool.max_age %s is negative", c.Pool.MaxAge))
 	}
 	for name := range c.Runtimes {
 		if err := call.ValidateName("runtime", name); err != nil {
@@ -168,6 +195,9 @@ func main() {
 				os.Exit(2)
 			}
 			os.Exit(tools.RunnerMain(context.Background(), os.Args[2], tools.WorkspaceDir, os.Stdin, os.Stdout))
+		case sandboxinit.Command:
+			// A pooled container's first process: it reads its call's spec and executes it.
+			os.Exit(sandboxinit.Main(os.Stderr))
 		case tools.ForwardCommand:
 			os.Exit(tools.ForwardMain(context.Background(), os.Args[2:], tools.ForwarderAddr, tools.EgressSocket, os.Stderr))
 		case "import-image":
@@ -188,6 +218,8 @@ func loadConfig(fs *flag.FlagSet, args []string) (config, error) {
 	natsURL := fs.String("nats-url", "", "NATS server URL (default nats://127.0.0.1:4222, the dispatcher's embedded server)")
 	ctrd := fs.String("containerd-address", "", "containerd socket; empty starts a private containerd under the data dir")
 	runtimeName := fs.String("runtime", "", "sandbox runtime of calls whose tenant names none: runc (default), gvisor, a name from runtimes, or a containerd runtime handler")
+	runtimeBinary := fs.String("runtime-binary", "", "OCI runtime the shim of the runc runtime runs: runc, crun, a path, or auto (crun when it works here)")
+	poolSize := fs.Int("pool-size", 0, "most runc containers kept ready ahead of calls (default 8; 0: no warm pool)")
 	dataDir := fs.String("data-dir", "", "state directory (default /var/lib/toolpool/worker)")
 	wsDir := fs.String("workspaces", "", "workspaces directory (default DATA_DIR/workspaces)")
 	slots := fs.Int("slots", 0, "calls run at once (default 4)")
@@ -215,6 +247,10 @@ func loadConfig(fs *flag.FlagSet, args []string) (config, error) {
 	apply("nats-url", &cfg.NATSURL, *natsURL)
 	apply("containerd-address", &cfg.ContainerdAddress, *ctrd)
 	apply("runtime", &cfg.Runtime, *runtimeName)
+	apply("runtime-binary", &cfg.RuntimeBinary, *runtimeBinary)
+	if set["pool-size"] {
+		cfg.Pool.MaxSize = *poolSize
+	}
 	apply("data-dir", &cfg.DataDir, *dataDir)
 	apply("workspaces", &cfg.WorkspacesDir, *wsDir)
 	apply("listen", &cfg.Listen, *listen)
@@ -326,14 +362,36 @@ func run(args []string) (retErr error) {
 		address = daemon.Address()
 		log.Info("started private containerd", "address", address)
 	}
+	runner, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find own binary for the tool runner: %w", err)
+	}
+	// The tool runner (this binary, mounted at tools.RunnerPath) is also the warm pool's init, so that a
+	// tool call, which mounts it there, can run in a pooled container.
 	rt, err := containerd.New(ctx, containerd.Config{
-		Address: address, Namespace: cfg.Namespace, RuntimeName: cfg.Runtime, Runtimes: cfg.Runtimes, GVisor: cfg.gvisor(),
+		Address: address, Namespace: cfg.Namespace, RuntimeName: cfg.Runtime, RuntimeBinary: cfg.RuntimeBinary,
+		Runtimes: cfg.Runtimes, GVisor: cfg.gvisor(),
 		StateDir: filepath.Join(cfg.DataDir, "sandbox"), UID: cfg.UID, GID: cfg.GID, WorkerID: cfg.ID, OnCleanup: wm.ObserveCleanup,
+		Pool: containerd.PoolConfig{MaxSize: cfg.Pool.MaxSize, MemoryBytes: cfg.Pool.MemoryBytes, MaxAge: cfg.Pool.MaxAge,
+			InitBinary: runner, InitPath: tools.RunnerPath},
 	})
 	if err != nil {
 		return err
 	}
 	defer rt.Close()
+	// The first call of the usual profile (the worker's root filesystem, default limits) finds a container
+	// ready; other profiles warm up from their first call.
+	rt.Prewarm(sandbox.Spec{Image: cfg.Image})
+	// Draining a worker drains its pool: no idle containers are kept for calls that will not come.
+	go func() {
+		<-ctx.Done()
+		rt.DrainPool()
+	}()
+	wm.WatchPool(func() metrics.PoolState {
+		st := rt.PoolStats()
+		return metrics.PoolState{Ready: st.Ready, Creating: st.Creating, Target: st.Target, MemoryBytes: st.MemoryBytes,
+			OldestAge: st.OldestAge, Created: st.Created, CreateFailures: st.CreateFailures, Discarded: st.Discarded}
+	})
 	for _, msg := range rt.Warnings() {
 		log.Warn("sandbox runtime needs attention", "warning", msg)
 	}
@@ -384,10 +442,6 @@ func run(args []string) (retErr error) {
 		if err := rt.EnsureMountPoint(p, false); err != nil {
 			return err
 		}
-	}
-	runner, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("find own binary for the tool runner: %w", err)
 	}
 
 	reg, err := tools.NewRegistry(cfg.Tools.Custom...)
@@ -442,7 +496,7 @@ func run(args []string) (retErr error) {
 	defer srv.Close()
 
 	log.Info("worker ready", "image", cfg.Image, "slots", cfg.Slots, "nats", cfg.NATSURL, "containerd", address, "runtime", cfg.Runtime,
-		"runtimes", rt.Runtimes(), "workspaces", cfg.WorkspacesDir)
+		"runtimes", rt.Runtimes(), "oci_runtime", rt.OCIRuntime(), "pool_size", cfg.Pool.MaxSize, "workspaces", cfg.WorkspacesDir)
 	handle := metrics.InstrumentHandler(cfg.Slots, tracing.TraceHandler(w.Handle), wm)
 	err = consumeDraining(ctx, cfg.DrainTimeout, secondSignal, log, func(fetchCtx, runCtx context.Context) error {
 		return conn.ConsumeWith(fetchCtx, runCtx, cfg.Slots, handle)

@@ -115,10 +115,14 @@ type ErrorInfo struct {
 
 // Timing is where a call's time went, in milliseconds.
 type Timing struct {
-	QueuedMS  int64 `json:"queued_ms"`
+	QueuedMS int64 `json:"queued_ms"`
+	// SandboxMS is the time to make (cold) or claim (warm) the call's container and start its process.
 	SandboxMS int64 `json:"sandbox_ms"`
 	RunMS     int64 `json:"run_ms"`
 	TotalMS   int64 `json:"total_ms"`
+	// Warm reports that the call ran in a container the worker created ahead of it (its warm pool) rather
+	// than one created for it; either way the container was fresh and served this call only.
+	Warm bool `json:"warm"`
 }
 
 // Usage is what the call's container consumed.

@@ -67,7 +67,7 @@ func newCallMetrics() *callMetrics {
 		queueWait: histogram("call_queue_wait_seconds",
 			"Time a call waited between its acceptance and a worker claiming it.", "tenant"),
 		sandboxStart: histogram("sandbox_start_seconds",
-			"Time to create and start a call's container.", "tool"),
+			"Time to create and start a call's container (path cold) or to claim one from the worker's warm pool and start it (path warm).", "tool", "path"),
 		run: histogram("call_run_seconds",
 			"Time a call's process ran in its container.", "tool"),
 		timeouts: counter("call_timeouts_total",
@@ -126,7 +126,11 @@ func (c *common) finished(r *call.Result) {
 	// A container takes milliseconds to start at the least, so SandboxMS > 0 says one was made; a call that
 	// failed before (unknown tool, arguments its plan rejects) has no sandbox or run time to report.
 	if r.Timing.SandboxMS > 0 {
-		observe(m.sandboxStart.WithLabelValues(tool), ms(r.Timing.SandboxMS), traceID)
+		path := "cold"
+		if r.Timing.Warm {
+			path = "warm"
+		}
+		observe(m.sandboxStart.WithLabelValues(tool, path), ms(r.Timing.SandboxMS), traceID)
 		observe(m.run.WithLabelValues(tool), ms(max(r.Timing.RunMS, 0)), traceID)
 	}
 	if r.Status == call.StatusTimeout {

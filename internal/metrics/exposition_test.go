@@ -75,6 +75,7 @@ func exercised(t *testing.T) map[string]*prometheus.Registry {
 	}
 	w.WatchNATS(func(ctx context.Context) error { return nil })
 	w.WatchContainerd(func(ctx context.Context) error { return nil })
+	w.WatchPool(func() metrics.PoolState { return metrics.PoolState{Ready: 2, Target: 2, MemoryBytes: 1 << 25} })
 	w.WatchQueue(func(ctx context.Context) (uint64, time.Duration, error) { return 0, 0, nil })
 	return map[string]*prometheus.Registry{"dispatcher": dreg, "worker": wreg}
 }

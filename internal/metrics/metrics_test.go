@@ -174,6 +174,7 @@ func TestObserveWorkerStore(t *testing.T) {
 	write(finished(call.StatusTimeout))
 	oom := finished(call.StatusError)
 	oom.Error = &call.ErrorInfo{Type: call.ErrOOM}
+	oom.Timing.Warm = true // its container came from the warm pool
 	write(oom)
 	unplanned := finished(call.StatusError) // failed before any sandbox: no start or run time
 	unplanned.Timing = call.Timing{QueuedMS: 5, TotalMS: 6}
@@ -189,7 +190,8 @@ func TestObserveWorkerStore(t *testing.T) {
 	mustSample(t, reg, "toolpool_call_output_bytes_total", labels, 4096)
 	mustSample(t, reg, "toolpool_call_errors_total", map[string]string{"type": "oom"}, 1)
 	mustSample(t, reg, "toolpool_call_errors_total", map[string]string{"type": metrics.Overflow}, 1)
-	mustSample(t, reg, "toolpool_sandbox_start_seconds", map[string]string{"tool": "run_shell"}, 3)
+	mustSample(t, reg, "toolpool_sandbox_start_seconds", map[string]string{"tool": "run_shell", "path": "cold"}, 2)
+	mustSample(t, reg, "toolpool_sandbox_start_seconds", map[string]string{"tool": "run_shell", "path": "warm"}, 1)
 	mustSample(t, reg, "toolpool_call_run_seconds", map[string]string{"tool": "run_shell"}, 3)
 	mustSample(t, reg, "toolpool_call_duration_seconds", map[string]string{"status": "error"}, 2)
 	mustSample(t, reg, "toolpool_call_queue_wait_seconds", map[string]string{"tenant": "acme"}, 4)
@@ -296,6 +298,11 @@ func TestObserveRuntime(t *testing.T) {
 		{"not started", context.Background(), fakeRuntime{err: fmt.Errorf("create container: %w", sandbox.ErrNotStarted)}},
 		{"failed while running", context.Background(), fakeRuntime{out: sandbox.Outcome{CleanupTime: time.Millisecond}, err: errors.New("wait task: eof")}},
 		{"cancelled is no failure", cancelled, fakeRuntime{err: context.Canceled}},
+		{"warm", context.Background(), fakeRuntime{out: sandbox.Outcome{SandboxTime: 3 * time.Millisecond, Warm: true}}},
+		{"warm again", context.Background(), fakeRuntime{out: sandbox.Outcome{SandboxTime: 4 * time.Millisecond, Warm: true}}},
+		{"cold, pool empty", context.Background(), fakeRuntime{out: sandbox.Outcome{SandboxTime: 200 * time.Millisecond, ColdReason: "empty"}}},
+		{"cold, no pool", context.Background(), fakeRuntime{out: sandbox.Outcome{SandboxTime: 200 * time.Millisecond}}},
+		{"cold, unknown reason", context.Background(), fakeRuntime{out: sandbox.Outcome{SandboxTime: 200 * time.Millisecond, ColdReason: "a new reason"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := metrics.ObserveRuntime(tc.rt, m).Run(tc.ctx, sandbox.Spec{ID: "c_1"})
@@ -307,6 +314,28 @@ func TestObserveRuntime(t *testing.T) {
 	mustSample(t, reg, "toolpool_sandbox_errors_total", map[string]string{"stage": "start"}, 1)
 	mustSample(t, reg, "toolpool_sandbox_errors_total", map[string]string{"stage": "run"}, 1)
 	mustSample(t, reg, "toolpool_sandbox_cleanup_seconds", nil, 2)
+	mustSample(t, reg, "toolpool_sandbox_starts_total", map[string]string{"path": "warm", "cold_reason": ""}, 2)
+	mustSample(t, reg, "toolpool_sandbox_starts_total", map[string]string{"path": "cold", "cold_reason": "empty"}, 1)
+	mustSample(t, reg, "toolpool_sandbox_starts_total", map[string]string{"path": "cold", "cold_reason": "none"}, 1)
+	mustSample(t, reg, "toolpool_sandbox_starts_total", map[string]string{"path": "cold", "cold_reason": metrics.Overflow}, 1)
+}
+
+func TestWatchPool(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := metrics.NewWorker(reg, metrics.Options{})
+	m.WatchPool(func() metrics.PoolState {
+		return metrics.PoolState{Ready: 3, Creating: 1, Target: 4, MemoryBytes: 48 << 20, OldestAge: 90 * time.Second,
+			Created: 10, CreateFailures: 2, Discarded: map[string]uint64{"max_age": 5}}
+	})
+	mustSample(t, reg, "toolpool_pool_containers", map[string]string{"state": "ready"}, 3)
+	mustSample(t, reg, "toolpool_pool_containers", map[string]string{"state": "creating"}, 1)
+	mustSample(t, reg, "toolpool_pool_target_containers", nil, 4)
+	mustSample(t, reg, "toolpool_pool_memory_bytes", nil, 48<<20)
+	mustSample(t, reg, "toolpool_pool_oldest_age_seconds", nil, 90)
+	mustSample(t, reg, "toolpool_pool_created_total", nil, 10)
+	mustSample(t, reg, "toolpool_pool_create_failures_total", nil, 2)
+	mustSample(t, reg, "toolpool_pool_discarded_total", map[string]string{"reason": "max_age"}, 5)
+	mustSample(t, reg, "toolpool_pool_discarded_total", map[string]string{"reason": "drain"}, 0)
 }
 
 func TestInstrumentHTTPUsesRoutePatterns(t *testing.T) {

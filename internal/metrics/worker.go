@@ -19,6 +19,7 @@ type WorkerMetrics struct {
 	slots         *slotCollector
 	cleanup       prometheus.Histogram
 	sandboxErrors *prometheus.CounterVec
+	sandboxStarts *prometheus.CounterVec
 	egress        *egressMetrics
 }
 
@@ -36,11 +37,78 @@ func NewWorker(reg prometheus.Registerer, opts Options) *WorkerMetrics {
 			Help: "Failures of the container runtime itself, by stage: start (nothing ran; the call is offered again) or run."},
 			[]string{"stage"}),
 	}
+	m.sandboxStarts = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "sandbox_starts_total",
+		Help: "Containers started for calls, by path: warm (claimed from the warm pool) or cold (created for the call), and for cold, why: none (the worker has no pool), empty, mounts, limits, profiles, broken, disabled, draining, or other."},
+		[]string{"path", "cold_reason"})
 	m.egress = newEgressMetrics(reg)
 	m.sandboxErrors.WithLabelValues("start")
 	m.sandboxErrors.WithLabelValues("run")
-	reg.MustRegister(m.slots, m.cleanup, m.sandboxErrors)
+	m.sandboxStarts.WithLabelValues("warm", "")
+	reg.MustRegister(m.slots, m.cleanup, m.sandboxErrors, m.sandboxStarts)
 	return m
+}
+
+// coldReasons are the values of sandbox_starts_total's cold_reason label (sandbox.Outcome.ColdReason of
+// the containerd runtime, and "none" for a runtime without a pool); any other value counts as Overflow.
+var coldReasons = map[string]bool{"empty": true, "mounts": true, "limits": true, "profiles": true, "broken": true, "disabled": true, "draining": true, "runtime": true}
+
+// PoolState is what WatchPool reports of a warm pool at scrape time.
+type PoolState struct {
+	Ready, Creating, Target int
+	MemoryBytes             int64
+	OldestAge               time.Duration
+	// Created counts the containers made for the pool, CreateFailures the attempts that failed, Discarded
+	// those destroyed without serving a call, by reason (max_age, shrink, drain).
+	Created, CreateFailures uint64
+	Discarded               map[string]uint64
+}
+
+// WatchPool makes each scrape report the warm pool that state describes: toolpool_pool_containers (ready
+// and creating), toolpool_pool_target_containers, toolpool_pool_memory_bytes,
+// toolpool_pool_oldest_age_seconds, toolpool_pool_created_total, toolpool_pool_create_failures_total and
+// toolpool_pool_discarded_total{reason}. state must be cheap and safe for concurrent use. Call it at most
+// once.
+func (m *WorkerMetrics) WatchPool(state func() PoolState) {
+	m.reg.MustRegister(&poolCollector{state: state})
+}
+
+var (
+	poolContainersDesc = prometheus.NewDesc(namespace+"_pool_containers",
+		"Containers of the warm pool, by state: ready (waiting for a call) or creating.", []string{"state"}, nil)
+	poolTargetDesc = prometheus.NewDesc(namespace+"_pool_target_containers",
+		"How many ready containers the warm pool aims to keep now, after its maximum size and memory budget.", nil, nil)
+	poolMemoryDesc = prometheus.NewDesc(namespace+"_pool_memory_bytes",
+		"Memory the warm pool's ready containers hold (their cgroups and their share of the shims), as last measured.", nil, nil)
+	poolAgeDesc = prometheus.NewDesc(namespace+"_pool_oldest_age_seconds",
+		"Age of the oldest ready container of the warm pool.", nil, nil)
+	poolCreatedDesc = prometheus.NewDesc(namespace+"_pool_created_total",
+		"Containers created for the warm pool.", nil, nil)
+	poolFailuresDesc = prometheus.NewDesc(namespace+"_pool_create_failures_total",
+		"Attempts to create a container for the warm pool that failed.", nil, nil)
+	poolDiscardedDesc = prometheus.NewDesc(namespace+"_pool_discarded_total",
+		"Ready containers destroyed without serving a call, by reason: max_age, shrink or drain.", []string{"reason"}, nil)
+)
+
+type poolCollector struct{ state func() PoolState }
+
+func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{poolContainersDesc, poolTargetDesc, poolMemoryDesc, poolAgeDesc, poolCreatedDesc, poolFailuresDesc, poolDiscardedDesc} {
+		ch <- d
+	}
+}
+
+func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.state()
+	ch <- prometheus.MustNewConstMetric(poolContainersDesc, prometheus.GaugeValue, float64(st.Ready), "ready")
+	ch <- prometheus.MustNewConstMetric(poolContainersDesc, prometheus.GaugeValue, float64(st.Creating), "creating")
+	ch <- prometheus.MustNewConstMetric(poolTargetDesc, prometheus.GaugeValue, float64(st.Target))
+	ch <- prometheus.MustNewConstMetric(poolMemoryDesc, prometheus.GaugeValue, float64(st.MemoryBytes))
+	ch <- prometheus.MustNewConstMetric(poolAgeDesc, prometheus.GaugeValue, st.OldestAge.Seconds())
+	ch <- prometheus.MustNewConstMetric(poolCreatedDesc, prometheus.CounterValue, float64(st.Created))
+	ch <- prometheus.MustNewConstMetric(poolFailuresDesc, prometheus.CounterValue, float64(st.CreateFailures))
+	for _, reason := range []string{"max_age", "shrink", "drain"} {
+		ch <- prometheus.MustNewConstMetric(poolDiscardedDesc, prometheus.CounterValue, float64(st.Discarded[reason]), reason)
+	}
 }
 
 // WatchNATS makes each scrape run check (with the scrape timeout) and report toolpool_nats_connected: 1
@@ -90,9 +158,9 @@ func (s *slotCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(s.desc, prometheus.GaugeValue, float64(max(capacity-busy, 0)), "free")
 }
 
-// ObserveRuntime returns next, timing each container's cleanup (toolpool_sandbox_cleanup_seconds) and
-// counting the runtime's own failures (toolpool_sandbox_errors_total): stage "start" for a sandbox.
-// ErrNotStarted, "run" for any other error. A Run that ends because ctx was cancelled is not a failure.
+// ObserveRuntime returns next, timing each container's cleanup (toolpool_sandbox_cleanup_seconds),
+// counting its starts, warm and cold apart (toolpool_sandbox_starts_total), and counting the runtime's own failures
+// (toolpool_sandbox_errors_total): stage "start" for a sandbox.ErrNotStarted, "run" for any other error. A Run that ends because ctx was cancelled is not a failure.
 // It passes spec, ctx and the results through unchanged.
 func ObserveRuntime(next sandbox.Runtime, m *WorkerMetrics) sandbox.Runtime {
 	return &observedRuntime{next: next, m: m}
@@ -116,6 +184,18 @@ func (o *observedRuntime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.O
 	out, err := o.next.Run(ctx, spec)
 	if out.CleanupTime > 0 {
 		o.m.cleanup.Observe(out.CleanupTime.Seconds())
+	}
+	if out.SandboxTime > 0 {
+		path, reason := "cold", out.ColdReason
+		switch {
+		case out.Warm:
+			path, reason = "warm", ""
+		case reason == "":
+			reason = "none"
+		case !coldReasons[reason]:
+			reason = Overflow
+		}
+		o.m.sandboxStarts.WithLabelValues(path, reason).Inc()
 	}
 	if err != nil && ctx.Err() == nil {
 		stage := "run"

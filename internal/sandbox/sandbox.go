@@ -108,8 +108,16 @@ type Outcome struct {
 	// WorkspaceBytes is the workspace's size on disk when the call ended, measured without following
 	// symlinks; -1 when there is no workspace, no quota to measure it for, or it could not be measured.
 	WorkspaceBytes int64
-	// SandboxTime covers creating and starting the container, RunTime the process's life and CleanupTime
-	// the teardown.
+	// Warm reports that the call ran in a container created ahead of it (a runtime's pool) rather than one
+	// created for it; either way the container was fresh and served this call only. ColdReason says why a
+	// runtime with a pool ran the call cold ("empty", "mounts", ...); empty without a pool.
+	Warm       bool
+	ColdReason string
+	// ContainerID names the container the call ran in: the call's ID when cold, a pooled container's own
+	// ID when warm.
+	ContainerID string
+	// SandboxTime covers creating (or, when warm, claiming) and starting the container, RunTime the
+	// process's life and CleanupTime the teardown.
 	SandboxTime time.Duration
 	RunTime     time.Duration
 	CleanupTime time.Duration

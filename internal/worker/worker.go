@@ -271,7 +271,7 @@ func (w *Worker) Handle(ctx context.Context, d queue.Delivery) {
 	}
 	if res != nil {
 		log.InfoContext(ctx, "call finished", "status", res.Status, "exit_code", res.ExitCode, "total_ms", res.Timing.TotalMS,
-			"sandbox_ms", res.Timing.SandboxMS, "run_ms", res.Timing.RunMS)
+			"sandbox_ms", res.Timing.SandboxMS, "run_ms", res.Timing.RunMS, "warm", res.Timing.Warm)
 	}
 }
 
@@ -877,6 +877,7 @@ func (w *Worker) complete(r *call.Result, c *call.Call, ro runOutcome, runErr, c
 	o := ro.out
 	r.Timing.SandboxMS = o.SandboxTime.Milliseconds()
 	r.Timing.RunMS = o.RunTime.Milliseconds()
+	r.Timing.Warm = o.Warm
 	r.Usage = call.Usage{MaxRSSBytes: o.MaxRSSBytes, CPUMS: o.CPUTime.Milliseconds(), WallMS: o.RunTime.Milliseconds(), Signal: o.Signal}
 	if o.WorkspaceBytes >= 0 {
 		r.Usage.WorkspaceBytes = o.WorkspaceBytes

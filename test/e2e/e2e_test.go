@@ -33,6 +33,28 @@ func TestEndToEnd(t *testing.T) {
 		}
 	})
 
+	t.Run("calls run in the worker's warm pool and say so", func(t *testing.T) {
+		// The worker prewarms its usual profile and keeps it warm while calls come: a run of calls must
+		// find a ready container (on a loaded host the pool may lag behind one call, never all of them).
+		warm := 0
+		for range 10 {
+			r := s.shell(t, "dev-token", "ws1", "echo hi", nil)
+			res := r.result(t)
+			if res.Status != call.StatusOK || res.Stdout != "hi\n" {
+				t.Fatalf("call: %s", r.body)
+			}
+			if !strings.Contains(string(r.body), `"warm":`) {
+				t.Fatalf("the result does not say warm or cold: %s", r.body)
+			}
+			if res.Timing.Warm {
+				warm++
+			}
+		}
+		if warm == 0 {
+			t.Errorf("none of 10 calls ran warm")
+		}
+	})
+
 	t.Run("non-zero exit is a tool error, not an HTTP error", func(t *testing.T) {
 		r := s.shell(t, "dev-token", "ws1", "echo out; exit 3", nil)
 		res := r.result(t)

@@ -22,8 +22,11 @@ import (
 // line: no mutating call ran twice.
 
 // The lease is how long a NATS outage a running call survives: its worker stops a call it could not renew
-// the lease of for that long (less a heartbeat). The ack wait must cover the lease.
-const faultWorkerConfig = "heartbeat: 300ms\nlease: 4s\n"
+// the lease of for that long (less a heartbeat). The ack wait must cover the lease. The warm pool is off:
+// the fault tests prove that nothing is left by counting every container of the worker's containerd, and
+// a pool's ready containers are there by design (the pool's own crash recovery is
+// TestPoolOrphansAfterCrash's, in internal/sandbox/containerd).
+const faultWorkerConfig = "heartbeat: 300ms\nlease: 4s\npool: {max_size: 0}\n"
 const faultQueueConfig = "  queue_timeout: 5m\nqueue:\n  ack_wait: 5s\n"
 
 // appendCall is a mutating call that records its run in count-<n> and then sleeps for sleep seconds. The

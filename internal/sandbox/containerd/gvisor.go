@@ -157,6 +157,9 @@ type backend struct {
 	options any
 	// gvisor marks toolpool's gVisor runtime, whose specs get withGVisor.
 	gvisor bool
+	// runc marks RuncRuntime: the runc shim running Config.RuntimeBinary. The warm pool and ShimGroups
+	// apply to it only.
+	runc bool
 }
 
 // gvisorHostThreads is the host threads a gVisor sandbox needs besides those of its processes: the Sentry's
@@ -224,9 +227,14 @@ func gvisorENOSYS(sc *specs.LinuxSeccomp) {
 }
 
 // backends returns the runtimes cfg offers by name, and the default one (cfg.RuntimeName, which is a name
-// offered or else a containerd runtime handler).
+// offered or else a containerd runtime handler; RuncHandler itself is RuncRuntime). cfg.RuntimeBinary is
+// already resolved (resolveRuntimeBinary).
 func backends(cfg Config) (map[string]backend, backend, error) {
-	all := map[string]backend{RuncRuntime: {handler: RuncHandler}}
+	runc := backend{handler: RuncHandler, runc: true}
+	if cfg.RuntimeBinary != "" {
+		runc.options = &runcoptions.Options{BinaryName: cfg.RuntimeBinary}
+	}
+	all := map[string]backend{RuncRuntime: runc}
 	for name, h := range cfg.Runtimes {
 		all[name] = backend{handler: h}
 	}
@@ -238,7 +246,10 @@ func backends(cfg Config) (map[string]backend, backend, error) {
 		all[GVisorRuntime] = backend{handler: RuncHandler, options: opts, gvisor: true}
 	}
 	def, ok := all[cfg.RuntimeName]
-	if !ok {
+	switch {
+	case !ok && cfg.RuntimeName == RuncHandler:
+		def = runc
+	case !ok:
 		def = backend{handler: cfg.RuntimeName}
 	}
 	return all, def, nil

@@ -108,4 +108,20 @@ func TestBackends(t *testing.T) {
 	if _, def, err = backends(cfg); err != nil || !def.gvisor {
 		t.Errorf("default gvisor: %+v %v", def, err)
 	}
+
+	// RuntimeBinary (crun) is the runc runtime's alone; only the runc runtime is pooled.
+	cfg.RuntimeName, cfg.RuntimeBinary = RuncHandler, "crun"
+	all, def, err = backends(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, ok := def.options.(*runcoptions.Options); !ok || o.BinaryName != "crun" || !def.runc {
+		t.Errorf("default %s with crun: %+v", RuncHandler, def)
+	}
+	if o, ok := all[GVisorRuntime].options.(*runcoptions.Options); !ok || o.BinaryName == "crun" || all[GVisorRuntime].runc {
+		t.Errorf("gvisor backend %+v took the runc runtime's binary or pool", all[GVisorRuntime])
+	}
+	if b := all["kata"]; b.options != nil || b.runc {
+		t.Errorf("kata backend %+v", b)
+	}
 }

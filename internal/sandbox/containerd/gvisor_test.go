@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,11 +16,26 @@ import (
 )
 
 // TestRuntimeSelection runs calls under the runtime each Spec names on one Runtime that offers runc and
-// gVisor, and refuses a runtime it does not offer before anything is created.
+// gVisor, and refuses a runtime it does not offer before anything is created. With a warm pool, runc's calls
+// run warm and gVisor's run cold (ColdRuntime), exactly as without one: the pool holds runc containers only.
 func TestRuntimeSelection(t *testing.T) {
 	ctrtest.RequireGVisor(t)
+	for _, pooled := range []bool{false, true} {
+		name := "cold"
+		if pooled {
+			name = "pooled"
+		}
+		t.Run(name, func(t *testing.T) { testRuntimeSelection(t, pooled) })
+	}
+}
+
+func testRuntimeSelection(t *testing.T, pooled bool) {
+	cfg := containerd.Config{RuntimeName: containerd.RuncRuntime, GVisor: &containerd.GVisorConfig{}}
+	if pooled {
+		cfg.Pool = containerd.PoolConfig{MaxSize: 2, InitBinary: buildProbe(t), InitPath: probePath}
+	}
 	// A failed removal fails the test (ctrtest.NewRuntimeOn).
-	rt, _ := ctrtest.NewRuntime(t, containerd.Config{RuntimeName: containerd.RuncRuntime, GVisor: &containerd.GVisorConfig{}})
+	rt, _ := ctrtest.NewRuntime(t, cfg)
 	ws := workspace(t)
 	host := ctrtest.HostRelease(t)
 	tests := []struct {
@@ -34,6 +50,14 @@ func TestRuntimeSelection(t *testing.T) {
 		t.Run("runtime "+tt.runtime, func(t *testing.T) {
 			spec := shell(ws, "uname -r; id -u; echo data > f-"+tt.runtime+" && cat f-"+tt.runtime, 30*time.Second)
 			spec.Runtime = tt.runtime
+			if pooled && tt.underHost {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				err := rt.WaitWarm(ctx, spec)
+				cancel()
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
 			out, err := rt.Run(context.Background(), spec)
 			if err != nil {
 				t.Fatalf("Run: %v", err)
@@ -45,21 +69,32 @@ func TestRuntimeSelection(t *testing.T) {
 			if (got[0] == host) != tt.underHost {
 				t.Errorf("the call sees kernel %q, the host runs %q: wrong runtime", got[0], host)
 			}
+			switch {
+			case !pooled:
+			case tt.underHost && !out.Warm:
+				t.Errorf("a runc call ran cold (%q) although a container was ready", out.ColdReason)
+			case !tt.underHost && (out.Warm || out.ColdReason != containerd.ColdRuntime):
+				t.Errorf("a gVisor call: warm %v, cold reason %q; want cold, %q", out.Warm, out.ColdReason, containerd.ColdRuntime)
+			}
 		})
 	}
 	t.Run("a runtime the worker lacks is refused, never replaced", func(t *testing.T) {
 		spec := shell(ws, "touch /workspace/ran", 10*time.Second)
 		spec.Runtime = "kata"
-		_, err := rt.Run(context.Background(), spec)
+		out, err := rt.Run(context.Background(), spec)
 		if !errors.Is(err, sandbox.ErrNoRuntime) || errors.Is(err, sandbox.ErrNotStarted) ||
 			!strings.Contains(err.Error(), `runtime "kata"`) || !strings.Contains(err.Error(), "gvisor, runc") {
 			t.Errorf("err %v; want ErrNoRuntime naming kata and what the worker offers", err)
+		}
+		if out.Warm || out.ColdReason != "" {
+			t.Errorf("refused call: warm %v, cold reason %q", out.Warm, out.ColdReason)
 		}
 		if _, err := os.Stat(filepath.Join(ws, "ran")); err == nil {
 			t.Error("the call ran")
 		}
 		rt.WaitCleanups()
-		if ids, _ := rt.Containers(context.Background()); len(ids) != 0 {
+		ids, _ := rt.Containers(context.Background())
+		if !pooled && len(ids) != 0 || slices.Contains(ids, spec.ID) {
 			t.Errorf("containers left: %v", ids)
 		}
 	})

@@ -84,7 +84,7 @@ func (r *Runtime) RemoveOrphansOf(ctx context.Context, gone OwnerGone) (int, err
 	for id := range ids {
 		errs = append(errs, r.removeTaskMounts(id), r.removeCgroups(id))
 	}
-	errs = append(errs, r.removeFIFODirs(), r.removeOldRoots())
+	errs = append(errs, r.removeFIFODirs(), r.removeOldRoots(), r.removeOldSlots())
 	return removed, errors.Join(errs...)
 }
 
@@ -170,6 +170,9 @@ func (r *Runtime) removeStrayShims(ctx context.Context) ([]string, error) {
 			continue
 		}
 		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		if r.shimServesLive(pid, known) {
+			continue // a grouped shim (ShimGroups) outlives the container that started it
+		}
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 			errs = append(errs, fmt.Errorf("kill stray shim %d of %s: %w", pid, id, err))
 			continue
@@ -177,6 +180,47 @@ func (r *Runtime) removeStrayShims(ctx context.Context) ([]string, error) {
 		ids = append(ids, id)
 	}
 	return ids, errors.Join(errs...)
+}
+
+// shimServesLive reports whether the shim pid still serves a container that containerd knows or that this
+// Runtime runs: one of its children lives in such a container's cgroup.
+func (r *Runtime) shimServesLive(pid int, known map[string]bool) bool {
+	for _, child := range childPIDs(pid) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", child))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			_, p, ok := strings.Cut(line, ":/"+r.cfg.Namespace+"/")
+			if !ok {
+				_, p, ok = strings.Cut(line, "/"+r.cfg.Namespace+"/")
+			}
+			if id, _, _ := strings.Cut(p, "/"); ok && id != "" && (known[id] || r.running(id)) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// removeOldSlots removes the pool slot directories of earlier Runtimes on this StateDir, and those of
+// this Runtime's pool whose container is gone, unmounting what is still mounted on them.
+func (r *Runtime) removeOldSlots() error {
+	old, _ := filepath.Glob(filepath.Join(r.cfg.StateDir, slotsPrefix+"*"))
+	var errs []error
+	for _, dir := range old {
+		if r.pool != nil && dir == r.pool.dir {
+			entries, _ := os.ReadDir(dir)
+			for _, e := range entries {
+				if !r.running(e.Name()) {
+					errs = append(errs, removeSlotDir(filepath.Join(dir, e.Name())))
+				}
+			}
+			continue
+		}
+		errs = append(errs, removeSlotsTree(dir))
+	}
+	return errors.Join(errs...)
 }
 
 // removeOldRoots removes the host-view roots of earlier Runtimes on this StateDir.

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -48,9 +49,18 @@ type Config struct {
 	Runtimes map[string]string
 	// GVisor, when set, offers GVisorRuntime. New fails when runsc is missing.
 	GVisor *GVisorConfig
-	// RuntimeBinary is the OCI runtime executable the runc shim runs, for New's version check; empty means
-	// "runc" on PATH, which is what the shim runs unless containerd's config says otherwise.
+	// RuntimeBinary is the OCI runtime the runc shim of RuncRuntime runs (its BinaryName option): "runc",
+	// "crun" or a path; empty means what the shim runs by default ("runc" on PATH, unless containerd's
+	// config says otherwise). RuntimeBinaryAuto picks crun when it is installed and works on this host (see
+	// Warnings), runc otherwise. The other runtimes (gVisor, Runtimes) ignore it.
 	RuntimeBinary string
+	// ShimGroups, when positive, spreads the containers over that many runc shims (the shim's group
+	// annotation) instead of starting one shim per container: a shim is a long-lived process of its own,
+	// so grouping saves a process start per call and the memory of a shim per pooled container. A shim
+	// that dies takes its group's containers with it. Ignored by other runtime handlers.
+	ShimGroups int
+	// Pool configures the warm pool; its zero value is no pool.
+	Pool PoolConfig
 	// StateDir holds the prepared root filesystem and the per-call FIFOs; the worker owns it.
 	StateDir string
 	// UID and GID run every sandbox process.
@@ -92,8 +102,13 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("state dir %q must be an absolute path", c.StateDir)
 	case c.UID == 0 || c.GID == 0:
 		return errors.New("sandbox uid and gid must not be 0: sandboxes never run as root")
+	case c.ShimGroups < 0:
+		return errors.New("shim groups must not be negative")
 	}
-	return c.validateRuntimes()
+	if err := c.validateRuntimes(); err != nil {
+		return err
+	}
+	return c.Pool.validate()
 }
 
 const (
@@ -130,6 +145,10 @@ type Runtime struct {
 	mu     sync.Mutex
 	active map[string]bool // ids of the calls Run is running or removing, which RemoveOrphans leaves alone
 
+	pool      *pool         // nil without Config.Pool
+	shimGroup atomic.Uint64 // the next container's shim group (ShimGroups)
+	started   time.Time     // names this Runtime's root, slots and shim groups
+
 	trustMu      sync.Mutex
 	trustWritten map[string]bool // the CA bundles written under StateDir/ca, by name
 
@@ -162,7 +181,8 @@ func New(ctx context.Context, cfg Config) (_ *Runtime, retErr error) {
 	// A fresh root for every Runtime: a crashed worker's containers may still be running (or, worse, being
 	// created by runc, which writes mount points into its root) on the old one until RemoveOrphans has
 	// removed them, and then it removes the old roots too.
-	rootfs, err := prepareHostRootFS(filepath.Join(cfg.StateDir, fmt.Sprintf("%s%d", rootfsPrefix, time.Now().UnixNano())), cfg.UID, cfg.GID)
+	started := time.Now()
+	rootfs, err := prepareHostRootFS(filepath.Join(cfg.StateDir, fmt.Sprintf("%s%d", rootfsPrefix, started.UnixNano())), cfg.UID, cfg.GID)
 	if err != nil {
 		return nil, fmt.Errorf("prepare host root: %w", err)
 	}
@@ -170,35 +190,56 @@ func New(ctx context.Context, cfg Config) (_ *Runtime, retErr error) {
 	if err := os.MkdirAll(fifos, 0o700); err != nil {
 		return nil, fmt.Errorf("create fifo dir: %w", err)
 	}
+	var warnings []string
+	cfg.RuntimeBinary, warnings = resolveRuntimeBinary(RuncHandler, cfg.RuntimeBinary)
 	all, def, err := backends(cfg)
 	if err != nil {
 		return nil, err
 	}
-	var warnings []string
-	if def.options == nil {
-		warnings = runtimeWarnings(ctx, def.handler, cfg.RuntimeBinary)
+	switch {
+	case def.runc:
+		warnings = append(warnings, runtimeWarnings(ctx, RuncHandler, cfg.RuntimeBinary)...)
+	case def.options == nil:
+		warnings = append(warnings, runtimeWarnings(ctx, def.handler, cfg.RuntimeBinary)...)
 	}
-	return &Runtime{cfg: cfg, client: client, rootfs: rootfs, fifos: fifos, warnings: warnings, backends: all, def: def,
-		active: map[string]bool{}, trustWritten: map[string]bool{}, cleanupSlots: make(chan struct{}, maxPendingCleanups)}, nil
+	r := &Runtime{cfg: cfg, client: client, rootfs: rootfs, fifos: fifos, warnings: warnings, backends: all, def: def,
+		active: map[string]bool{}, trustWritten: map[string]bool{}, cleanupSlots: make(chan struct{}, maxPendingCleanups), started: started}
+	if cfg.Pool.MaxSize > 0 {
+		if err := r.startPool(ctx, started); err != nil {
+			return nil, fmt.Errorf("start pool: %w", err)
+		}
+	}
+	return r, nil
 }
+
+// OCIRuntime names the OCI runtime the shim runs ("runc", "crun", a path), "" when the handler decides.
+func (r *Runtime) OCIRuntime() string { return r.cfg.RuntimeBinary }
 
 // Warnings returns what New found that an operator should fix but that does not stop the worker, such as a
 // runc older than MinRuncVersion. The caller logs them.
 func (r *Runtime) Warnings() []string { return slices.Clone(r.warnings) }
 
-// Close waits for the removal of the containers of finished calls, then releases the connection to
-// containerd and unmounts what gVisor keeps mounted between calls. It is idempotent.
+// Close drains the pool (destroying every container that waits in it), waits for the removal of the
+// containers of finished calls, then releases the connection to containerd and unmounts what gVisor keeps
+// mounted between calls. Call it once no Run is in progress. It is idempotent.
 func (r *Runtime) Close() error {
 	if r.client == nil {
 		return nil
 	}
+	var errs []error
+	if r.pool != nil {
+		errs = append(errs, r.closePool())
+	}
 	r.WaitCleanups()
-	err := r.client.Close()
+	if r.pool != nil {
+		errs = append(errs, r.pool.removeSlotsDir())
+	}
+	errs = append(errs, r.client.Close())
 	r.client = nil
 	if b, ok := r.backends[GVisorRuntime]; ok && b.gvisor {
-		err = errors.Join(err, releaseGVisor(r.cfg.StateDir))
+		errs = append(errs, releaseGVisor(r.cfg.StateDir))
 	}
-	return err
+	return errors.Join(errs...)
 }
 
 // Ready reports whether containerd answers.
@@ -263,13 +304,40 @@ func capLimits(l, c sandbox.Limits) sandbox.Limits {
 }
 
 // Run implements sandbox.Runtime. Limits are the Spec's, with Config.Defaults for zero fields, capped by
-// Config.Ceiling.
-func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (out sandbox.Outcome, err error) {
+// Config.Ceiling. With a pool (Config.Pool), a call that the pool can serve runs in a container created
+// ahead of it (Outcome.Warm); every other call runs in a container created for it, and Outcome.ColdReason
+// says why. Either way the container is fresh, hardened alike, and serves this call only. The pool holds
+// containers of RuncRuntime only: a call whose runtime is another (gVisor, a Config.Runtimes handler) runs
+// cold (ColdRuntime), and one naming a runtime this Runtime does not offer is refused with
+// sandbox.ErrNoRuntime.
+func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Outcome, error) {
 	lim := capLimits(mergeLimits(spec.Limits, r.cfg.Defaults), r.cfg.Ceiling)
 	ctx = namespaces.WithNamespace(ctx, r.cfg.Namespace)
+	if r.pool == nil {
+		return r.runCold(ctx, spec, lim)
+	}
+	if be, err := r.backendFor(spec.Runtime); err != nil || !be.runc {
+		// runCold refuses an unknown runtime as it does without a pool.
+		out, err := r.runCold(ctx, spec, lim)
+		if be.handler != "" {
+			out.ColdReason = ColdRuntime
+		}
+		return out, err
+	}
+	out, reason, err := r.runWarm(ctx, spec, lim)
+	if reason == "" {
+		return out, err
+	}
+	out, err = r.runCold(ctx, spec, lim)
+	out.ColdReason = reason
+	return out, err
+}
+
+// runCold runs spec in a container created for it.
+func (r *Runtime) runCold(ctx context.Context, spec sandbox.Spec, lim sandbox.Limits) (out sandbox.Outcome, err error) {
 	began := time.Now()
 	out.WorkspaceBytes = -1
-	if err := r.begin(spec.ID); err != nil {
+	if err := r.begin(spec.ID, true); err != nil {
 		return out, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
 	}
 	// Until the container exists, this Run releases the id; after, the container's removal does.
@@ -319,7 +387,7 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (out sandbox.Outco
 	if err != nil {
 		return out, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
 	}
-	specOpts := r.hardenedSpec(argv, cwd, spec, lim, rootPath, mounts)
+	specOpts := r.specOpts(be, argv, cwd, spec, lim, rootPath, mounts)
 	if be.gvisor {
 		specOpts = append(specOpts, withGVisor(lim))
 	}
@@ -328,11 +396,12 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (out sandbox.Outco
 	if err != nil {
 		return out, fmt.Errorf("%w: create container %s: %w", sandbox.ErrNotStarted, spec.ID, err)
 	}
+	out.ContainerID = spec.ID
 	var task containerd.Task
 	owned = false
 	// The container is removed after Run returns: the call's result need not wait for it (it was about a
 	// third of a short call's latency). The id stays taken, and RemoveOrphans spares it, until it is gone.
-	defer func() { r.removeLater(ctx, spec.ID, container, task) }()
+	defer func() { r.removeLater(ctx, spec.ID, container, task, nil) }()
 
 	stdout, stderr := sandbox.NewCapWriter(lim.OutputBytes), sandbox.NewCapWriter(lim.OutputBytes)
 	var stdin io.Reader
@@ -360,20 +429,37 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (out sandbox.Outco
 	if err := task.Start(ctx); err != nil {
 		return out, fmt.Errorf("%w: start task %s: %w", startError(err), spec.ID, err)
 	}
-	started := time.Now()
-	out.SandboxTime = started.Sub(began)
+	p := startedCall{task: task, exitCh: exitCh, callIO: callIO, stdout: stdout, stderr: stderr, at: time.Now()}
+	out.SandboxTime = p.at.Sub(began)
 	if spec.Stdin != nil {
-		// The shim keeps the stdin FIFO open until told otherwise: close it once everything is written, so
-		// the process reads EOF.
-		go func() {
-			select {
-			case <-stdinDone:
-				_ = task.CloseIO(waitCtx, containerd.WithStdinCloser)
-			case <-waitCtx.Done():
-			}
-		}()
+		go closeStdinAfter(waitCtx, task, stdinDone)
 	}
+	return out, r.supervise(ctx, p, spec, lim, &out)
+}
 
+// closeStdinAfter closes the task's standard input once done is closed (everything was written): the shim
+// keeps the stdin FIFO open until told otherwise, and the process reads EOF only then.
+func closeStdinAfter(ctx context.Context, task containerd.Task, done <-chan struct{}) {
+	select {
+	case <-done:
+		_ = task.CloseIO(ctx, containerd.WithStdinCloser)
+	case <-ctx.Done():
+	}
+}
+
+// startedCall is a call's process after Start: what supervise needs to see it to its end.
+type startedCall struct {
+	task           containerd.Task
+	exitCh         <-chan containerd.ExitStatus
+	callIO         cio.IO
+	stdout, stderr *sandbox.CapWriter
+	at             time.Time // when it started
+}
+
+// supervise waits for a started call's process to end, or ends it (killing every process of the
+// container) at the timeout, when the workspace grows past its quota, or when ctx is cancelled. It then
+// fills out with how the process ended, its output and usage, and the workspace's size. It blocks.
+func (r *Runtime) supervise(ctx context.Context, p startedCall, spec sandbox.Spec, lim sandbox.Limits, out *sandbox.Outcome) (err error) {
 	timer := time.NewTimer(lim.Timeout)
 	defer timer.Stop()
 	measure := lim.WorkspaceBytes > 0 && spec.WorkspaceDir != ""
@@ -384,31 +470,31 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (out sandbox.Outco
 	}
 	var status containerd.ExitStatus
 	select {
-	case status = <-exitCh:
+	case status = <-p.exitCh:
 	case <-timer.C:
 		out.TimedOut = true
-		status, err = r.kill(ctx, task, exitCh)
+		status, err = r.kill(ctx, p.task, p.exitCh)
 	case <-overQuota:
 		out.QuotaExceeded = true
-		status, err = r.kill(ctx, task, exitCh)
+		status, err = r.kill(ctx, p.task, p.exitCh)
 	case <-ctx.Done():
-		status, err = r.kill(ctx, task, exitCh)
+		status, err = r.kill(ctx, p.task, p.exitCh)
 		err = errors.Join(ctx.Err(), err)
 	}
 	stopWatch()
-	out.RunTime = time.Since(started)
+	out.RunTime = time.Since(p.at)
 	// containerd's Delete cancels the IO copy before waiting for it, which drops whatever the FIFOs still
 	// hold. The shim closes its end once every writer in the container is gone, so wait for our copy to
 	// reach EOF first: that is what keeps the output of a killed process.
-	r.drain(callIO)
-	out.Stdout, out.Stderr = stdout.Captured(), stderr.Captured()
+	r.drain(p.callIO)
+	out.Stdout, out.Stderr = p.stdout.Captured(), p.stderr.Captured()
 	if status.Error() != nil {
 		err = errors.Join(err, fmt.Errorf("wait task %s: %w", spec.ID, status.Error()))
 	}
 	code := status.ExitCode()
 	out.ExitCode = int(code)
 	out.Signal = signalName(code)
-	r.collectUsage(ctx, task, &out)
+	r.collectUsage(ctx, p.task, out)
 	if !out.OOMKilled && !out.TimedOut && !out.QuotaExceeded && ctx.Err() == nil && out.Signal == "SIGKILL" &&
 		out.MaxRSSBytes >= lim.MemoryBytes-lim.MemoryBytes/16 {
 		// The cgroup's OOM counter is missing (an old kernel or shim): a SIGKILL nobody sent, at the
@@ -423,7 +509,7 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (out sandbox.Outco
 			out.WorkspaceBytes, out.QuotaExceeded = n, true
 		}
 	}
-	return out, err
+	return err
 }
 
 // watchWorkspace measures dir until stop is called and closes the returned channel once it is over quota
@@ -461,11 +547,15 @@ func watchWorkspace(dir string, quota int64) (over <-chan struct{}, stop func())
 const maxPendingCleanups = 32
 
 // removeLater removes a finished call's container and task in the background, on a fresh bounded
-// context, then releases the call id. Config.OnCleanup hears how long it took and whether it failed.
-func (r *Runtime) removeLater(ctx context.Context, id string, container containerd.Container, task containerd.Task) {
+// context, runs then (when not nil), then releases the id. Config.OnCleanup hears how long it took and
+// whether it failed.
+func (r *Runtime) removeLater(ctx context.Context, id string, container containerd.Container, task containerd.Task, then func() error) {
 	remove := func() {
 		began := time.Now()
 		err := r.remove(ctx, container, task)
+		if then != nil {
+			err = errors.Join(err, then())
+		}
 		r.end(id)
 		if r.cfg.OnCleanup != nil {
 			r.cfg.OnCleanup(time.Since(began), err)
@@ -489,8 +579,9 @@ func (r *Runtime) removeLater(ctx context.Context, id string, container containe
 // they check that nothing is left; Close calls it.
 func (r *Runtime) WaitCleanups() { r.cleanups.Wait() }
 
-// begin marks call id as running, so that RemoveOrphans leaves it alone, and creates its FIFO directory.
-func (r *Runtime) begin(id string) error {
+// begin marks id (a call's, or a pooled container's) as running, so that RemoveOrphans leaves it alone, and
+// creates its FIFO directory when fifos is set.
+func (r *Runtime) begin(id string, fifos bool) error {
 	if id == "" || id != filepath.Base(id) || id[0] == '.' {
 		return fmt.Errorf("call id %q: it must be a plain file name", id)
 	}
@@ -499,8 +590,10 @@ func (r *Runtime) begin(id string) error {
 	if r.active[id] {
 		return fmt.Errorf("call id %s: a call with this id is running", id)
 	}
-	if err := os.Mkdir(r.fifoDir(id), 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-		return fmt.Errorf("create fifo dir: %w", err)
+	if fifos {
+		if err := os.Mkdir(r.fifoDir(id), 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("create fifo dir: %w", err)
+		}
 	}
 	r.active[id] = true
 	return nil
@@ -652,11 +745,23 @@ func (r *Runtime) remove(ctx context.Context, container containerd.Container, ta
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	var errs []error
+	if task == nil {
+		// A creation cut short may have left a task its caller never got.
+		if t, err := container.Task(cctx, nil); err == nil {
+			task = t
+		}
+	}
 	if task != nil {
 		// A task whose process has exited is deleted as it is: WithProcessKill signals it first, which runc
 		// answers with "not found" but runsc with an error that fails the delete.
 		if _, err := task.Delete(cctx); err != nil && !errdefs.IsNotFound(err) {
-			if _, err := task.Delete(cctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+			_, err := task.Delete(cctx, containerd.WithProcessKill)
+			if err != nil && !errdefs.IsNotFound(err) && stopTask(cctx, task) == nil {
+				// The shim refused ("cannot delete a running process"): the kill's exit had not reached it
+				// yet. Once the task reports stopped, delete it again.
+				_, err = task.Delete(cctx)
+			}
+			if err != nil && !errdefs.IsNotFound(err) {
 				errs = append(errs, fmt.Errorf("delete task %s: %w", task.ID(), err))
 			}
 		}
@@ -665,6 +770,29 @@ func (r *Runtime) remove(ctx context.Context, container containerd.Container, ta
 		errs = append(errs, fmt.Errorf("delete container %s: %w", container.ID(), err))
 	}
 	return errors.Join(errs...)
+}
+
+// stopTask kills every process of task and waits, until ctx ends, for the shim to report it stopped.
+func stopTask(ctx context.Context, task containerd.Task) error {
+	if err := task.Kill(ctx, syscall.SIGKILL, containerd.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("kill task %s: %w", task.ID(), err)
+	}
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		st, err := task.Status(ctx)
+		if err != nil {
+			return fmt.Errorf("status of task %s: %w", task.ID(), err)
+		}
+		if st.Status == containerd.Stopped {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for task %s to stop: %w", task.ID(), ctx.Err())
+		case <-t.C:
+		}
+	}
 }
 
 // Containers lists the ids of the containers this runtime's worker owns; tests use it to prove that nothing

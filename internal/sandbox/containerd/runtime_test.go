@@ -1,6 +1,7 @@
 package containerd_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -279,24 +281,45 @@ func TestTimeoutKillsEverything(t *testing.T) {
 }
 
 // TestNoLeaks runs many calls, timeouts and failures among them, concurrently, and checks that none leaves a
-// container, FIFO, cgroup, process, mount or shim behind. Every check is scoped to this test's own daemon
-// and calls: other tests on the host may share the containerd namespace.
+// container, FIFO, cgroup, process, mount or shim behind: with containers created for each call, and with
+// the warm pool (whose calls run in pooled containers, and whose ready containers the runtime's Close
+// destroys). Every check is scoped to this test's own daemon and calls: other tests on the host may share
+// the containerd namespace.
 func TestNoLeaks(t *testing.T) {
+	cold := 300 // hundreds of calls, a quarter of them timeouts and a quarter failures
+	if ctrtest.Runtime() == containerd.GVisorRuntime {
+		cold = 60 // every gVisor call boots a kernel (half a CPU-second): fewer, to keep the gVisor tier in CI's budget
+	}
+	for _, tc := range []struct {
+		name string
+		n    int
+		pool bool
+	}{
+		{name: "cold", n: cold},
+		{name: "pooled", n: 80, pool: true}, // the pool's containers are runc's, whatever the suite's runtime
+	} {
+		t.Run(tc.name, func(t *testing.T) { testNoLeaks(t, tc.n, tc.pool) })
+	}
+}
+
+func testNoLeaks(t *testing.T, n int, pooled bool) {
 	stateDir := filepath.Join(ctrtest.ShortTempDir(t), "state")
-	rt, d := ctrtest.NewRuntime(t, containerd.Config{StateDir: stateDir})
+	cfg := containerd.Config{StateDir: stateDir}
+	if pooled {
+		cfg.RuntimeName = containerd.RuncRuntime
+		cfg.Pool = containerd.PoolConfig{MaxSize: 4, InitBinary: buildProbe(t), InitPath: probePath}
+	}
+	rt, d := ctrtest.NewRuntime(t, cfg)
 	ws := workspace(t)
 	cmds := []struct {
 		cmd     string
 		timeout time.Duration
 	}{{"true", 0}, {"exit 7", 0}, {"echo x; sleep 10", 200 * time.Millisecond}, {"/nonexistent", 0}}
-	n := 300 // hundreds of calls, a quarter of them timeouts and a quarter failures
-	if ctrtest.Runtime() == containerd.GVisorRuntime {
-		n = 60 // every gVisor call boots a kernel (half a CPU-second): fewer, to keep the gVisor tier in CI's budget
-	}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 4)
 	errs := make(chan error, n)
 	ids := make([]string, n)
+	var warm atomic.Int64
 	for i := range n {
 		c := cmds[i%len(cmds)]
 		timeout := c.timeout
@@ -304,14 +327,18 @@ func TestNoLeaks(t *testing.T) {
 			timeout = 20 * time.Second
 		}
 		spec := shell(ws, c.cmd, timeout)
-		ids[i] = spec.ID
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if _, err := rt.Run(context.Background(), spec); err != nil {
+			out, err := rt.Run(context.Background(), spec)
+			if err != nil {
 				errs <- err
+			}
+			ids[i] = cmp.Or(out.ContainerID, spec.ID) // a warm call ran in a pooled container of its own id
+			if out.Warm {
+				warm.Add(1)
 			}
 		}()
 	}
@@ -320,12 +347,25 @@ func TestNoLeaks(t *testing.T) {
 	for err := range errs {
 		t.Errorf("Run: %v", err)
 	}
+	if pooled {
+		if warm.Load() == 0 {
+			t.Fatal("no call ran warm: the pooled case proves nothing")
+		}
+		t.Logf("%d of %d calls ran warm", warm.Load(), n)
+		// The ready containers are the pool's until it is drained; Close removes the slots' mount too.
+		rt.DrainPool()
+	}
 	rt.WaitCleanups()
 	if got, err := rt.Containers(context.Background()); err != nil || len(got) != 0 {
 		t.Fatalf("containers left: %v %v", got, err)
 	}
 	for _, id := range ids {
 		assertGone(t, rt, stateDir, "toolpool-test", id)
+	}
+	if pooled {
+		if err := rt.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
 	}
 	// No FIFO anywhere in the runtime's state: each call's FIFOs are in a directory of its own.
 	if entries, err := os.ReadDir(filepath.Join(stateDir, "fifo")); err != nil || len(entries) != 0 {

@@ -126,6 +126,7 @@ func (r *Runtime) hardenedSpec(argv []string, cwd string, spec sandbox.Spec, lim
 		oci.WithCPUCFS(lim.CPUMillis*100, 100000), // quota per 100ms period
 		withRlimits(lim),
 		withPrivateNamespaces,
+		withRootfsPropagation,
 		withMaskedPaths,
 		withDefaultDevicesOnly,
 		withHardenedMounts,
@@ -250,6 +251,18 @@ func withOOMScoreAdj(_ context.Context, _ oci.Client, _ *containers.Container, s
 	return nil
 }
 
+// withRootfsPropagation makes every mount of the container a slave of the host's (rslave): mounts the host
+// makes under a bind source reach the container, nothing the container mounts reaches the host. It is
+// runc's default, set explicitly so that crun (whose default is rprivate) behaves the same; the pool's
+// workspace slot relies on it.
+func withRootfsPropagation(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+	if s.Linux == nil {
+		s.Linux = &specs.Linux{}
+	}
+	s.Linux.RootfsPropagation = "rslave"
+	return nil
+}
+
 // withPrivateNamespaces makes sure the container has its own PID, IPC, UTS, mount and network (loopback
 // only) namespaces, whatever the base spec said, and joins no existing one.
 func withPrivateNamespaces(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
@@ -283,15 +296,8 @@ func callMounts(base []specs.Mount, spec sandbox.Spec, lim sandbox.Limits) ([]sp
 		Options: []string{"nosuid", "nodev", "mode=1777", fmt.Sprintf("size=%d", lim.TmpBytes)},
 	})
 	if spec.WorkspaceDir != "" {
-		// runc resolves a bind source on the host, following symlinks: the workspace must be a real
-		// directory, named by a clean absolute path.
-		if !filepath.IsAbs(spec.WorkspaceDir) || filepath.Clean(spec.WorkspaceDir) != spec.WorkspaceDir {
-			return nil, fmt.Errorf("workspace %q: it must be a clean absolute path", spec.WorkspaceDir)
-		}
-		if fi, err := os.Lstat(spec.WorkspaceDir); err != nil {
-			return nil, fmt.Errorf("workspace %s: %w", spec.WorkspaceDir, err)
-		} else if !fi.IsDir() {
-			return nil, fmt.Errorf("workspace %s: it is not a directory (a symlink is not followed)", spec.WorkspaceDir)
+		if err := checkWorkspaceDir(spec.WorkspaceDir); err != nil {
+			return nil, err
 		}
 		mounts = append(mounts, specs.Mount{
 			Type: "bind", Source: spec.WorkspaceDir, Destination: workspaceDir,
@@ -316,6 +322,21 @@ func callMounts(base []specs.Mount, spec sandbox.Spec, lim sandbox.Limits) ([]sp
 		return nil, err
 	}
 	return mounts, nil
+}
+
+// checkWorkspaceDir checks a workspace's host directory before it is mounted: the OCI runtime resolves a
+// bind source on the host, following symlinks, so it must be a real directory named by a clean absolute
+// path.
+func checkWorkspaceDir(dir string) error {
+	if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir {
+		return fmt.Errorf("workspace %q: it must be a clean absolute path", dir)
+	}
+	if fi, err := os.Lstat(dir); err != nil {
+		return fmt.Errorf("workspace %s: %w", dir, err)
+	} else if !fi.IsDir() {
+		return fmt.Errorf("workspace %s: it is not a directory (a symlink is not followed)", dir)
+	}
+	return nil
 }
 
 // checkMountNesting refuses a mount whose destination lies inside a writable mount's destination.

@@ -80,6 +80,9 @@ func runtimeWarnings(ctx context.Context, name, binary string) []string {
 	if binary == "" {
 		binary = "runc"
 	}
+	if isCrun(binary) {
+		return crunWarnings(ctx, binary)
+	}
 	v, err := runcVersion(ctx, binary)
 	if err != nil {
 		return []string{fmt.Sprintf("cannot tell which runc the %s shim runs (%v): production needs runc %s", name, err, runcSupported)}

@@ -170,7 +170,8 @@ func NewRuntime(t testing.TB, cfg containerd.Config) (*containerd.Runtime, *cont
 
 // NewRuntimeOn returns a Runtime on the containerd at cfg.Address, closed when the test ends, with the
 // same defaults as NewRuntime. An empty cfg.RuntimeName is Runtime, so that the sandbox suite runs under
-// the runtime TOOLPOOL_TEST_RUNTIME names; gVisor (runsc on PATH) is offered whenever it is the one.
+// the runtime TOOLPOOL_TEST_RUNTIME names; gVisor (runsc on PATH) is offered whenever it is the one. An
+// empty cfg.RuntimeBinary is TOOLPOOL_TEST_RUNTIME_BINARY (crun), the OCI runtime the runc shim runs.
 // Unless cfg.OnCleanup is set, a container whose removal fails fails the test when it ends: a container
 // left behind is a leak.
 func NewRuntimeOn(t testing.TB, cfg containerd.Config) *containerd.Runtime {
@@ -180,6 +181,9 @@ func NewRuntimeOn(t testing.TB, cfg containerd.Config) *containerd.Runtime {
 	}
 	if cfg.RuntimeName == containerd.GVisorRuntime && cfg.GVisor == nil {
 		cfg.GVisor = &containerd.GVisorConfig{}
+	}
+	if cfg.RuntimeBinary == "" {
+		cfg.RuntimeBinary = os.Getenv("TOOLPOOL_TEST_RUNTIME_BINARY")
 	}
 	if cfg.StateDir == "" {
 		cfg.StateDir = filepath.Join(ShortTempDir(t), "state")

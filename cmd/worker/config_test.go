@@ -1,0 +1,63 @@
+package main
+
+import (
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestLoadConfigPool checks the warm pool's and the OCI runtime's settings: defaults, file, flags, and a
+// clear error for each bad value.
+func TestLoadConfigPool(t *testing.T) {
+	file := func(t *testing.T, yaml string) string {
+		p := filepath.Join(t.TempDir(), "worker.yaml")
+		if err := os.WriteFile(p, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		name    string
+		yaml    string
+		flags   []string
+		want    poolConfig
+		binary  string
+		wantErr string
+	}{
+		{name: "defaults", want: poolConfig{MaxSize: 8, MemoryBytes: 256 << 20, MaxAge: 10 * time.Minute}},
+		{name: "file", yaml: "runtime_binary: crun\npool: {max_size: 3, memory_bytes: 1048576, max_age: 30s}\n",
+			want: poolConfig{MaxSize: 3, MemoryBytes: 1 << 20, MaxAge: 30 * time.Second}, binary: "crun"},
+		{name: "flags over the file", yaml: "pool: {max_size: 3}\n", flags: []string{"-pool-size", "0", "-runtime-binary", "auto"},
+			want: poolConfig{MaxSize: 0, MemoryBytes: 256 << 20, MaxAge: 10 * time.Minute}, binary: "auto"},
+		{name: "negative size", flags: []string{"-pool-size", "-1"}, wantErr: "pool.max_size -1 is outside 0..1024"},
+		{name: "negative budget", yaml: "pool: {memory_bytes: -5}\n", wantErr: "pool.memory_bytes -5 is negative"},
+		{name: "negative age", yaml: "pool: {max_age: -1s}\n", wantErr: "pool.max_age -1s is negative"},
+		{name: "unknown key", yaml: "pool: {size: 3}\n", wantErr: "field size not found"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"-data-dir", t.TempDir()}, tc.flags...)
+			if tc.yaml != "" {
+				args = append(args, "-config", file(t, tc.yaml))
+			}
+			fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			cfg, err := loadConfig(fs, args)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err %v, want one saying %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Pool != tc.want || cfg.RuntimeBinary != tc.binary {
+				t.Errorf("pool %+v binary %q, want %+v %q", cfg.Pool, cfg.RuntimeBinary, tc.want, tc.binary)
+			}
+		})
+	}
+}

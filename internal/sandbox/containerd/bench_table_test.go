@@ -1,0 +1,126 @@
+package containerd_test
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/toolpool/toolpool/internal/sandbox"
+	"github.com/toolpool/toolpool/internal/sandbox/containerd"
+	"github.com/toolpool/toolpool/internal/sandbox/containerd/ctrtest"
+)
+
+// BenchmarkStartTable is the issue's measurement table in one run: `true` through plain containerd (no
+// hardening), through Runtime.Run cold under runc and under crun, and warm (from the pool, under the
+// runtime's default OCI runtime, which TOOLPOOL_TEST_RUNTIME_BINARY sets), each at concurrency 1, 4 and
+// 16. It reports p50/p95 of one call (Run, or the plain client's create to delete) and calls/s over the
+// whole batch, removal included; warm reports the share of calls that found a ready container and the
+// memory the pool held at the end. Every runtime shares one containerd, so the rows compete alike for the
+// host.
+func BenchmarkStartTable(b *testing.B) {
+	d := ctrtest.StartDaemon(b)
+	probe := buildProbe(b)
+	ws := workspace(b)
+	newRT := func(name string, cfg containerd.Config) *containerd.Runtime {
+		cfg.Address, cfg.Namespace, cfg.WorkerID = d.Address(), "bench-"+name, "bench-"+name
+		cfg.StateDir = filepath.Join(ctrtest.ShortTempDir(b), "state")
+		rt := ctrtest.NewRuntimeOn(b, cfg)
+		if err := rt.EnsureMountPoint(probePath, false); err != nil {
+			b.Fatal(err)
+		}
+		return rt
+	}
+	spec := func() sandbox.Spec {
+		return sandbox.Spec{ID: newID("bench"), Argv: []string{"/bin/true"}, WorkspaceDir: ws,
+			Mounts: []sandbox.Mount{{Source: probe, Destination: probePath}}, Limits: sandbox.Limits{Timeout: time.Minute}}
+	}
+	type mode struct {
+		name string
+		rt   *containerd.Runtime
+	}
+	plain := plainRunner(b, d)
+	modes := []mode{{name: "plain"}, {name: "cold-runc", rt: newRT("runc", containerd.Config{RuntimeBinary: "runc"})}}
+	if _, err := exec.LookPath("crun"); err == nil {
+		modes = append(modes, mode{name: "cold-crun", rt: newRT("crun", containerd.Config{RuntimeBinary: "crun"})})
+	} else {
+		b.Log("crun is not installed: no cold-crun row (scripts/deps.sh installs it)")
+	}
+	warm := newRT("warm", containerd.Config{Pool: containerd.PoolConfig{MaxSize: 16, Fillers: 4, InitBinary: probe, InitPath: probePath}})
+	modes = append(modes, mode{name: "warm", rt: warm})
+	for _, m := range modes {
+		for _, conc := range []int{1, 4, 16} {
+			b.Run(fmt.Sprintf("%s/c%d", m.name, conc), func(b *testing.B) {
+				// one runs one call; it may run on any goroutine, so it reports a failure with Errorf.
+				one := func() (time.Duration, bool) {
+					began := time.Now()
+					if m.rt == nil {
+						if err := plain(); err != nil {
+							b.Errorf("plain containerd: %v", err)
+						}
+						return time.Since(began), false
+					}
+					out, err := m.rt.Run(context.Background(), spec())
+					if err != nil || out.ExitCode != 0 {
+						b.Errorf("Run: %v, exit %d", err, out.ExitCode)
+					}
+					return time.Since(began), out.Warm
+				}
+				if m.rt == warm {
+					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+					defer cancel()
+					for range conc {
+						warm.Prewarm(spec())
+					}
+					if err := warm.WaitWarm(ctx, spec()); err != nil {
+						b.Fatal(err)
+					}
+				} else {
+					one() // page in the binaries
+				}
+				var mu sync.Mutex
+				var ms []float64
+				warmCalls := 0
+				next := make(chan struct{})
+				var wg sync.WaitGroup
+				b.ResetTimer()
+				began := time.Now()
+				for range conc {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for range next {
+							took, w := one()
+							mu.Lock()
+							ms = append(ms, float64(took.Microseconds())/1000)
+							if w {
+								warmCalls++
+							}
+							mu.Unlock()
+						}
+					}()
+				}
+				for range b.N {
+					next <- struct{}{}
+				}
+				close(next)
+				wg.Wait()
+				if m.rt != nil {
+					m.rt.WaitCleanups()
+				}
+				elapsed := time.Since(began)
+				b.StopTimer()
+				reportPercentiles(b, ms)
+				b.ReportMetric(float64(b.N)/elapsed.Seconds(), "calls/s")
+				if m.rt == warm {
+					b.ReportMetric(100*float64(warmCalls)/float64(b.N), "warm-%")
+					b.ReportMetric(float64(warm.PoolStats().MemoryBytes)/(1<<20), "pool-MiB")
+					b.ReportMetric(float64(warm.PoolStats().Ready), "pool-ready")
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,99 @@
+package containerd
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/containerd/containerd/oci"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/toolpool/toolpool/internal/sandbox"
+)
+
+// RuntimeBinaryAuto asks New to pick the OCI runtime: crun when it is installed and works on this host,
+// runc otherwise.
+const RuntimeBinaryAuto = "auto"
+
+// MinCrunVersion is the oldest crun this release recommends for production: 1.28 fixed CVE-2026-47766 (a
+// /dev symlink in an image's root redirecting device setup out of it). Older releases also lack 1.14.1's
+// chdir hardening and closing of leaked descriptors; the sandbox never lets crun change into the workspace
+// and its init closes every descriptor but the standard three, but an image root meets crun's own code:
+// New reports an older crun in Warnings.
+const MinCrunVersion = "1.28"
+
+// shimGroupAnnotation groups containers onto one runc shim (containerd's runc v2 shim reads it).
+const shimGroupAnnotation = "io.containerd.runc.v2.group"
+
+func isRuncShim(name string) bool { return strings.HasPrefix(name, "io.containerd.runc.") }
+
+func isCrun(binary string) bool { return filepath.Base(binary) == "crun" }
+
+// resolveRuntimeBinary turns the configured OCI runtime into the one the shim runs, and says why when
+// "auto" could not pick crun.
+func resolveRuntimeBinary(handler, binary string) (string, []string) {
+	if binary != RuntimeBinaryAuto {
+		return binary, nil
+	}
+	if !isRuncShim(handler) {
+		return "", nil
+	}
+	if _, err := exec.LookPath("crun"); err != nil {
+		return "runc", nil // not installed: runc, nothing to report
+	}
+	if why := crunUnusable(); why != "" {
+		return "runc", []string{"runtime_binary auto: using runc, not crun: " + why}
+	}
+	return "crun", nil
+}
+
+// crunUnusable says why crun cannot run containers on this host, "" when it can. crun 1.8 refuses a
+// hybrid cgroup layout (v1 controllers plus a v2 hierarchy at /sys/fs/cgroup/unified) in which the v2
+// hierarchy holds a controller ("cgroups in hybrid mode not supported").
+func crunUnusable() string {
+	b, err := os.ReadFile("/sys/fs/cgroup/unified/cgroup.controllers")
+	if err != nil {
+		return ""
+	}
+	if c := strings.TrimSpace(string(b)); c != "" {
+		return fmt.Sprintf("this host mixes cgroup v1 and v2 and its v2 hierarchy holds the %s controller, which crun before 1.9 refuses; boot the host with cgroup v1 or v2 alone, install crun 1.9 or later, or use runc", c)
+	}
+	return ""
+}
+
+var crunVersionRE = regexp.MustCompile(`(?m)^crun version (\d+)\.(\d+)(?:\.(\d+))?`)
+
+// crunWarnings checks the crun at binary and returns what an operator should fix.
+func crunWarnings(ctx context.Context, binary string) []string {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, binary, "--version").Output()
+	m := crunVersionRE.FindStringSubmatch(string(out))
+	if err != nil || m == nil {
+		return []string{fmt.Sprintf("cannot tell the version of crun at %s (%v): production needs crun %s or later", binary, err, MinCrunVersion)}
+	}
+	major, _ := strconv.Atoi(m[1])
+	minor, _ := strconv.Atoi(m[2])
+	if major < 1 || major == 1 && minor < 28 {
+		return []string{fmt.Sprintf("crun %s.%s is older than %s: it lacks the fix for CVE-2026-47766 (an image's /dev symlink) and 1.14.1's chdir hardening; the sandbox never lets crun change into the workspace and closes leaked descriptors itself, but use images you trust, or a newer crun, in production", m[1], m[2], MinCrunVersion)}
+	}
+	return nil
+}
+
+// specOpts are hardenedSpec's options for a container of backend be, with what only the runtime's plumbing
+// reads in front: the shim group of a RuncRuntime container (ShimGroups).
+func (r *Runtime) specOpts(be backend, argv []string, cwd string, spec sandbox.Spec, lim sandbox.Limits, rootPath string, mounts []specs.Mount) []oci.SpecOpts {
+	hardened := r.hardenedSpec(argv, cwd, spec, lim, rootPath, mounts)
+	if r.cfg.ShimGroups <= 0 || !be.runc {
+		return hardened
+	}
+	n := r.shimGroup.Add(1) % uint64(r.cfg.ShimGroups)
+	group := fmt.Sprintf("toolpool-%s-%d-%d", r.cfg.WorkerID, r.started.UnixNano(), n)
+	return append([]oci.SpecOpts{oci.WithAnnotations(map[string]string{shimGroupAnnotation: group})}, hardened...)
+}
