@@ -135,7 +135,38 @@ func (t *topic) deliver(m *nats.Msg) {
 
 // OpenOutput returns a reader of the object name from offset on; the caller closes it. It streams: the
 // object is never held whole. queue.ErrNotFound if there is no such object.
+//
+// A ctx without a deadline is bounded by outputReadTimeout: without one, nats.go stops reading an object
+// after its default five seconds, which cuts a large download short.
 func (c *Conn) OpenOutput(ctx context.Context, name string, offset int64) (io.ReadCloser, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		bounded, cancel := context.WithTimeout(ctx, outputReadTimeout)
+		rc, err := c.openOutput(bounded, name, offset)
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		return &cancelOnClose{ReadCloser: rc, cancel: cancel}, nil
+	}
+	return c.openOutput(ctx, name, offset)
+}
+
+// outputReadTimeout bounds reading one stored object when the caller set no deadline.
+const outputReadTimeout = 30 * time.Minute
+
+// cancelOnClose releases a reader's context when the reader is closed.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (r *cancelOnClose) Close() error {
+	err := r.ReadCloser.Close()
+	r.cancel()
+	return err
+}
+
+func (c *Conn) openOutput(ctx context.Context, name string, offset int64) (io.ReadCloser, error) {
 	obj, err := c.outs.Get(ctx, name)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return nil, fmt.Errorf("read output %s: %w", name, queue.ErrNotFound)

@@ -91,3 +91,28 @@ func TestOpenOutput(t *testing.T) {
 		t.Fatalf("missing object: %v, want queue.ErrNotFound", err)
 	}
 }
+
+// TestOpenOutputSlowReader: a reader with no deadline of its own that takes longer than nats.go's default
+// five seconds still reads the whole object (a large workspace archive streamed to a slow client).
+func TestOpenOutputSlowReader(t *testing.T) {
+	c := connect(t)
+	ctx := context.Background()
+	data := bytes.Repeat([]byte("0123456789"), 200000) // 2 MB: many object chunks
+	if _, err := c.PutOutput(ctx, "c_y/1/archive", bytes.NewReader(data)); err != nil {
+		t.Fatal(err)
+	}
+	rd, err := c.OpenOutput(ctx, "c_y/1/archive", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	first := make([]byte, 10)
+	if _, err := io.ReadFull(rd, first); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(7 * time.Second)
+	rest, err := io.ReadAll(rd)
+	if err != nil || !bytes.Equal(append(first, rest...), data) {
+		t.Fatalf("read %d of %d bytes after a pause (%v)", len(first)+len(rest), len(data), err)
+	}
+}
