@@ -104,10 +104,15 @@ func Encode(req Request) ([]byte, error) {
 // the program could not be started, with one of the Exit codes, after writing why to stderr.
 func Main(stderr io.Writer) int {
 	// A descriptor of the host would let a path through /proc/self/fd/N lead out of the container
-	// (CVE-2024-21626): none is expected, and none survives.
-	if err := unix.CloseRange(3, ^uint(0), 0); err != nil {
-		closeFrom(3)
+	// (CVE-2024-21626): none is expected, and none survives the exec of the program. They are marked
+	// close-on-exec rather than closed now: the Go runtime of this very process holds descriptors of its
+	// own (the netpoller's epoll), and closing those under it crashes the init at its next GC.
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		cloexecFrom(3)
 	}
+	// Until then, the init itself enters the working directory: a directory descriptor reached through a
+	// planted /proc/self/fd/N symlink would lead out, so those are closed now (the runtime holds none).
+	closeDirsFrom(3)
 	req, err := readRequest(fdReader(0))
 	if err != nil {
 		fmt.Fprintf(stderr, "toolpool-init: %v\n", err)
@@ -225,15 +230,30 @@ func (f fdReader) Read(p []byte) (int, error) {
 	}
 }
 
-// closeFrom closes every descriptor from fd up, for kernels without close_range(2).
-func closeFrom(fd int) {
-	var lim unix.Rlimit
-	top := 1024
-	if unix.Getrlimit(unix.RLIMIT_NOFILE, &lim) == nil && lim.Cur < 1<<20 {
-		top = int(lim.Cur)
+// closeDirsFrom closes every descriptor from fd up that refers to a directory.
+func closeDirsFrom(fd int) {
+	for i, top := fd, descriptorTop(); i < top; i++ {
+		var st unix.Stat_t
+		if unix.Fstat(i, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			_ = unix.Close(i)
+		}
 	}
-	for i := fd; i < top; i++ {
-		_ = unix.Close(i)
+}
+
+// descriptorTop is one past the highest descriptor the init looks at: the open-files limit, at most 4096.
+func descriptorTop() int {
+	var lim unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &lim) == nil && lim.Cur < 4096 {
+		return int(lim.Cur)
+	}
+	return 4096
+}
+
+// cloexecFrom marks every descriptor from fd up close-on-exec, for kernels without
+// close_range(2)'s CLOSE_RANGE_CLOEXEC (5.11).
+func cloexecFrom(fd int) {
+	for i, top := fd, descriptorTop(); i < top; i++ {
+		_, _ = unix.FcntlInt(uintptr(i), unix.F_SETFD, unix.FD_CLOEXEC)
 	}
 }
 
