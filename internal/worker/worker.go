@@ -306,6 +306,13 @@ var (
 // dispatcher queues a call before it records it, so the first deliveries may simply be early.
 const adoptAfter = 3
 
+// recordWait is how long a delivery that found no record waits for the dispatcher to write it, polling
+// every recordPoll, before it is handed back to the queue.
+const (
+	recordWait = 500 * time.Millisecond
+	recordPoll = 25 * time.Millisecond
+)
+
 // process claims the call, runs it and records its final result. It returns how to settle the delivery and
 // the final result when this worker recorded one.
 //
@@ -316,6 +323,16 @@ const adoptAfter = 3
 func (w *Worker) process(ctx context.Context, c *call.Call, attempt uint64) (settle, *call.Result) {
 	storeCtx := context.WithoutCancel(ctx)
 	rec, err := w.store.Get(storeCtx, c.ID)
+	// The dispatcher records a call right after it is queued: a delivery that beats the record waits a
+	// moment for it rather than go back to the queue for a redelivery.
+	for waited := time.Duration(0); errors.Is(err, queue.ErrNotFound) && attempt < adoptAfter && waited < recordWait; waited += recordPoll {
+		select {
+		case <-ctx.Done():
+			return settleRetry, nil
+		case <-time.After(recordPoll):
+		}
+		rec, err = w.store.Get(storeCtx, c.ID)
+	}
 	if errors.Is(err, queue.ErrNotFound) {
 		if w.creator == nil || attempt < adoptAfter {
 			return settleRetry, nil
