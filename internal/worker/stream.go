@@ -16,7 +16,8 @@ import (
 // Live publishes a running call's output as it is printed, to whoever follows the call.
 type Live interface {
 	// PublishChunk sends one chunk; best effort (a lost chunk is missed by live readers only, who read it
-	// from the output store later). It may block while the connection drains.
+	// from the output store later). It may block while the connection drains. ch.Data is the caller's
+	// again once it returns: it must not be kept.
 	PublishChunk(ctx context.Context, callID string, ch queue.Chunk) error
 }
 
@@ -123,9 +124,10 @@ func (s *spool) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// take removes and returns the next chunk to publish, nil when there is none. Unless final, it holds back
-// a UTF-8 sequence cut at the end of what was printed, so that text chunks stay text.
-func (s *spool) take(final bool) *queue.Chunk {
+// take removes the next chunk to publish, its bytes copied into buf's storage (so that one buffer serves
+// every chunk of a call), and reports false when there is none. Unless final, it holds back a UTF-8
+// sequence cut at the end of what was printed, so that text chunks stay text.
+func (s *spool) take(final bool, buf []byte) (queue.Chunk, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := min(len(s.pending), liveChunkBytes)
@@ -133,12 +135,12 @@ func (s *spool) take(final bool) *queue.Chunk {
 		n = runeCut(s.pending, n)
 	}
 	if n == 0 {
-		return nil
+		return queue.Chunk{}, false
 	}
-	ch := &queue.Chunk{Stream: s.name, Offset: s.pendingOff, Data: append([]byte(nil), s.pending[:n]...)}
+	ch := queue.Chunk{Stream: s.name, Offset: s.pendingOff, Data: append(buf[:0], s.pending[:n]...)}
 	s.pending = s.pending[:copy(s.pending, s.pending[n:])]
 	s.pendingOff += int64(n)
-	return ch
+	return ch, true
 }
 
 // runeCut moves a cut at n back to the start of a UTF-8 sequence that the cut would split, when b is text
@@ -159,6 +161,7 @@ func runeCut(b []byte, n int) int {
 func (c *capture) publish() {
 	defer close(c.done)
 	ctx := context.Background()
+	var buf []byte // reused for every chunk: PublishChunk does not keep it
 	for {
 		final := false
 		select {
@@ -167,8 +170,9 @@ func (c *capture) publish() {
 			final = true
 		}
 		for _, s := range c.streams {
-			for ch := s.take(final); ch != nil; ch = s.take(final) {
-				_ = c.live.PublishChunk(ctx, c.callID, *ch)
+			for ch, ok := s.take(final, buf); ok; ch, ok = s.take(final, buf) {
+				_ = c.live.PublishChunk(ctx, c.callID, ch)
+				buf = ch.Data
 			}
 		}
 		if final {

@@ -49,6 +49,7 @@ func (l *chunkLog) PublishChunk(_ context.Context, id string, ch queue.Chunk) er
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	ch.Data = bytes.Clone(ch.Data) // the publisher reuses its buffer
 	l.chunks = append(l.chunks, ch)
 	return nil
 }

@@ -587,6 +587,13 @@ func TestFencing(t *testing.T) {
 				t.Errorf("the fenced runner overwrote w2's claim: %s by %s", got.Status, got.Worker)
 			}
 		}},
+		{"the call was ended while its lease lived", func(r *call.Result) {
+			r.Fail(call.StatusExpired, call.ErrTimeout, "ended elsewhere")
+		}, false, errFenced, func(t *testing.T, got *call.Result) {
+			if got.Status != call.StatusExpired || got.Error.Message != "ended elsewhere" {
+				t.Errorf("the fenced runner overwrote the final record: %s %+v", got.Status, got.Error)
+			}
+		}},
 		{"a cancel was requested", func(r *call.Result) { r.CancelRequested = true }, false, errCancelRequested,
 			func(t *testing.T, got *call.Result) {
 				if got.Status != call.StatusCancelled || got.Worker != "w1" {
@@ -807,5 +814,34 @@ func waitDone(t *testing.T, done <-chan struct{}, msg string) {
 	case <-done:
 	case <-time.After(30 * time.Second):
 		t.Fatal(msg)
+	}
+}
+
+// TestDeliveryBeforeItsRecord: a first delivery that finds no record (the dispatcher queues a call before
+// it records it) waits for the record and runs the call, instead of going back to the queue.
+func TestDeliveryBeforeItsRecord(t *testing.T) {
+	st := queuetest.NewStore()
+	rt := &fakeRuntime{}
+	w := newTestWorker(t, rt, st)
+	c := newCall("run_shell", shellArgs)
+	var mu sync.Mutex
+	gets := 0
+	st.FailWith(func(op queuetest.Op, id string) error {
+		if op != queuetest.OpGet || id != c.ID {
+			return nil
+		}
+		mu.Lock()
+		gets++
+		n := gets
+		mu.Unlock()
+		if n == 2 { // the dispatcher records the call after the worker's first read missed it
+			st.Put(call.NewResult(c, call.StatusQueued))
+		}
+		return nil
+	})
+	d := &fakeDelivery{c: c}
+	w.Handle(context.Background(), d)
+	if got := st.Result(c.ID); got == nil || got.Status != call.StatusOK || d.settlement() != "ack" || rt.count() != 1 {
+		t.Fatalf("record %+v settled %q after %d runs; want the call run once and acked", got, d.settlement(), rt.count())
 	}
 }

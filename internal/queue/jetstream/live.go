@@ -29,7 +29,7 @@ func (c *Conn) liveSubject(callID string) string { return c.cfg.SubjectPrefix + 
 
 // PublishChunk sends one chunk of call callID's output to whoever follows it. It does not wait for the
 // server; it may block briefly while the connection's buffer drains, which is why a worker calls it off
-// the path of the container's output.
+// the path of the container's output. ch.Data is copied before it returns, never kept.
 func (c *Conn) PublishChunk(ctx context.Context, callID string, ch queue.Chunk) error {
 	msg := nats.NewMsg(c.liveSubject(callID))
 	msg.Header.Set(hdrStream, ch.Stream)
