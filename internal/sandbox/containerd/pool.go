@@ -191,6 +191,8 @@ type pool struct {
 	wake chan struct{}
 	done sync.WaitGroup // the manager and every creation in progress
 
+	closeOnce sync.Once // closePool's work, which every caller waits for
+
 	mu        sync.Mutex
 	closed    bool
 	profiles  map[profileKey]*profile
@@ -241,39 +243,40 @@ const slotsPrefix = "slots."
 // DrainPool stops the warm pool for good: it creates no more containers and destroys every ready one (in
 // the background; Close waits for their removal). Calls that hold a claimed container keep it until they
 // end; later calls run cold (ColdDraining). A worker calls it when it starts draining, so that a worker on
-// its way out holds no idle containers. It blocks until the creations in flight have ended. Without a pool
-// it does nothing; calling it again does nothing.
+// its way out holds no idle containers. It blocks until the creations in flight have ended and every
+// ready container's removal has begun, also when another DrainPool or Close is draining the pool at the
+// same time. Without a pool it does nothing; calling it again does nothing.
 func (r *Runtime) DrainPool() {
 	if r.pool != nil {
-		_ = r.closePool()
+		r.closePool()
 	}
 }
 
-// closePool stops the pool and destroys every ready container; Close then waits for their removal. Calls
-// that hold a claimed container keep it until they end. Idempotent.
-func (r *Runtime) closePool() error {
+// closePool stops the pool and starts the removal of every ready container; Close then waits for it.
+// Calls that hold a claimed container keep it until they end. Idempotent, and a caller that finds the pool
+// being closed by another waits until that one is done: otherwise Close, racing the worker's DrainPool,
+// could close the client while the creations in flight were still to be removed, and their containers and
+// shims would outlive the worker.
+func (r *Runtime) closePool() {
 	p := r.pool
-	p.mu.Lock()
-	if p.closed {
+	p.closeOnce.Do(func() {
+		p.mu.Lock()
+		p.closed = true
 		p.mu.Unlock()
-		return nil
-	}
-	p.closed = true
-	p.mu.Unlock()
-	p.stop()
-	p.done.Wait() // the manager and the creations in flight; what they made is in profiles now
-	p.mu.Lock()
-	var all []*slot
-	for _, pr := range p.profiles {
-		all = append(all, pr.ready...)
-		pr.ready = nil
-	}
-	p.discarded["drain"] += uint64(len(all))
-	p.mu.Unlock()
-	for _, s := range all {
-		r.discardSlot(s)
-	}
-	return nil
+		p.stop()
+		p.done.Wait() // the manager and the creations in flight; what they made is in profiles now
+		p.mu.Lock()
+		var all []*slot
+		for _, pr := range p.profiles {
+			all = append(all, pr.ready...)
+			pr.ready = nil
+		}
+		p.discarded["drain"] += uint64(len(all))
+		p.mu.Unlock()
+		for _, s := range all {
+			r.discardSlot(s)
+		}
+	})
 }
 
 // removeSlotsDir unmounts the slots directory (and whatever is still mounted below it) and removes it.

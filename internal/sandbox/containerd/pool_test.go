@@ -457,6 +457,67 @@ func TestPoolDrainsOnClose(t *testing.T) {
 	}
 }
 
+// TestPoolDrainRacesClose checks what a worker does on SIGTERM: DrainPool (on the signal) and Close (on
+// the way out) at the same time, while one container is ready and another is being created. Close must
+// not return, and so let the worker stop its containerd, before the drain has removed them: a Close that
+// found the pool already closing used to return at once, and the drain, once the creation had ended,
+// removed the ready containers through a closed client, leaving their tasks and shims running.
+func TestPoolDrainRacesClose(t *testing.T) {
+	ctrtest.Require(t)
+	d := ctrtest.StartDaemon(t)
+	stateDir := filepath.Join(ctrtest.ShortTempDir(t), "state")
+	probe := buildProbe(t)
+	ns := fmt.Sprintf("tp-pool-race-%d", os.Getpid())
+	rt, err := containerd.New(context.Background(), containerd.Config{Address: d.Address(), Namespace: ns,
+		StateDir: stateDir, UID: ctrtest.SandboxUID, GID: ctrtest.SandboxGID, WorkerID: "race",
+		RuntimeBinary: os.Getenv("TOOLPOOL_TEST_RUNTIME_BINARY"),
+		Pool:          containerd.PoolConfig{MaxSize: 2, InitBinary: probe, InitPath: probePath}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := warmSpec(probe, workspace(t), "")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := rt.WaitWarm(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	other := spec // another profile, whose container is being created when the drain begins
+	other.Limits.TmpBytes = 32 << 20
+	rt.Prewarm(other)
+	deadline := time.Now().Add(30 * time.Second)
+	for rt.PoolStats().Creating == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the pool started no creation")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		rt.DrainPool()
+	}()
+	// WaitWarm on a done context only looks: it says "drained" once DrainPool has closed the pool.
+	done, cancelDone := context.WithCancel(context.Background())
+	cancelDone()
+	for {
+		if err := rt.WaitWarm(done, spec); err != nil && strings.Contains(err.Error(), "drained") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("DrainPool did not close the pool")
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	if st := rt.PoolStats(); st.Creating == 0 {
+		t.Logf("the creation ended before the drain began (%+v): this run does not race", st)
+	}
+	if err := rt.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	<-drained
+	assertNothingLeft(t, d, ns, stateDir)
+}
+
 // assertNothingLeft checks that namespace ns of daemon d holds no container or task, that no shim of it
 // runs, and that nothing is mounted or left of the slots under stateDir, nor a cgroup in ns.
 func assertNothingLeft(t *testing.T, d *containerd.Daemon, ns, stateDir string) {

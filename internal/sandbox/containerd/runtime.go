@@ -228,7 +228,7 @@ func (r *Runtime) Close() error {
 	}
 	var errs []error
 	if r.pool != nil {
-		errs = append(errs, r.closePool())
+		r.closePool()
 	}
 	r.WaitCleanups()
 	if r.pool != nil {
