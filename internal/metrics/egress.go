@@ -47,8 +47,6 @@ func (m *egressMetrics) finished(r *call.Result) {
 			rule = ruleInjected
 		}
 		m.conns.WithLabelValues(oneOf(e.Decision, "none", knownEgressDecisions), oneOf(rule, "none", knownEgressRules)).Add(float64(e.Connections))
-		m.conns.WithLabelValues(call.EgressAllowed, "none")
-		m.conns.WithLabelValues(call.EgressRefused, egress.RuleDomainNotAllowed)
 		m.bytes.WithLabelValues("up").Add(float64(max(e.BytesUp, 0)))
 		m.bytes.WithLabelValues("down").Add(float64(max(e.BytesDown, 0)))
 	}

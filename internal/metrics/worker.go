@@ -38,7 +38,7 @@ func NewWorker(reg prometheus.Registerer, opts Options) *WorkerMetrics {
 			[]string{"stage"}),
 	}
 	m.sandboxStarts = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "sandbox_starts_total",
-		Help: "Containers started for calls, by path: warm (claimed from the warm pool) or cold (created for the call), and for cold, why: none (the worker has no pool), empty, mounts, limits, profiles, broken, disabled, draining, or other."},
+		Help: "Containers started for calls, by path: warm (claimed from the warm pool) or cold (created for the call), and for cold, why: none (the worker has no pool), empty, mounts, limits, profiles, broken, disabled, draining, runtime, or other."},
 		[]string{"path", "cold_reason"})
 	m.egress = newEgressMetrics(reg)
 	m.sandboxErrors.WithLabelValues("start")
@@ -50,7 +50,7 @@ func NewWorker(reg prometheus.Registerer, opts Options) *WorkerMetrics {
 
 // coldReasons are the values of sandbox_starts_total's cold_reason label (sandbox.Outcome.ColdReason of
 // the containerd runtime, and "none" for a runtime without a pool); any other value counts as Overflow.
-var coldReasons = map[string]bool{"empty": true, "mounts": true, "limits": true, "profiles": true, "broken": true, "disabled": true, "draining": true, "runtime": true}
+var coldReasons = setOf("empty", "mounts", "limits", "profiles", "broken", "disabled", "draining", "runtime")
 
 // PoolState is what WatchPool reports of a warm pool at scrape time.
 type PoolState struct {
@@ -186,14 +186,9 @@ func (o *observedRuntime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.O
 		o.m.cleanup.Observe(out.CleanupTime.Seconds())
 	}
 	if out.SandboxTime > 0 {
-		path, reason := "cold", out.ColdReason
-		switch {
-		case out.Warm:
-			path, reason = "warm", ""
-		case reason == "":
-			reason = "none"
-		case !coldReasons[reason]:
-			reason = Overflow
+		path, reason := "warm", ""
+		if !out.Warm {
+			path, reason = "cold", oneOf(out.ColdReason, "none", coldReasons)
 		}
 		o.m.sandboxStarts.WithLabelValues(path, reason).Inc()
 	}

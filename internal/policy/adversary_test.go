@@ -95,6 +95,13 @@ func TestAdversaryEnvArgument(t *testing.T) {
 		{name: "a wrapper variable", cmd: "cargo build", env: map[string]string{"RUSTC_WRAPPER": "/workspace/x"}, want: Ask, rule: RuleInjectionEnv},
 		{name: "an options variable", cmd: "ls", env: map[string]string{"MAVEN_OPTS": "-javaagent:x"}, want: Ask, rule: RuleInjectionEnv},
 		{name: "ordinary variables are fine", cmd: "ls", env: map[string]string{"FOO": "bar", "CGO_ENABLED": "0", "LANG": "C.UTF-8"}, want: Allow},
+		// Clients in the sandbox need these (test/e2e/egress_test.go); their prefixes alone would ask.
+		{name: "GIT_TERMINAL_PROMPT is exempt", cmd: "git status", env: map[string]string{"GIT_TERMINAL_PROMPT": "0"}, want: Allow},
+		{name: "GIT_TERMINAL_PROMPT in the line is exempt", cmd: "GIT_TERMINAL_PROMPT=0 git status", want: Allow},
+		{name: "npm_config_update_notifier is exempt", cmd: "ls", env: map[string]string{"npm_config_update_notifier": "false"}, want: Allow},
+		{name: "NPM_CONFIG_UPDATE_NOTIFIER is exempt", cmd: "ls", env: map[string]string{"NPM_CONFIG_UPDATE_NOTIFIER": "false"}, want: Allow},
+		{name: "exemption is of the exact name", cmd: "ls", env: map[string]string{"GIT_TERMINAL_PROMPTX": "0"}, want: Ask, rule: RuleInjectionEnv},
+		{name: "another npm_config_ name still asks", cmd: "ls", env: map[string]string{"npm_config_script_shell": "/workspace/x"}, want: Ask, rule: RuleInjectionEnv},
 	})
 }
 

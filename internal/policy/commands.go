@@ -206,8 +206,6 @@ func (j *shellJudge) plain(name string, argv []word, ruleArgv []string, depth, u
 				j.add(Deny, RuleWorldWritable, fmt.Sprintf("`chmod %s` makes files writable by every user; use a mode such as 755, 644 or u+w", w.text))
 			}
 		}
-	case "nc", "ncat", "netcat", "nc.openbsd", "nc.traditional":
-		j.netcat(name, argv)
 	case "socat":
 		for _, w := range argv[1:] {
 			if l := strings.ToLower(w.text); w.known && (strings.Contains(l, "exec:") || strings.Contains(l, "system:")) {
@@ -216,6 +214,9 @@ func (j *shellJudge) plain(name string, argv []word, ruleArgv []string, depth, u
 		}
 	case "make", "gmake", "tar":
 		j.chdirOptions(argv)
+	}
+	if netcats[name] {
+		j.netcat(name, argv)
 	}
 	positionals := j.argPaths(argv, spec)
 	if name == "uniq" && len(positionals) > 1 {

@@ -85,6 +85,9 @@ func worldWritableMode(s string) bool {
 	return false
 }
 
+// netcats are the names netcat goes by: each is judged by netcat and counts as a downloader.
+var netcats = map[string]bool{"nc": true, "ncat": true, "netcat": true, "nc.openbsd": true, "nc.traditional": true}
+
 func (j *shellJudge) netcat(name string, argv []word) {
 	for _, w := range argv[1:] {
 		t := w.text

@@ -824,11 +824,11 @@ func (j *shellJudge) staticOutput(s *syntax.Stmt) []string {
 	return nil
 }
 
-// downloaders fetch data from the network.
+// downloaders fetch data from the network (and so do netcats).
 var downloaders = map[string]bool{
 	"curl": true, "wget": true, "fetch": true, "aria2c": true, "http": true, "https": true, "xh": true,
-	"lwp-download": true, "lwp-request": true, "GET": true, "nc": true, "ncat": true, "netcat": true,
-	"socat": true, "ftp": true, "tftp": true, "openssl": true,
+	"lwp-download": true, "lwp-request": true, "GET": true, "socat": true, "ftp": true, "tftp": true,
+	"openssl": true,
 }
 
 // containsDownload reports whether a command under n downloads.
@@ -838,7 +838,7 @@ func (j *shellJudge) containsDownload(n syntax.Node) bool {
 		if ce, ok := n.(*syntax.CallExpr); ok {
 			if info := j.infos[ce]; info != nil {
 				for _, name := range info.names {
-					found = found || downloaders[name]
+					found = found || downloaders[name] || netcats[name]
 				}
 			}
 		}

@@ -404,26 +404,8 @@ func cutMiddle(s string, max int, what, hint string) string {
 	if budget < 0 {
 		budget = 0
 	}
-	headN := budget * 2 / 3
-	tailN := budget - headN
-	head := s[:headN]
-	if i := strings.LastIndexByte(head, '\n'); i >= headN/2 {
-		head = head[:i+1]
-	}
-	for i := 0; i < utf8.UTFMax && len(head) > 0; i++ {
-		if r, size := utf8.DecodeLastRuneInString(head); r != utf8.RuneError || size != 1 {
-			break
-		}
-		head = head[:len(head)-1]
-	}
-	tail := s[len(s)-tailN:]
-	if i := strings.IndexByte(tail, '\n'); i >= 0 && i <= tailN/2 {
-		tail = tail[i+1:]
-	}
-	for i := 0; i < utf8.UTFMax && len(tail) > 0 && !utf8.RuneStart(tail[0]); i++ {
-		tail = tail[1:]
-	}
-	return head + note(len(s)-len(head)-len(tail)) + tail
+	head, tail := stream{head: []byte(s), total: int64(len(s))}.cut(budget)
+	return string(head) + note(len(s)-len(head)-len(tail)) + string(tail)
 }
 
 // intArg is an integer argument that also accepts an integral JSON number written as a float ("10.0"),

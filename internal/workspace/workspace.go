@@ -258,6 +258,27 @@ func (m *Manager) openWorkspace(tenant, name string) (int, error) {
 	return fd, nil
 }
 
+// openLocked checks tenant, name and the client's path rel (cleanDest), takes workspace name's lock
+// (exclusive or shared) and opens its directory without following symlinks. It returns the open
+// directory, rel cleaned, and done, which closes the directory and releases the lock.
+func (m *Manager) openLocked(ctx context.Context, tenant, name, rel string, exclusive bool) (root int, clean string, done func(), err error) {
+	if err := checkNames(tenant, name); err != nil {
+		return -1, "", nil, err
+	}
+	if clean, err = cleanDest(rel); err != nil {
+		return -1, "", nil, err
+	}
+	l, err := m.lockWorkspace(ctx, tenant, name, exclusive)
+	if err != nil {
+		return -1, "", nil, err
+	}
+	if root, err = m.openWorkspace(tenant, name); err != nil {
+		l.release()
+		return -1, "", nil, err
+	}
+	return root, clean, func() { unix.Close(root); l.release() }, nil
+}
+
 // Create makes workspace name, empty or with the contents of the archive in f (tar, tar.gz or zip; nil
 // for none). It refuses a name in use (already_exists), a tenant at its limits (quota_exceeded) and a
 // hostile archive (invalid_params, too_large), in each case writing nothing.
@@ -388,23 +409,11 @@ func (s *staging) discard() {
 // root) of an existing workspace, replacing files of the same names. A hostile archive, or one that
 // would take the tenant past its byte limit, is refused with nothing written.
 func (m *Manager) Upload(ctx context.Context, tenant, name, dest string, f *os.File) (Info, error) {
-	if err := checkNames(tenant, name); err != nil {
-		return Info{}, err
-	}
-	dest, err := cleanDest(dest)
+	fd, dest, done, err := m.openLocked(ctx, tenant, name, dest, true)
 	if err != nil {
 		return Info{}, err
 	}
-	l, err := m.lockWorkspace(ctx, tenant, name, true)
-	if err != nil {
-		return Info{}, err
-	}
-	defer l.release()
-	fd, err := m.openWorkspace(tenant, name)
-	if err != nil {
-		return Info{}, err
-	}
-	defer unix.Close(fd)
+	defer done()
 	if dest != "" {
 		if _, err := checkArchivePath(fd, dest); err != nil {
 			return Info{}, err
@@ -589,26 +598,14 @@ func (m *Manager) checkLimits(tenant string, addWorkspaces int, addBytes int64) 
 // ReadFile opens the regular file rel of workspace name (never through a symlink) and calls fn with it
 // and its size, holding the workspace's lock shared.
 func (m *Manager) ReadFile(ctx context.Context, tenant, name, rel string, fn func(f *os.File, size int64) error) error {
-	if err := checkNames(tenant, name); err != nil {
-		return err
-	}
-	p, err := cleanDest(rel)
+	root, p, done, err := m.openLocked(ctx, tenant, name, rel, false)
 	if err != nil {
 		return err
 	}
+	defer done()
 	if p == "" {
 		return refuse("give the path of a file in the workspace")
 	}
-	l, err := m.lockWorkspace(ctx, tenant, name, false)
-	if err != nil {
-		return err
-	}
-	defer l.release()
-	root, err := m.openWorkspace(tenant, name)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(root)
 	parent, err := openBeneath(root, dirOf(p), false, owner{})
 	if err != nil {
 		return fileError(rel, err)
@@ -644,23 +641,11 @@ func fileError(rel string, err error) error {
 // holding the workspace's lock exclusively so that no call changes it meanwhile. Symlinks are archived
 // as links, never followed; FIFOs and sockets are left out.
 func (m *Manager) Archive(ctx context.Context, tenant, name, sub string, w io.Writer) error {
-	if err := checkNames(tenant, name); err != nil {
-		return err
-	}
-	sub, err := cleanDest(sub)
+	root, sub, done, err := m.openLocked(ctx, tenant, name, sub, true)
 	if err != nil {
 		return err
 	}
-	l, err := m.lockWorkspace(ctx, tenant, name, true)
-	if err != nil {
-		return err
-	}
-	defer l.release()
-	root, err := m.openWorkspace(tenant, name)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(root)
+	defer done()
 	fd, err := openBeneath(root, sub, false, owner{})
 	if err != nil {
 		return fileError(sub, err)
