@@ -24,7 +24,8 @@ import (
 func (s *Server) Authenticate(next http.Handler) http.Handler { return s.auth(next.ServeHTTP) }
 
 // Submit admits r and accepts it, as POST /v1/calls does, and returns at once with the call's first
-// record: queued, pending_approval, or denied by policy. A request that names a call that exists already
+// record: queued, pending_approval, or denied by policy; a read_output call is answered at once, final
+// and unrecorded. A request that names a call that exists already
 // (r.ID) returns that call's record.
 func (s *Server) Submit(ctx context.Context, r call.Request) (*call.Result, error) {
 	p, err := caller(ctx)
@@ -34,14 +35,7 @@ func (s *Server) Submit(ctx context.Context, r call.Request) (*call.Result, erro
 	if r.ID != "" && !call.ValidID(r.ID) {
 		return nil, &call.Rejection{Type: call.ErrInvalidParams, Message: fmt.Sprintf("call id %q is not an id toolpool gives", r.ID)}
 	}
-	c, dec, rerr := s.admit(ctx, p, &callRequest{Tool: r.Tool, Args: r.Args, Workspace: r.Workspace})
-	if rerr != nil {
-		return nil, rerr.rejection()
-	}
-	if r.ID != "" {
-		c.ID = r.ID
-	}
-	res, rerr := s.accept(ctx, c, dec, r.ID != "")
+	_, res, rerr := s.submit(ctx, p, &callRequest{Tool: r.Tool, Args: r.Args, Workspace: r.Workspace, id: r.ID})
 	if rerr == errNotRecorded {
 		return res, nil // queued; its record follows
 	}

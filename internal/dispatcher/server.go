@@ -259,6 +259,9 @@ type callRequest struct {
 	Wait           *bool           `json:"wait"`
 	IdempotencyKey string          `json:"idempotency_key"`
 	Tools          json.RawMessage `json:"tools"`
+	// id, when not empty, is the call's id (call.Request.ID): a second request with it finds the first's
+	// call, as with an idempotency key. Front ends only; never decoded.
+	id string
 }
 
 // requestError is a problem with the request that the client must fix.
@@ -324,23 +327,9 @@ func (s *Server) postCall(w http.ResponseWriter, r *http.Request) {
 	if key := r.Header.Get("Idempotency-Key"); key != "" && req.IdempotencyKey == "" {
 		req.IdempotencyKey = key
 	}
-	c, dec, rerr := s.admit(r.Context(), p, &req)
-	if rerr != nil {
-		writeError(w, rerr.code, rerr.typ, rerr.msg)
-		return
-	}
-	if tool, _ := s.tools.Lookup(c.Tool); tool.Local && dec.Action == policy.Allow {
-		res, rerr := s.readOutput(r.Context(), c)
-		if rerr != nil {
-			writeRequestError(w, rerr)
-			return
-		}
-		writeResult(w, res)
-		return
-	}
-	res, rerr := s.accept(r.Context(), c, dec, req.IdempotencyKey != "")
-	if rerr == errNotRecorded {
-		writeResult(w, res)
+	c, res, rerr := s.submit(r.Context(), p, &req)
+	if rerr == errNotRecorded || (rerr == nil && c == nil) {
+		writeResult(w, res) // queued but not recorded, or answered at once (read_output)
 		return
 	}
 	if rerr != nil {
@@ -357,6 +346,22 @@ func (s *Server) postCall(w http.ResponseWriter, r *http.Request) {
 	}
 	wait := min(time.Duration(c.Limits.TimeoutMS)*time.Millisecond+30*time.Second, s.cfg.MaxWait)
 	s.waitAndWrite(w, r, c.ID, wait)
+}
+
+// submit admits req and accepts the call, for POST /v1/calls and Submit. A local tool's call that policy
+// allows (read_output) is answered at once and never queued nor recorded: it returns a nil call with the
+// final result. Otherwise it returns the call and accept's answer (errNotRecorded included).
+func (s *Server) submit(ctx context.Context, p principal, req *callRequest) (*call.Call, *call.Result, *requestError) {
+	c, dec, rerr := s.admit(ctx, p, req)
+	if rerr != nil {
+		return nil, nil, rerr
+	}
+	if tool, _ := s.tools.Lookup(c.Tool); tool.Local && dec.Action == policy.Allow {
+		res, rerr := s.readOutput(ctx, c)
+		return nil, res, rerr
+	}
+	res, rerr := s.accept(ctx, c, dec, req.IdempotencyKey != "" || req.id != "")
+	return c, res, rerr
 }
 
 // admit turns a request into a call: names, tool, schema, policy and limits. It publishes nothing.
@@ -413,7 +418,10 @@ func (s *Server) admit(ctx context.Context, p principal, req *callRequest) (*cal
 	if c.Args, err = tool.WithPolicy(req.Args, dec.Limits.DeniedGlobs); err != nil {
 		return nil, none, badRequest("%v", err)
 	}
-	if req.IdempotencyKey != "" {
+	switch {
+	case req.id != "":
+		c.ID = req.id
+	case req.IdempotencyKey != "":
 		c.ID = idempotentID(p.tenant, req.IdempotencyKey)
 	}
 	queueTimeout := s.cfg.QueueTimeout
