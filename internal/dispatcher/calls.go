@@ -2,14 +2,12 @@ package dispatcher
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/toolpool/toolpool/internal/call"
 	"github.com/toolpool/toolpool/internal/policy"
-	"github.com/toolpool/toolpool/internal/queue"
 	"github.com/toolpool/toolpool/internal/tools"
 )
 
@@ -53,12 +51,9 @@ func (s *Server) Wait(ctx context.Context, id string, until func(*call.Result) b
 	if err != nil {
 		return nil, err
 	}
-	rec, err := s.store.Get(ctx, id)
-	if errors.Is(err, queue.ErrNotFound) || (err == nil && rec.Result.Tenant != p.tenant) {
-		return nil, &call.Rejection{Type: call.ErrNotFound, Message: fmt.Sprintf("no call %s for tenant %s", id, p.tenant)}
-	}
-	if err != nil {
-		return nil, &call.Rejection{Type: call.ErrInternal, Message: "toolpool could not read the call; retry", RetryAfter: time.Second}
+	rec, rerr := s.lookup(ctx, p.tenant, id)
+	if rerr != nil {
+		return nil, rerr.rejection()
 	}
 	if res := s.expireIfDue(ctx, rec); res.Status.Terminal() || until(res) {
 		return s.whole(ctx, res)
@@ -73,12 +68,9 @@ func (s *Server) Wait(ctx context.Context, id string, until func(*call.Result) b
 	return s.whole(ctx, res)
 }
 
-// whole returns res with its stored output fields read back in (fillStored), as the HTTP API answers.
+// whole returns res as the HTTP API answers with it (present).
 func (s *Server) whole(ctx context.Context, res *call.Result) (*call.Result, error) {
-	if len(res.Stored) == 0 {
-		return res, nil
-	}
-	full, err := s.fillStored(ctx, res)
+	full, err := s.present(ctx, res)
 	if err != nil {
 		s.log.ErrorContext(ctx, "read stored output", "call_id", res.ID, "error", err)
 		return nil, &call.Rejection{Type: call.ErrInternal, Message: "toolpool could not read the call's stored output; retry", RetryAfter: time.Second}

@@ -645,17 +645,25 @@ func (s *Server) awaitResult(ctx context.Context, id string, until func(*call.Re
 	return res, err
 }
 
+// lookup reads the record of tenant's call id; another tenant's call is one that does not exist (404).
+func (s *Server) lookup(ctx context.Context, tenant, id string) (queue.Record, *requestError) {
+	rec, err := s.store.Get(ctx, id)
+	if errors.Is(err, queue.ErrNotFound) || (err == nil && rec.Result.Tenant != tenant) {
+		return queue.Record{}, &requestError{code: http.StatusNotFound, typ: call.ErrNotFound, msg: fmt.Sprintf("no call %s for tenant %s", id, tenant)}
+	}
+	if err != nil {
+		s.log.ErrorContext(ctx, "read call", "call_id", id, "error", err)
+		return queue.Record{}, &requestError{code: http.StatusServiceUnavailable, typ: call.ErrInternal, retryAfter: 1, msg: "toolpool could not read the call; retry"}
+	}
+	return rec, nil
+}
+
 func (s *Server) getCall(w http.ResponseWriter, r *http.Request) {
 	p := principalFrom(r.Context())
 	id := r.PathValue("id")
-	rec, err := s.store.Get(r.Context(), id)
-	if errors.Is(err, queue.ErrNotFound) || (err == nil && rec.Result.Tenant != p.tenant) {
-		writeError(w, http.StatusNotFound, call.ErrNotFound, fmt.Sprintf("no call %s for tenant %s", id, p.tenant))
-		return
-	}
-	if err != nil {
-		s.log.Error("read call", "call_id", id, "error", err)
-		writeError(w, http.StatusServiceUnavailable, call.ErrInternal, "toolpool could not read the call; retry")
+	rec, rerr := s.lookup(r.Context(), p.tenant, id)
+	if rerr != nil {
+		writeRequestError(w, rerr)
 		return
 	}
 	res := s.expireIfDue(r.Context(), rec)
@@ -690,12 +698,9 @@ func (s *Server) deleteCall(w http.ResponseWriter, r *http.Request) {
 // as it stands after the request; a final call is returned unchanged.
 func (s *Server) cancel(ctx context.Context, p principal, id string) (*call.Result, *requestError) {
 	for range 5 {
-		rec, err := s.store.Get(ctx, id)
-		if errors.Is(err, queue.ErrNotFound) || (err == nil && rec.Result.Tenant != p.tenant) {
-			return nil, &requestError{code: http.StatusNotFound, typ: call.ErrNotFound, msg: fmt.Sprintf("no call %s for tenant %s", id, p.tenant)}
-		}
-		if err != nil {
-			return nil, &requestError{code: http.StatusServiceUnavailable, typ: call.ErrInternal, msg: "toolpool could not read the call; retry"}
+		rec, rerr := s.lookup(ctx, p.tenant, id)
+		if rerr != nil {
+			return nil, rerr
 		}
 		res := rec.Result
 		if res.Status.Terminal() {
