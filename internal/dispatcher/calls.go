@@ -99,7 +99,7 @@ func (s *Server) Tools(ctx context.Context) ([]tools.MCPTool, error) {
 	if err != nil {
 		return nil, err
 	}
-	return tools.MCP(s.enabledToolList(p.tenant), tools.WithNetwork(s.networkGranted(ctx, p.tenant))), nil
+	return tools.MCP(s.enabledTools(p.tenant, nil), tools.WithNetwork(s.networkGranted(ctx, p.tenant))), nil
 }
 
 // MayApprove reports whether the caller's token has the approver role.
@@ -137,17 +137,6 @@ func caller(ctx context.Context) (principal, error) {
 		return p, &call.Rejection{Type: call.ErrPermissionDenied, Message: "the request carries no authenticated caller"}
 	}
 	return p, nil
-}
-
-// enabledToolList is the tools tenant may use, in the registry's order.
-func (s *Server) enabledToolList(tenant string) []*tools.Tool {
-	var enabled []*tools.Tool
-	for _, t := range s.tools.List() {
-		if s.policy.ToolEnabled(tenant, t.Name, nil) {
-			enabled = append(enabled, t)
-		}
-	}
-	return enabled
 }
 
 // networkGranted reports, for a tool of tenant, whether its policy gives the tool's containers network

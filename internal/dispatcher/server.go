@@ -382,8 +382,12 @@ func (s *Server) admit(ctx context.Context, p principal, req *callRequest) (*cal
 	}
 	tool, ok := s.tools.Lookup(req.Tool)
 	if !ok || !s.policy.ToolEnabled(p.tenant, req.Tool, requestTools) {
+		var names []string
+		for _, t := range s.enabledTools(p.tenant, requestTools) {
+			names = append(names, t.Name)
+		}
 		return nil, none, &requestError{code: http.StatusUnprocessableEntity, typ: call.ErrInvalidParams,
-			msg: fmt.Sprintf("unknown tool %q: the tools you can call are %s", req.Tool, strings.Join(s.enabledTools(p.tenant, requestTools), ", "))}
+			msg: fmt.Sprintf("unknown tool %q: the tools you can call are %s", req.Tool, strings.Join(names, ", "))}
 	}
 	if len(req.Args) == 0 || string(req.Args) == "null" {
 		req.Args = json.RawMessage("{}")
@@ -414,7 +418,7 @@ func (s *Server) admit(ctx context.Context, p principal, req *callRequest) (*cal
 		Decision:    &call.Decision{Action: string(dec.Action), Rule: dec.Rule, Reason: dec.Reason},
 		TraceParent: tracing.Inject(ctx),
 	}
-	c.ArgsDigest = argsDigest(req.Args)
+	c.ArgsDigest = call.ArgsDigest(req.Args)
 	if c.Args, err = tool.WithPolicy(req.Args, dec.Limits.DeniedGlobs); err != nil {
 		return nil, none, badRequest("%v", err)
 	}
@@ -476,12 +480,6 @@ func (s *Server) limits(tenant string, req *callRequest, tool *tools.Tool, pl po
 	return call.Limits{TimeoutMS: timeout.Milliseconds(), OutputBytes: output, MemoryBytes: req.MemoryBytes,
 		CPUMillis: req.CPUMillis, PIDs: req.PIDs, TmpBytes: req.TmpBytes,
 		Network: pl.Network, AllowedDomains: pl.AllowedDomains, AllowedPorts: pl.AllowedPorts}, clamped
-}
-
-// argsDigest is what an approval binds to: the SHA-256 of the arguments as received.
-func argsDigest(args json.RawMessage) string {
-	sum := sha256.Sum256(args)
-	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // idempotentID derives a call id from the tenant and its idempotency key, so a retried POST finds the call
@@ -600,14 +598,15 @@ func expire(r *call.Result, now time.Time) {
 	r.FinishedAt = now.UTC()
 }
 
-func (s *Server) enabledTools(tenant string, requestTools map[string]bool) []string {
-	var names []string
+// enabledTools is the tools tenant may use (and a request's tools map leaves on), in the registry's order.
+func (s *Server) enabledTools(tenant string, requestTools map[string]bool) []*tools.Tool {
+	var enabled []*tools.Tool
 	for _, t := range s.tools.List() {
 		if s.policy.ToolEnabled(tenant, t.Name, requestTools) {
-			names = append(names, t.Name)
+			enabled = append(enabled, t)
 		}
 	}
-	return names
+	return enabled
 }
 
 func (s *Server) waitAndWrite(w http.ResponseWriter, r *http.Request, id string, wait time.Duration) {
@@ -730,7 +729,7 @@ func (s *Server) cancel(ctx context.Context, p principal, id string) (*call.Resu
 func (s *Server) listTools(w http.ResponseWriter, r *http.Request) {
 	p := principalFrom(r.Context())
 	format := r.URL.Query().Get("format")
-	list, err := tools.Render(format, s.enabledToolList(p.tenant), tools.WithNetwork(s.networkGranted(r.Context(), p.tenant)))
+	list, err := tools.Render(format, s.enabledTools(p.tenant, nil), tools.WithNetwork(s.networkGranted(r.Context(), p.tenant)))
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
 		return
