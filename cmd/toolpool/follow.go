@@ -113,11 +113,10 @@ func (f *follower) handle(ev event) bool {
 
 // stream sends req and follows the events it answers with; it returns an API error for a non-2xx answer.
 func (c *client) stream(req *http.Request, f *follower) error {
-	req.Header.Set("Authorization", "Bearer "+c.token)
 	req.Header.Set("Accept", "text/event-stream")
-	resp, err := c.http.Do(req)
+	resp, err := c.send(req)
 	if err != nil {
-		return fmt.Errorf("reach dispatcher at %s (is it running? set TOOLPOOL_URL): %w", c.base, err)
+		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
@@ -240,10 +239,9 @@ func cmdOutput(c *client, args []string, stdout, stderr io.Writer) (int, error) 
 		if err != nil {
 			return 1, fmt.Errorf("build request: %w", err)
 		}
-		req.Header.Set("Authorization", "Bearer "+c.token)
-		resp, err := c.http.Do(req)
+		resp, err := c.send(req)
 		if err != nil {
-			return 1, fmt.Errorf("reach dispatcher at %s: %w", c.base, err)
+			return 1, err
 		}
 		data, err := io.ReadAll(resp.Body)
 		resp.Body.Close()

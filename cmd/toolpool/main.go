@@ -130,15 +130,22 @@ func newClient() *client {
 	return &client{base: strings.TrimRight(base, "/"), token: token, http: &http.Client{}}
 }
 
-// apiError is an error response of the API.
-type apiError struct {
-	Code  int
-	Error call.ErrorInfo `json:"error"`
+// send sends req with the client's token; an error means the dispatcher could not be reached. The caller
+// closes the response's body.
+func (c *client) send(req *http.Request) (*http.Response, error) {
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("reach dispatcher at %s (is it running? set TOOLPOOL_URL): %w", c.base, err)
+	}
+	return resp, nil
 }
 
 // apiErrorOf is the error an API answer with status code and body data stands for: the API's message.
 func apiErrorOf(code int, data []byte) error {
-	var ae apiError
+	var ae struct {
+		Error call.ErrorInfo `json:"error"`
+	}
 	if json.Unmarshal(data, &ae) == nil && ae.Error.Message != "" {
 		return &httpError{code: code, msg: fmt.Sprintf("%s (HTTP %d %s)", ae.Error.Message, code, ae.Error.Type)}
 	}
@@ -160,11 +167,10 @@ func (c *client) do(ctx context.Context, method, path string, body any, out any)
 	if err != nil {
 		return 0, fmt.Errorf("build request: %w", err)
 	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.http.Do(req)
+	resp, err := c.send(req)
 	if err != nil {
-		return 0, fmt.Errorf("reach dispatcher at %s (is it running? set TOOLPOOL_URL): %w", c.base, err)
+		return 0, err
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)

@@ -242,11 +242,10 @@ func (c *client) raw(ctx context.Context, method, path string, body io.Reader) (
 	if err != nil {
 		return nil, fmt.Errorf("build request: %w", err)
 	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
 	req.Header.Set("Content-Type", "application/octet-stream")
-	resp, err := c.http.Do(req)
+	resp, err := c.send(req)
 	if err != nil {
-		return nil, fmt.Errorf("reach dispatcher at %s (is it running? set TOOLPOOL_URL): %w", c.base, err)
+		return nil, err
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
@@ -265,10 +264,9 @@ func (c *client) download(ctx context.Context, path, target string, stdout io.Wr
 	if err != nil {
 		return fmt.Errorf("build request: %w", err)
 	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	resp, err := c.http.Do(req)
+	resp, err := c.send(req)
 	if err != nil {
-		return fmt.Errorf("reach dispatcher at %s (is it running? set TOOLPOOL_URL): %w", c.base, err)
+		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {

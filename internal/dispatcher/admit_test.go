@@ -200,7 +200,7 @@ func TestAdmitCarriesDeniedGlobs(t *testing.T) {
 	if !strings.Contains(string(c.Args), `"_policy":{"denied_globs":["**/.env"`) {
 		t.Errorf("args %s carry no denied globs", c.Args)
 	}
-	if c.ArgsDigest != argsDigest(json.RawMessage(`{"pattern":"SECRET"}`)) {
+	if c.ArgsDigest != call.ArgsDigest(json.RawMessage(`{"pattern":"SECRET"}`)) {
 		t.Errorf("digest %s is not of the arguments as sent", c.ArgsDigest)
 	}
 	bad := DefaultConfig()

@@ -2,14 +2,12 @@ package dispatcher
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/toolpool/toolpool/internal/call"
 	"github.com/toolpool/toolpool/internal/policy"
-	"github.com/toolpool/toolpool/internal/queue"
 	"github.com/toolpool/toolpool/internal/tools"
 )
 
@@ -24,7 +22,8 @@ import (
 func (s *Server) Authenticate(next http.Handler) http.Handler { return s.auth(next.ServeHTTP) }
 
 // Submit admits r and accepts it, as POST /v1/calls does, and returns at once with the call's first
-// record: queued, pending_approval, or denied by policy. A request that names a call that exists already
+// record: queued, pending_approval, or denied by policy; a read_output call is answered at once, final
+// and unrecorded. A request that names a call that exists already
 // (r.ID) returns that call's record.
 func (s *Server) Submit(ctx context.Context, r call.Request) (*call.Result, error) {
 	p, err := caller(ctx)
@@ -34,14 +33,7 @@ func (s *Server) Submit(ctx context.Context, r call.Request) (*call.Result, erro
 	if r.ID != "" && !call.ValidID(r.ID) {
 		return nil, &call.Rejection{Type: call.ErrInvalidParams, Message: fmt.Sprintf("call id %q is not an id toolpool gives", r.ID)}
 	}
-	c, dec, rerr := s.admit(ctx, p, &callRequest{Tool: r.Tool, Args: r.Args, Workspace: r.Workspace})
-	if rerr != nil {
-		return nil, rerr.rejection()
-	}
-	if r.ID != "" {
-		c.ID = r.ID
-	}
-	res, rerr := s.accept(ctx, c, dec, r.ID != "")
+	_, res, rerr := s.submit(ctx, p, &callRequest{Tool: r.Tool, Args: r.Args, Workspace: r.Workspace, id: r.ID})
 	if rerr == errNotRecorded {
 		return res, nil // queued; its record follows
 	}
@@ -59,12 +51,9 @@ func (s *Server) Wait(ctx context.Context, id string, until func(*call.Result) b
 	if err != nil {
 		return nil, err
 	}
-	rec, err := s.store.Get(ctx, id)
-	if errors.Is(err, queue.ErrNotFound) || (err == nil && rec.Result.Tenant != p.tenant) {
-		return nil, &call.Rejection{Type: call.ErrNotFound, Message: fmt.Sprintf("no call %s for tenant %s", id, p.tenant)}
-	}
-	if err != nil {
-		return nil, &call.Rejection{Type: call.ErrInternal, Message: "toolpool could not read the call; retry", RetryAfter: time.Second}
+	rec, rerr := s.lookup(ctx, p.tenant, id)
+	if rerr != nil {
+		return nil, rerr.rejection()
 	}
 	if res := s.expireIfDue(ctx, rec); res.Status.Terminal() || until(res) {
 		return s.whole(ctx, res)
@@ -79,12 +68,9 @@ func (s *Server) Wait(ctx context.Context, id string, until func(*call.Result) b
 	return s.whole(ctx, res)
 }
 
-// whole returns res with its stored output fields read back in (fillStored), as the HTTP API answers.
+// whole returns res as the HTTP API answers with it (present).
 func (s *Server) whole(ctx context.Context, res *call.Result) (*call.Result, error) {
-	if len(res.Stored) == 0 {
-		return res, nil
-	}
-	full, err := s.fillStored(ctx, res)
+	full, err := s.present(ctx, res)
 	if err != nil {
 		s.log.ErrorContext(ctx, "read stored output", "call_id", res.ID, "error", err)
 		return nil, &call.Rejection{Type: call.ErrInternal, Message: "toolpool could not read the call's stored output; retry", RetryAfter: time.Second}
@@ -113,7 +99,7 @@ func (s *Server) Tools(ctx context.Context) ([]tools.MCPTool, error) {
 	if err != nil {
 		return nil, err
 	}
-	return tools.MCP(s.enabledToolList(p.tenant), tools.WithNetwork(s.networkGranted(ctx, p.tenant))), nil
+	return tools.MCP(s.enabledTools(p.tenant, nil), tools.WithNetwork(s.networkGranted(ctx, p.tenant))), nil
 }
 
 // MayApprove reports whether the caller's token has the approver role.
@@ -151,17 +137,6 @@ func caller(ctx context.Context) (principal, error) {
 		return p, &call.Rejection{Type: call.ErrPermissionDenied, Message: "the request carries no authenticated caller"}
 	}
 	return p, nil
-}
-
-// enabledToolList is the tools tenant may use, in the registry's order.
-func (s *Server) enabledToolList(tenant string) []*tools.Tool {
-	var enabled []*tools.Tool
-	for _, t := range s.tools.List() {
-		if s.policy.ToolEnabled(tenant, t.Name, nil) {
-			enabled = append(enabled, t)
-		}
-	}
-	return enabled
 }
 
 // networkGranted reports, for a tool of tenant, whether its policy gives the tool's containers network

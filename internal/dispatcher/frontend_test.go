@@ -141,6 +141,15 @@ func TestSubmitDecidesLikePostCalls(t *testing.T) {
 	if err1 != nil || err2 != nil || first.ID != id || again.ID != id || again.CreatedAt != first.CreatedAt {
 		t.Errorf("Submit with id %s: %+v %v, then %+v %v", id, first, err1, again, err2)
 	}
+	// read_output is answered at once, as POST /v1/calls answers it: never queued for a worker (which
+	// cannot run it) nor recorded.
+	missing := call.DeriveID("no", "such", "call")
+	ro, err := h.srv.Submit(ctx, call.Request{Tool: tools.ReadOutputTool, Args: json.RawMessage(`{"call_id": "` + missing + `"}`)})
+	if err != nil || ro.Status != call.StatusError || ro.Error == nil || ro.Error.Type != call.ErrNotFound {
+		t.Errorf("Submit read_output of a missing call: %+v, %v; want an error result of type not_found", ro, err)
+	} else if h.store.Result(ro.ID) != nil || slices.ContainsFunc(h.pub.calls(), func(p *call.Call) bool { return p.ID == ro.ID }) {
+		t.Errorf("read_output call %s was recorded or queued", ro.ID)
+	}
 	if _, err := h.srv.Submit(context.Background(), call.Request{Tool: "run_shell", Args: shell("true")}); rejectionType(err) != call.ErrPermissionDenied {
 		t.Errorf("Submit without a caller: %v", err)
 	}

@@ -423,7 +423,7 @@ func (h *harness) park(tenant, command string) *call.Call {
 	args := json.RawMessage(`{"command":` + mustJSON(h.t, command) + `}`)
 	now := h.clock.Now()
 	c := &call.Call{ID: call.NewID(), Tenant: tenant, Workspace: "ws", Tool: "run_shell", Args: args,
-		ArgsDigest: argsDigest(args), CreatedAt: now, Deadline: now.Add(h.cfg.ApprovalTTL),
+		ArgsDigest: call.ArgsDigest(args), CreatedAt: now, Deadline: now.Add(h.cfg.ApprovalTTL),
 		Decision: &call.Decision{Action: "ask", Rule: "mutating-commands", Reason: "needs approval by rule mutating-commands: mkdir writes"}}
 	r := call.NewResult(c, call.StatusPendingApproval)
 	r.Output = "the call waits for a person's approval"

@@ -259,6 +259,9 @@ type callRequest struct {
 	Wait           *bool           `json:"wait"`
 	IdempotencyKey string          `json:"idempotency_key"`
 	Tools          json.RawMessage `json:"tools"`
+	// id, when not empty, is the call's id (call.Request.ID): a second request with it finds the first's
+	// call, as with an idempotency key. Front ends only; never decoded.
+	id string
 }
 
 // requestError is a problem with the request that the client must fix.
@@ -324,23 +327,9 @@ func (s *Server) postCall(w http.ResponseWriter, r *http.Request) {
 	if key := r.Header.Get("Idempotency-Key"); key != "" && req.IdempotencyKey == "" {
 		req.IdempotencyKey = key
 	}
-	c, dec, rerr := s.admit(r.Context(), p, &req)
-	if rerr != nil {
-		writeError(w, rerr.code, rerr.typ, rerr.msg)
-		return
-	}
-	if tool, _ := s.tools.Lookup(c.Tool); tool.Local && dec.Action == policy.Allow {
-		res, rerr := s.readOutput(r.Context(), c)
-		if rerr != nil {
-			writeRequestError(w, rerr)
-			return
-		}
-		writeResult(w, res)
-		return
-	}
-	res, rerr := s.accept(r.Context(), c, dec, req.IdempotencyKey != "")
-	if rerr == errNotRecorded {
-		writeResult(w, res)
+	c, res, rerr := s.submit(r.Context(), p, &req)
+	if rerr == errNotRecorded || (rerr == nil && c == nil) {
+		writeResult(w, res) // queued but not recorded, or answered at once (read_output)
 		return
 	}
 	if rerr != nil {
@@ -357,6 +346,22 @@ func (s *Server) postCall(w http.ResponseWriter, r *http.Request) {
 	}
 	wait := min(time.Duration(c.Limits.TimeoutMS)*time.Millisecond+30*time.Second, s.cfg.MaxWait)
 	s.waitAndWrite(w, r, c.ID, wait)
+}
+
+// submit admits req and accepts the call, for POST /v1/calls and Submit. A local tool's call that policy
+// allows (read_output) is answered at once and never queued nor recorded: it returns a nil call with the
+// final result. Otherwise it returns the call and accept's answer (errNotRecorded included).
+func (s *Server) submit(ctx context.Context, p principal, req *callRequest) (*call.Call, *call.Result, *requestError) {
+	c, dec, rerr := s.admit(ctx, p, req)
+	if rerr != nil {
+		return nil, nil, rerr
+	}
+	if tool, _ := s.tools.Lookup(c.Tool); tool.Local && dec.Action == policy.Allow {
+		res, rerr := s.readOutput(ctx, c)
+		return nil, res, rerr
+	}
+	res, rerr := s.accept(ctx, c, dec, req.IdempotencyKey != "" || req.id != "")
+	return c, res, rerr
 }
 
 // admit turns a request into a call: names, tool, schema, policy and limits. It publishes nothing.
@@ -377,8 +382,12 @@ func (s *Server) admit(ctx context.Context, p principal, req *callRequest) (*cal
 	}
 	tool, ok := s.tools.Lookup(req.Tool)
 	if !ok || !s.policy.ToolEnabled(p.tenant, req.Tool, requestTools) {
+		var names []string
+		for _, t := range s.enabledTools(p.tenant, requestTools) {
+			names = append(names, t.Name)
+		}
 		return nil, none, &requestError{code: http.StatusUnprocessableEntity, typ: call.ErrInvalidParams,
-			msg: fmt.Sprintf("unknown tool %q: the tools you can call are %s", req.Tool, strings.Join(s.enabledTools(p.tenant, requestTools), ", "))}
+			msg: fmt.Sprintf("unknown tool %q: the tools you can call are %s", req.Tool, strings.Join(names, ", "))}
 	}
 	if len(req.Args) == 0 || string(req.Args) == "null" {
 		req.Args = json.RawMessage("{}")
@@ -409,11 +418,14 @@ func (s *Server) admit(ctx context.Context, p principal, req *callRequest) (*cal
 		Decision:    &call.Decision{Action: string(dec.Action), Rule: dec.Rule, Reason: dec.Reason},
 		TraceParent: tracing.Inject(ctx),
 	}
-	c.ArgsDigest = argsDigest(req.Args)
+	c.ArgsDigest = call.ArgsDigest(req.Args)
 	if c.Args, err = tool.WithPolicy(req.Args, dec.Limits.DeniedGlobs); err != nil {
 		return nil, none, badRequest("%v", err)
 	}
-	if req.IdempotencyKey != "" {
+	switch {
+	case req.id != "":
+		c.ID = req.id
+	case req.IdempotencyKey != "":
 		c.ID = idempotentID(p.tenant, req.IdempotencyKey)
 	}
 	queueTimeout := s.cfg.QueueTimeout
@@ -468,12 +480,6 @@ func (s *Server) limits(tenant string, req *callRequest, tool *tools.Tool, pl po
 	return call.Limits{TimeoutMS: timeout.Milliseconds(), OutputBytes: output, MemoryBytes: req.MemoryBytes,
 		CPUMillis: req.CPUMillis, PIDs: req.PIDs, TmpBytes: req.TmpBytes,
 		Network: pl.Network, AllowedDomains: pl.AllowedDomains, AllowedPorts: pl.AllowedPorts}, clamped
-}
-
-// argsDigest is what an approval binds to: the SHA-256 of the arguments as received.
-func argsDigest(args json.RawMessage) string {
-	sum := sha256.Sum256(args)
-	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // idempotentID derives a call id from the tenant and its idempotency key, so a retried POST finds the call
@@ -592,14 +598,15 @@ func expire(r *call.Result, now time.Time) {
 	r.FinishedAt = now.UTC()
 }
 
-func (s *Server) enabledTools(tenant string, requestTools map[string]bool) []string {
-	var names []string
+// enabledTools is the tools tenant may use (and a request's tools map leaves on), in the registry's order.
+func (s *Server) enabledTools(tenant string, requestTools map[string]bool) []*tools.Tool {
+	var enabled []*tools.Tool
 	for _, t := range s.tools.List() {
 		if s.policy.ToolEnabled(tenant, t.Name, requestTools) {
-			names = append(names, t.Name)
+			enabled = append(enabled, t)
 		}
 	}
-	return names
+	return enabled
 }
 
 func (s *Server) waitAndWrite(w http.ResponseWriter, r *http.Request, id string, wait time.Duration) {
@@ -637,17 +644,25 @@ func (s *Server) awaitResult(ctx context.Context, id string, until func(*call.Re
 	return res, err
 }
 
+// lookup reads the record of tenant's call id; another tenant's call is one that does not exist (404).
+func (s *Server) lookup(ctx context.Context, tenant, id string) (queue.Record, *requestError) {
+	rec, err := s.store.Get(ctx, id)
+	if errors.Is(err, queue.ErrNotFound) || (err == nil && rec.Result.Tenant != tenant) {
+		return queue.Record{}, &requestError{code: http.StatusNotFound, typ: call.ErrNotFound, msg: fmt.Sprintf("no call %s for tenant %s", id, tenant)}
+	}
+	if err != nil {
+		s.log.ErrorContext(ctx, "read call", "call_id", id, "error", err)
+		return queue.Record{}, &requestError{code: http.StatusServiceUnavailable, typ: call.ErrInternal, retryAfter: 1, msg: "toolpool could not read the call; retry"}
+	}
+	return rec, nil
+}
+
 func (s *Server) getCall(w http.ResponseWriter, r *http.Request) {
 	p := principalFrom(r.Context())
 	id := r.PathValue("id")
-	rec, err := s.store.Get(r.Context(), id)
-	if errors.Is(err, queue.ErrNotFound) || (err == nil && rec.Result.Tenant != p.tenant) {
-		writeError(w, http.StatusNotFound, call.ErrNotFound, fmt.Sprintf("no call %s for tenant %s", id, p.tenant))
-		return
-	}
-	if err != nil {
-		s.log.Error("read call", "call_id", id, "error", err)
-		writeError(w, http.StatusServiceUnavailable, call.ErrInternal, "toolpool could not read the call; retry")
+	rec, rerr := s.lookup(r.Context(), p.tenant, id)
+	if rerr != nil {
+		writeRequestError(w, rerr)
 		return
 	}
 	res := s.expireIfDue(r.Context(), rec)
@@ -682,12 +697,9 @@ func (s *Server) deleteCall(w http.ResponseWriter, r *http.Request) {
 // as it stands after the request; a final call is returned unchanged.
 func (s *Server) cancel(ctx context.Context, p principal, id string) (*call.Result, *requestError) {
 	for range 5 {
-		rec, err := s.store.Get(ctx, id)
-		if errors.Is(err, queue.ErrNotFound) || (err == nil && rec.Result.Tenant != p.tenant) {
-			return nil, &requestError{code: http.StatusNotFound, typ: call.ErrNotFound, msg: fmt.Sprintf("no call %s for tenant %s", id, p.tenant)}
-		}
-		if err != nil {
-			return nil, &requestError{code: http.StatusServiceUnavailable, typ: call.ErrInternal, msg: "toolpool could not read the call; retry"}
+		rec, rerr := s.lookup(ctx, p.tenant, id)
+		if rerr != nil {
+			return nil, rerr
 		}
 		res := rec.Result
 		if res.Status.Terminal() {
@@ -717,7 +729,7 @@ func (s *Server) cancel(ctx context.Context, p principal, id string) (*call.Resu
 func (s *Server) listTools(w http.ResponseWriter, r *http.Request) {
 	p := principalFrom(r.Context())
 	format := r.URL.Query().Get("format")
-	list, err := tools.Render(format, s.enabledToolList(p.tenant), tools.WithNetwork(s.networkGranted(r.Context(), p.tenant)))
+	list, err := tools.Render(format, s.enabledTools(p.tenant, nil), tools.WithNetwork(s.networkGranted(r.Context(), p.tenant)))
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
 		return

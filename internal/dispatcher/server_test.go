@@ -90,7 +90,7 @@ func TestPostCall(t *testing.T) {
 					res.Decision == nil || res.Decision.Rule != "test-allow" || !strings.HasPrefix(res.ID, "c_") {
 					t.Errorf("envelope %s", r.body)
 				}
-				if want := argsDigest(json.RawMessage(`{"command":"ls"}`)); res.ArgsDigest != want {
+				if want := call.ArgsDigest(json.RawMessage(`{"command":"ls"}`)); res.ArgsDigest != want {
 					t.Errorf("args digest %q, want %q", res.ArgsDigest, want)
 				}
 				c := h.pub.calls()[0]

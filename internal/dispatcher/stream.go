@@ -181,14 +181,9 @@ func (s *Server) follow(w http.ResponseWriter, r *http.Request, tenant, id strin
 			return
 		}
 	}
-	rec, err := s.store.Get(ctx, id)
-	if errors.Is(err, queue.ErrNotFound) || (err == nil && rec.Result.Tenant != tenant) {
-		writeError(w, http.StatusNotFound, call.ErrNotFound, fmt.Sprintf("no call %s for tenant %s", id, tenant))
-		return
-	}
-	if err != nil {
-		s.log.ErrorContext(ctx, "read call", "call_id", id, "error", err)
-		writeError(w, http.StatusServiceUnavailable, call.ErrInternal, "toolpool could not read the call; retry")
+	rec, rerr := s.lookup(ctx, tenant, id)
+	if rerr != nil {
+		writeRequestError(w, rerr)
 		return
 	}
 	res := s.expireIfDue(ctx, rec)
@@ -348,7 +343,7 @@ func (s *Server) getStream(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request", fmt.Sprintf("limit=%q must be a whole number from 1 to %d (default %d)", q.Get("limit"), rangeMax, rangeDefault))
 		return
 	}
-	data, st, rerr := s.readStream(r.Context(), tenantCall{tenant: p.tenant, id: id}, name, offset, limit)
+	data, st, rerr := s.readStream(r.Context(), p.tenant, id, name, offset, limit)
 	if rerr != nil {
 		writeRequestError(w, rerr)
 		return
@@ -373,30 +368,24 @@ func queryInt(v string, def int64) (int64, error) {
 	return n, err
 }
 
-type tenantCall struct{ tenant, id string }
-
-// readStream reads up to limit bytes of the full stream name of a finished call from offset on.
-func (s *Server) readStream(ctx context.Context, tc tenantCall, name string, offset, limit int64) ([]byte, call.Stream, *requestError) {
+// readStream reads up to limit bytes of the full stream name of tenant's finished call id from offset on.
+func (s *Server) readStream(ctx context.Context, tenant, id, name string, offset, limit int64) ([]byte, call.Stream, *requestError) {
 	var none call.Stream
 	if name != call.StreamStdout && name != call.StreamStderr {
 		return nil, none, &requestError{code: http.StatusNotFound, typ: call.ErrNotFound, msg: fmt.Sprintf("no stream %q: read stdout or stderr", name)}
 	}
-	rec, err := s.store.Get(ctx, tc.id)
-	if errors.Is(err, queue.ErrNotFound) || (err == nil && rec.Result.Tenant != tc.tenant) {
-		return nil, none, &requestError{code: http.StatusNotFound, typ: call.ErrNotFound, msg: fmt.Sprintf("no call %s for tenant %s", tc.id, tc.tenant)}
-	}
-	if err != nil {
-		s.log.ErrorContext(ctx, "read call", "call_id", tc.id, "error", err)
-		return nil, none, &requestError{code: http.StatusServiceUnavailable, typ: call.ErrInternal, retryAfter: 1, msg: "toolpool could not read the call; retry"}
+	rec, rerr := s.lookup(ctx, tenant, id)
+	if rerr != nil {
+		return nil, none, rerr
 	}
 	res := rec.Result
 	if !res.Status.Terminal() {
 		return nil, none, &requestError{code: http.StatusConflict, typ: "not_finished", msg: fmt.Sprintf(
-			"call %s is %s: its full output can be read by range once it ends; follow it live with GET /v1/calls/%s/events", tc.id, res.Status, tc.id)}
+			"call %s is %s: its full output can be read by range once it ends; follow it live with GET /v1/calls/%s/events", id, res.Status, id)}
 	}
 	if tool, ok := s.tools.Lookup(res.Tool); ok && !tool.Streams() {
 		return nil, none, &requestError{code: http.StatusNotFound, typ: call.ErrNotFound, msg: fmt.Sprintf(
-			"call %s ran %s, whose whole output is the envelope's output field: GET /v1/calls/%s", tc.id, res.Tool, tc.id)}
+			"call %s ran %s, whose whole output is the envelope's output field: GET /v1/calls/%s", id, res.Tool, id)}
 	}
 	st := res.Streams[name]
 	if st == nil {
@@ -415,7 +404,7 @@ func (s *Server) readStream(ctx context.Context, tc tenantCall, name string, off
 	defer rd.Close()
 	b, err := io.ReadAll(io.LimitReader(rd, limit))
 	if err != nil {
-		s.log.ErrorContext(ctx, "read stored output", "call_id", tc.id, "error", err)
+		s.log.ErrorContext(ctx, "read stored output", "call_id", id, "error", err)
 		return nil, none, &requestError{code: http.StatusServiceUnavailable, typ: call.ErrInternal, retryAfter: 1, msg: "toolpool could not read the stored output; retry"}
 	}
 	return b, *st, nil
@@ -433,7 +422,7 @@ func (s *Server) readOutput(ctx context.Context, c *call.Call) (*call.Result, *r
 	}
 	res := call.NewResult(c, call.StatusOK)
 	res.FinishedAt = s.now().UTC()
-	b, st, rerr := s.readStream(ctx, tenantCall{tenant: c.Tenant, id: a.CallID}, a.Stream, a.Offset, limit)
+	b, st, rerr := s.readStream(ctx, c.Tenant, a.CallID, a.Stream, a.Offset, limit)
 	if rerr != nil {
 		if rerr.code >= 500 {
 			return nil, rerr

@@ -64,7 +64,7 @@ func (s *Server) workspaceOp(w http.ResponseWriter, r *http.Request, op, ws stri
 	c := &call.Call{
 		ID: call.NewID(), Tenant: p.tenant, Workspace: ws, Tool: op, Args: rawArgs, CreatedAt: s.now().UTC(),
 		Decision:    &call.Decision{Action: string(dec.Action), Rule: dec.Rule, Reason: dec.Reason},
-		TraceParent: tracing.Inject(ctx), ArgsDigest: argsDigest(rawArgs),
+		TraceParent: tracing.Inject(ctx), ArgsDigest: call.ArgsDigest(rawArgs),
 		Limits: call.Limits{TimeoutMS: timeout.Milliseconds(), OutputBytes: s.cfg.MaxOutputBytes},
 	}
 	c.Deadline = c.CreatedAt.Add(s.cfg.QueueTimeout)
@@ -79,7 +79,7 @@ func (s *Server) workspaceOp(w http.ResponseWriter, r *http.Request, op, ws stri
 	}
 	if !res.Status.Terminal() && res.Status != call.StatusPendingApproval {
 		wctx, cancel := context.WithTimeout(ctx, min(timeout+30*time.Second, s.cfg.MaxWait))
-		waited, err := s.store.Wait(wctx, c.ID, func(r *call.Result) bool { return r.Status.Terminal() })
+		waited, err := s.awaitResult(wctx, c.ID, nil) // ends it expired when no worker takes it in time
 		cancel()
 		if waited != nil {
 			res = waited
