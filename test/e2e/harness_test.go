@@ -174,7 +174,16 @@ func (r response) errorInfo(t testing.TB) call.ErrorInfo {
 	return e.Error
 }
 
+// do sends a request as token (none when "") with body (nil, a string, bytes, or a value sent as JSON) and
+// returns the answer.
 func (s *stack) do(t testing.TB, method, path, token string, body any) response {
+	t.Helper()
+	r, _ := s.send(t, method, path, token, body, nil)
+	return r
+}
+
+// send is do with extra request headers; it returns the answer's headers too.
+func (s *stack) send(t testing.TB, method, path, token string, body any, header map[string]string) (response, http.Header) {
 	t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
@@ -199,6 +208,9 @@ func (s *stack) do(t testing.TB, method, path, token string, body any) response 
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
@@ -208,7 +220,7 @@ func (s *stack) do(t testing.TB, method, path, token string, body any) response 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return response{code: resp.StatusCode, body: data}
+	return response{code: resp.StatusCode, body: data}, resp.Header
 }
 
 // shell runs a run_shell call for tenant token in workspace ws and waits for its result.
