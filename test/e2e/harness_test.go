@@ -28,34 +28,18 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// proc is a started binary whose JSON log lines are collected.
-type proc struct{ *testproc.Proc }
-
-func start(t testing.TB, name string, args ...string) *proc {
+// start starts binary name (dispatcher, worker, nats-server) with args and the dev tenant's token.
+func start(t testing.TB, name string, args ...string) *testproc.Proc {
 	t.Helper()
-	return &proc{testproc.Start(t, filepath.Join(binaries(t), name), []string{"TOOLPOOL_TOKEN=dev-token"}, args...)}
+	return testproc.Start(t, filepath.Join(binaries(t), name), []string{"TOOLPOOL_TOKEN=dev-token"}, args...)
 }
-
-// waitLog returns the first log line whose msg is msg, waiting up to timeout.
-func (p *proc) waitLog(t testing.TB, msg string, timeout time.Duration) map[string]any {
-	t.Helper()
-	return p.WaitLog(t, msg, timeout)
-}
-
-func (p *proc) output() string { return p.Output() }
-
-// kill9 kills the process with SIGKILL, as a crash would, and waits for it.
-func (p *proc) kill9(t testing.TB) { p.Kill9(t) }
-
-// stop sends SIGTERM and waits for a clean exit.
-func (p *proc) stop(t testing.TB) { p.Stop(t) }
 
 // stack is a running dispatcher and worker.
 type stack struct {
 	url        string
 	natsURL    string
-	dispatcher *proc
-	worker     *proc
+	dispatcher *testproc.Proc
+	worker     *testproc.Proc
 	dataDir    string
 	configPath string
 	policyPath string
@@ -123,7 +107,7 @@ func (s *stack) startWorker(t testing.TB) {
 		args = append(args, "--config", path)
 	}
 	s.worker = start(t, "worker", args...)
-	s.worker.waitLog(t, "worker ready", 60*time.Second)
+	s.worker.WaitLog(t, "worker ready", 60*time.Second)
 }
 
 func (s *stack) startDispatcher(t testing.TB) {
@@ -143,9 +127,9 @@ func (s *stack) startDispatcher(t testing.TB) {
 	}
 	s.dispatcher = start(t, "dispatcher", args...)
 	if s.opts.natsURL == "" {
-		s.natsURL = s.dispatcher.waitLog(t, "started embedded nats", 30*time.Second)["url"].(string)
+		s.natsURL = s.dispatcher.WaitLog(t, "started embedded nats", 30*time.Second)["url"].(string)
 	}
-	s.url = "http://" + s.dispatcher.waitLog(t, "dispatcher ready", 30*time.Second)["listen"].(string)
+	s.url = "http://" + s.dispatcher.WaitLog(t, "dispatcher ready", 30*time.Second)["listen"].(string)
 }
 
 // response is an HTTP answer: its code and body.

@@ -158,7 +158,7 @@ func (s *stack) secondDispatcher(t testing.TB) string {
 		args = append(args, "--policy", s.policyPath)
 	}
 	d := start(t, "dispatcher", args...)
-	return "http://" + d.waitLog(t, "dispatcher ready", 30*time.Second)["listen"].(string)
+	return "http://" + d.WaitLog(t, "dispatcher ready", 30*time.Second)["listen"].(string)
 }
 
 // The command of TestOutputStreamsAndRanges: lines spaced in time, then a burst larger than the model's

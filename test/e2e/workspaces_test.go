@@ -294,7 +294,7 @@ func TestWorkspacesSharedByTwoWorkers(t *testing.T) {
 	s := startStackWith(t, stackOptions{policy: permissivePolicy, workerConfig: cfg})
 	second := start(t, "worker", "--data-dir", filepath.Join(s.dataDir, "w2"), "--nats-url", s.natsURL,
 		"--listen", "127.0.0.1:0", "--id", "e2e-worker-2", "--slots", "4", "--config", filepath.Join(s.dataDir, "worker.yaml"))
-	second.waitLog(t, "worker ready", 60*time.Second)
+	second.WaitLog(t, "worker ready", 60*time.Second)
 
 	if r := s.do(t, http.MethodPut, "/v1/workspaces/shared", "dev-token", nil); r.code != http.StatusCreated {
 		t.Fatalf("create: HTTP %d %s", r.code, r.body)
