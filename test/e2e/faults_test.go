@@ -177,6 +177,7 @@ func TestExternalNATSRestart(t *testing.T) {
 	nats.Stop(t)
 	time.Sleep(time.Second) // the outage: the server is down for this long
 	startNATS()
+	stopFirst(t, s.worker)
 	counts := s.finalStates(t, ids)
 	if counts[call.StatusOK] != 4 {
 		t.Fatalf("final states %v, want 4 ok", counts)

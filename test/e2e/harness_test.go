@@ -128,8 +128,18 @@ func (s *stack) startDispatcher(t testing.TB) {
 	s.dispatcher = start(t, "dispatcher", args...)
 	if s.opts.natsURL == "" {
 		s.natsURL = s.dispatcher.WaitLog(t, "started embedded nats", 30*time.Second)["url"].(string)
+		if s.worker != nil {
+			stopFirst(t, s.worker)
+		}
 	}
 	s.url = "http://" + s.dispatcher.WaitLog(t, "dispatcher ready", 30*time.Second)["listen"].(string)
+}
+
+// stopFirst stops worker when t ends, before a NATS server started after it (a restarted dispatcher's
+// embedded one, or an external server restarted), which t's cleanup would otherwise stop first: a worker
+// stopped after its NATS drains without it.
+func stopFirst(t testing.TB, worker *testproc.Proc) {
+	t.Cleanup(func() { worker.Stop(t) })
 }
 
 // response is an HTTP answer: its code and body.
