@@ -52,12 +52,8 @@ run: deps build
 
 ## test: every test, unit and integration, against real NATS and containerd, with the race detector; then
 ## every fuzz target for FUZZTIME. gVisor's tier is make test-gvisor.
-test: deps
-	$(GO) vet $(PKGS)
-	@bash scripts/check-fmt.sh
-	@bash scripts/check-observability.sh
-	@bash scripts/check-helm.sh
-	TOOLPOOL_GVISOR=$(TEST_GVISOR) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list $(PKGS) | grep -v -e /internal/sandbox/containerd -e /test/e2e -e /test/cluster -e /test/oracle -e /test/mcp)
+test: deps lint
+	TOOLPOOL_GVISOR=$(TEST_GVISOR) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list $(PKGS) | grep -vxF -f <($(GO) list $(CONTAINER_PKGS)))
 	TOOLPOOL_GVISOR=$(TEST_GVISOR) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -p 1 $(CONTAINER_PKGS)
 	@FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh
 
@@ -88,6 +84,7 @@ bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime 100x -timeout 30m ./internal/sandbox/containerd/ ./test/e2e/
 	TOOLPOOL_CLUSTER_BENCH=$(CLUSTER_BENCH) $(GO) test -count=1 -v -run '^TestClusterBench$$' -timeout 30m ./test/cluster/
 
+## lint: go vet, gofmt, the metrics and alert rules, the Helm chart (make test runs it first)
 lint:
 	$(GO) vet $(PKGS)
 	@bash scripts/check-fmt.sh

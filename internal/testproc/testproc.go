@@ -1,6 +1,6 @@
 // Package testproc builds toolpool's binaries and runs them for the tests that drive the real processes
-// (test/e2e, test/mcp): it collects each process's JSON log lines, waits for a line, and stops the process
-// cleanly when the test ends. It is for tests only.
+// (test/e2e, test/mcp, test/cluster): it keeps each process's output, collects its JSON log lines, waits
+// for a line, and stops the process cleanly when the test ends. It is for tests only.
 package testproc
 
 import (
@@ -72,25 +72,39 @@ func Cleanup() {
 	}
 }
 
-// Proc is a started binary whose JSON log lines (on stderr) are collected. Safe for concurrent use.
+// Proc is a started binary whose output (stderr and stdout, one stream) is kept and whose JSON log lines
+// are collected. Safe for concurrent use.
 type Proc struct {
 	name string
 	cmd  *exec.Cmd
 	mu   sync.Mutex
 	logs []map[string]any
 	raw  bytes.Buffer
-	done chan struct{}
+	done chan struct{} // closed when the output ends
+
+	waitOnce sync.Once
+	exited   chan struct{} // closed when the process has exited and been waited for
+	waitErr  error
 }
 
 // Start starts the binary at path with args and the environment plus env, and stops it (Stop) when the
-// test ends.
+// test ends; it is StartNamed with the binary's name.
 func Start(t testing.TB, path string, env []string, args ...string) *Proc {
 	t.Helper()
-	p := &Proc{name: filepath.Base(path), cmd: exec.Command(path, args...), done: make(chan struct{})}
+	return StartNamed(t, filepath.Base(path), path, env, args...)
+}
+
+// StartNamed is Start for a process that the test's messages call name (one of several started from the
+// same binary). When the test ends it stops the process (Stop); when the test failed, it writes the
+// process's whole output to a file in the temporary directory and the last 30 lines to the test's log.
+func StartNamed(t testing.TB, name, path string, env []string, args ...string) *Proc {
+	t.Helper()
+	p := &Proc{name: name, cmd: exec.Command(path, args...), done: make(chan struct{}), exited: make(chan struct{})}
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
+	p.cmd.Stdout = p.cmd.Stderr
 	p.cmd.Env = append(os.Environ(), env...)
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", p.name, err)
@@ -109,7 +123,14 @@ func Start(t testing.TB, path string, env []string, args ...string) *Proc {
 			p.mu.Unlock()
 		}
 	}()
-	t.Cleanup(func() { p.Stop(t) })
+	t.Cleanup(func() {
+		p.Stop(t)
+		if t.Failed() {
+			path := filepath.Join(os.TempDir(), fmt.Sprintf("toolpool-%s-%d.log", p.name, p.Pid()))
+			_ = os.WriteFile(path, []byte(p.Output()), 0o644)
+			t.Logf("--- %s output (tail; all of it in %s):\n%s", p.name, path, p.Tail(30))
+		}
+	})
 	return p
 }
 
@@ -129,49 +150,82 @@ func (p *Proc) WaitLog(t testing.TB, msg string, timeout time.Duration) map[stri
 		p.mu.Unlock()
 		select {
 		case <-p.done:
-			t.Fatalf("%s exited before logging %q:\n%s", p.name, msg, p.Output())
+			t.Fatalf("%s exited before logging %q:\n%s", p.name, msg, p.Tail(40))
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	t.Fatalf("%s did not log %q within %s:\n%s", p.name, msg, timeout, p.Output())
+	t.Fatalf("%s did not log %q within %s:\n%s", p.name, msg, timeout, p.Tail(40))
 	return nil
 }
 
 // Pid is the process's id.
 func (p *Proc) Pid() int { return p.cmd.Process.Pid }
 
-// Output is everything the process wrote to stderr so far.
+// Signal sends sig to the process (SIGSTOP and SIGCONT freeze and thaw it).
+func (p *Proc) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
+
+// Done is closed when the process's output ends, which is when it exits.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// Exited reports whether the process has been stopped or killed (Stop, Kill9) and waited for.
+func (p *Proc) Exited() bool {
+	select {
+	case <-p.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// Output is everything the process wrote to stderr and stdout so far.
 func (p *Proc) Output() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.raw.String()
 }
 
+// Tail is the last n lines of Output.
+func (p *Proc) Tail(n int) string {
+	lines := strings.Split(strings.TrimRight(p.Output(), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// wait waits for the process once, for every caller, and returns how it exited.
+func (p *Proc) wait() error {
+	p.waitOnce.Do(func() {
+		p.waitErr = p.cmd.Wait()
+		close(p.exited)
+	})
+	return p.waitErr
+}
+
 // Kill9 kills the process with SIGKILL, as a crash would, and waits for it.
 func (p *Proc) Kill9(t testing.TB) {
 	t.Helper()
 	_ = p.cmd.Process.Kill()
-	_ = p.cmd.Wait()
+	_ = p.wait()
 	<-p.done
 }
 
-// Stop sends SIGTERM and waits up to 60 s for a clean exit; a process that exits with an error or does
-// not stop fails the test. Stopping a stopped process does nothing.
+// Stop sends SIGCONT (should the test have frozen it) and SIGTERM, and waits up to 60 s for a clean exit;
+// a process that exits with an error or does not stop fails the test. Stopping a process that was stopped
+// or killed does nothing.
 func (p *Proc) Stop(t testing.TB) {
-	if p.cmd.ProcessState != nil {
+	t.Helper()
+	if p.Exited() {
 		return
 	}
+	_ = p.cmd.Process.Signal(syscall.SIGCONT)
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	waited := make(chan error, 1)
-	go func() { waited <- p.cmd.Wait() }()
+	go p.wait()
 	select {
-	case err := <-waited:
-		if err != nil {
-			t.Errorf("%s exited with %v:\n%s", p.name, err, p.Output())
+	case <-p.exited:
+		if p.waitErr != nil {
+			t.Errorf("%s exited with %v:\n%s", p.name, p.waitErr, p.Tail(40))
 		}
 	case <-time.After(60 * time.Second):
 		_ = p.cmd.Process.Kill()
-		<-waited
+		<-p.exited
 		t.Errorf("%s did not stop within 60s of SIGTERM", p.name)
 	}
 }

@@ -187,7 +187,7 @@ func TestCluster(t *testing.T) {
 		})
 		victim := p.nats.leaderOf(t, "TOOLPOOL_CALLS")
 		t.Logf("killing %s, the calls stream's leader", victim.name)
-		victim.proc.kill9()
+		victim.proc.Kill9(t)
 		wg.Wait()
 		p.settle(f, tags, "2.125")
 		p.check(f, 0)
@@ -205,7 +205,7 @@ func TestCluster(t *testing.T) {
 		victim := workers[firstKey(workers)]
 		w := p.workers[victim]
 		t.Logf("killing worker %s (%d calls)", victim, count(workers, victim))
-		w.proc.kill9()
+		w.proc.Kill9(t)
 		p.startWorkers(workerSpec{id: victim + "-replacement", dataDir: w.dataDir})
 		results := p.settle(f, tags, "12.125")
 		p.check(f, count(workers, victim))
@@ -230,7 +230,7 @@ func TestCluster(t *testing.T) {
 			}
 			return true
 		})
-		a.proc.kill9()
+		a.proc.Kill9(t)
 		b := p.dispatchers["b"]
 		tags := map[string]string{}
 		for i := range 6 {
@@ -263,17 +263,17 @@ func TestCluster(t *testing.T) {
 		victim := workers[firstKey(workers)]
 		w := p.workers[victim]
 		t.Logf("freezing worker %s (%d calls) for %s", victim, count(workers, victim), ackWait+3*time.Second)
-		if err := w.proc.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		if err := w.proc.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(ackWait + 3*time.Second) // the freeze: the fault itself, not synchronisation
-		if err := w.proc.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		if err := w.proc.Signal(syscall.SIGCONT); err != nil {
 			t.Fatal(err)
 		}
 		results := p.settle(f, tags, "10.125")
 		p.check(f, count(workers, victim))
 		lostExactly(t, results, workers, victim)
-		w.proc.logged(t, "lease not renewed in time: the call was stopped and nothing is recorded", 30*time.Second)
+		w.proc.WaitLog(t, "lease not renewed in time: the call was stopped and nothing is recorded", 30*time.Second)
 	}
 
 	// 5. Two workers' clocks are an hour apart (one ahead, one behind), and the third is stopped so
@@ -285,9 +285,9 @@ func TestCluster(t *testing.T) {
 		table = append(table, f)
 		ids := p.liveWorkers()
 		ahead, behind, idle := p.workers[ids[0]], p.workers[ids[1]], p.workers[ids[2]]
-		idle.proc.terminate(t)
-		ahead.proc.terminate(t)
-		behind.proc.terminate(t)
+		idle.proc.Stop(t)
+		ahead.proc.Stop(t)
+		behind.proc.Stop(t)
 		skewed := p.startWorkers(workerSpec{id: ahead.id, dataDir: ahead.dataDir, env: []string{"TOOLPOOL_TEST_CLOCK_SKEW=1h"}},
 			workerSpec{id: behind.id, dataDir: behind.dataDir, env: []string{"TOOLPOOL_TEST_CLOCK_SKEW=-1h"}})
 		behind = skewed[1]
@@ -299,7 +299,7 @@ func TestCluster(t *testing.T) {
 		long := p.batch("skewkill", 6, "12.25")
 		workers := p.running(long)
 		t.Logf("killing worker %s (clock -1h, %d calls)", behind.id, count(workers, behind.id))
-		behind.proc.kill9()
+		behind.proc.Kill9(t)
 		// Its node's next worker (another id, no skew) removes what it left; the idle one comes back.
 		p.startWorkers(workerSpec{id: behind.id + "-replacement", dataDir: behind.dataDir}, workerSpec{id: idle.id, dataDir: idle.dataDir})
 		results := p.settle(f, long, "12.25")
@@ -364,7 +364,7 @@ func TestClusterBench(t *testing.T) {
 	// Where the time went, from the workers' "call finished" lines.
 	var n, total, sandbox, run float64
 	for _, id := range p.liveWorkers() {
-		for _, line := range strings.Split(p.workers[id].proc.output(), "\n") {
+		for _, line := range strings.Split(p.workers[id].proc.Output(), "\n") {
 			var m map[string]any
 			if json.Unmarshal([]byte(line), &m) != nil || m["msg"] != "call finished" {
 				continue
@@ -397,7 +397,7 @@ func (p *pool) liveWorkers() []string {
 	defer p.mu.Unlock()
 	var ids []string
 	for id, w := range p.workers {
-		if w.proc.cmd.ProcessState == nil {
+		if !w.proc.Exited() {
 			ids = append(ids, id)
 		}
 	}

@@ -6,7 +6,6 @@
 package cluster
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -19,7 +18,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -37,108 +35,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// process is a started binary: its output is kept, and its JSON log lines are searchable.
-type process struct {
-	name string
-	cmd  *exec.Cmd
-	done chan struct{} // closed when the output ends (the process exited)
-
-	mu  sync.Mutex
-	out bytes.Buffer
-}
-
-// launch starts binary with args and extra environment; the test's cleanup stops it.
-func launch(t testing.TB, name, binary string, env []string, args ...string) *process {
+// launch starts binary (dispatcher, worker, nats-server) as name with args and extra environment; the
+// test's cleanup stops it, and keeps its output when the test failed.
+func launch(t testing.TB, name, binary string, env []string, args ...string) *testproc.Proc {
 	t.Helper()
-	p := &process{name: name, cmd: exec.Command(bin(t, binary), args...), done: make(chan struct{})}
-	p.cmd.Env = append(os.Environ(), env...)
-	pipe, err := p.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.cmd.Stdout = p.cmd.Stderr
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	go func() {
-		defer close(p.done)
-		sc := bufio.NewScanner(pipe)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			p.mu.Lock()
-			p.out.Write(sc.Bytes())
-			p.out.WriteByte('\n')
-			p.mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		p.terminate(t)
-		if t.Failed() {
-			// The whole output goes to a file that outlives the test; the tail to the test's log.
-			path := filepath.Join(os.TempDir(), fmt.Sprintf("toolpool-cluster-%s-%d.log", name, p.cmd.Process.Pid))
-			_ = os.WriteFile(path, []byte(p.output()), 0o644)
-			t.Logf("--- %s output (tail; all of it in %s):\n%s", name, path, tail(p.output(), 30))
-		}
-	})
-	return p
-}
-
-func (p *process) output() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.String()
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}
-
-// logged returns the first JSON log line whose msg is msg, waiting up to within.
-func (p *process) logged(t testing.TB, msg string, within time.Duration) map[string]any {
-	t.Helper()
-	var found map[string]any
-	eventually(t, within, p.name+" to log "+msg, func() bool {
-		select {
-		case <-p.done:
-			t.Fatalf("%s exited before logging %q:\n%s", p.name, msg, tail(p.output(), 40))
-		default:
-		}
-		for _, line := range strings.Split(p.output(), "\n") {
-			var m map[string]any
-			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == msg {
-				found = m
-				return true
-			}
-		}
-		return false
-	})
-	return found
-}
-
-// kill9 kills the process as a crash would and waits for it.
-func (p *process) kill9() {
-	_ = p.cmd.Process.Kill()
-	_ = p.cmd.Wait()
-	<-p.done
-}
-
-// terminate sends SIGTERM (after SIGCONT, should it be frozen) and waits up to a minute, then kills.
-func (p *process) terminate(t testing.TB) {
-	if p.cmd.ProcessState != nil {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGCONT)
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	waited := make(chan struct{})
-	go func() { _ = p.cmd.Wait(); close(waited) }()
-	select {
-	case <-waited:
-	case <-time.After(time.Minute):
-		_ = p.cmd.Process.Kill()
-		<-waited
-		t.Errorf("%s did not stop within a minute of SIGTERM", p.name)
-	}
+	return testproc.StartNamed(t, name, bin(t, binary), env, args...)
 }
 
 // eventually polls cond every 50ms until it holds, failing the test after within.
@@ -178,7 +79,7 @@ type natsNode struct {
 	name                   string
 	conf                   string
 	client, route, monitor int
-	proc                   *process
+	proc                   *testproc.Proc
 }
 
 func (n *natsNode) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", n.client) }
@@ -234,7 +135,7 @@ func tryNATSCluster(t *testing.T, dir string, attempt int) (*natsCluster, error)
 	for _, n := range c.nodes {
 		if err := c.waitHealthy(n, deadline); err != nil {
 			for _, n := range c.nodes {
-				n.proc.kill9()
+				n.proc.Kill9(t)
 			}
 			return nil, err
 		}
@@ -246,8 +147,8 @@ func tryNATSCluster(t *testing.T, dir string, attempt int) (*natsCluster, error)
 func (c *natsCluster) waitHealthy(n *natsNode, deadline time.Time) error {
 	for {
 		select {
-		case <-n.proc.done:
-			return fmt.Errorf("%s exited: %s", n.name, tail(n.proc.output(), 5))
+		case <-n.proc.Done():
+			return fmt.Errorf("%s exited: %s", n.name, n.proc.Tail(5))
 		default:
 		}
 		var h struct {
@@ -278,7 +179,7 @@ func (c *natsCluster) leaderOf(t *testing.T, stream string) *natsNode {
 	var leader *natsNode
 	eventually(t, 30*time.Second, "a leader of "+stream, func() bool {
 		for _, n := range c.nodes {
-			if n.proc.cmd.ProcessState != nil {
+			if n.proc.Exited() {
 				continue
 			}
 			var jsz struct {
@@ -372,19 +273,19 @@ type pool struct {
 }
 
 type dispatcherProc struct {
-	proc *process
+	proc *testproc.Proc
 	url  string
 }
 
 type workerProc struct {
 	id      string
 	dataDir string
-	proc    *process
+	proc    *testproc.Proc
 }
 
 func startPool(t *testing.T) *pool {
 	t.Helper()
-	ctrtest.Require(t)
+	ctrtest.RequirePrograms(t, "ctr") // containers() counts what is left with it
 	p := &pool{t: t, dir: ctrtest.ShortTempDir(t), dispatchers: map[string]*dispatcherProc{}, workers: map[string]*workerProc{}}
 	p.workspaces = filepath.Join(p.dir, "ws")
 	p.nats = startNATSCluster(t, p.dir)
@@ -407,14 +308,14 @@ func startPool(t *testing.T) *pool {
 // startDispatchers starts the dispatchers named, all at once, and waits until each is ready.
 func (p *pool) startDispatchers(names ...string) {
 	p.t.Helper()
-	procs := make([]*process, len(names))
+	procs := make([]*testproc.Proc, len(names))
 	for i, name := range names {
 		procs[i] = launch(p.t, "dispatcher-"+name, "dispatcher", nil, "--config", filepath.Join(p.dir, "dispatcher.yaml"),
 			"--policy", filepath.Join(p.dir, "policy.yaml"), "--listen", "127.0.0.1:0", "--data-dir", filepath.Join(p.dir, "d-"+name),
 			"--nats-url", p.nats.urls())
 	}
 	for i, name := range names {
-		d := &dispatcherProc{proc: procs[i], url: "http://" + procs[i].logged(p.t, "dispatcher ready", 90*time.Second)["listen"].(string)}
+		d := &dispatcherProc{proc: procs[i], url: "http://" + procs[i].WaitLog(p.t, "dispatcher ready", 90*time.Second)["listen"].(string)}
 		p.mu.Lock()
 		p.dispatchers[name] = d
 		p.mu.Unlock()
@@ -438,7 +339,7 @@ func (p *pool) startWorkers(specs ...workerSpec) []*workerProc {
 		ws[i] = &workerProc{id: s.id, dataDir: s.dataDir, proc: proc}
 	}
 	for _, w := range ws {
-		w.proc.logged(p.t, "worker ready", 90*time.Second)
+		w.proc.WaitLog(p.t, "worker ready", 90*time.Second)
 		p.mu.Lock()
 		p.workers[w.id] = w
 		if !strings.Contains(strings.Join(p.dataDirs, "\n"), w.dataDir) {
@@ -455,7 +356,7 @@ func (p *pool) dispatcherURLs() []string {
 	defer p.mu.Unlock()
 	var urls []string
 	for _, name := range []string{"a", "b", "c", "d"} {
-		if d, ok := p.dispatchers[name]; ok && d.proc.cmd.ProcessState == nil {
+		if d, ok := p.dispatchers[name]; ok && !d.proc.Exited() {
 			urls = append(urls, d.url)
 		}
 	}

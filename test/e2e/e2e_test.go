@@ -192,7 +192,7 @@ func TestEndToEnd(t *testing.T) {
 
 	t.Run("results survive a dispatcher restart", func(t *testing.T) {
 		res := s.shell(t, "dev-token", "ws1", "echo durable", nil).result(t)
-		s.dispatcher.stop(t)
+		s.dispatcher.Stop(t)
 		s.startDispatcher(t)
 		g := s.do(t, http.MethodGet, "/v1/calls/"+res.ID, "dev-token", nil)
 		if got := g.result(t); g.code != http.StatusOK || got.Stdout != "durable\n" {

@@ -342,7 +342,7 @@ func TestEgress(t *testing.T) {
 				t.Errorf("the audit stream lacks the egress entries: HTTP %d %s", audit.code, audit.body)
 			}
 		}()
-		places := map[string]string{"worker log": s.worker.output(), "dispatcher log": s.dispatcher.output(), "audit": string(audit.body)}
+		places := map[string]string{"worker log": s.worker.Output(), "dispatcher log": s.dispatcher.Output(), "audit": string(audit.body)}
 		for i, b := range injected {
 			places[fmt.Sprintf("injected result %d", i)] = string(b)
 		}

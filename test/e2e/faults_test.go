@@ -129,16 +129,13 @@ func (s *stack) assertNothingLeft(t *testing.T, ids []string) {
 	}
 }
 
-// processesWith lists the pids whose command line contains s.
-func processesWith(s string) []string { return testproc.ProcessesWith(s) }
-
 // TestWorkerKilledMidCall: kill -9 of a worker running mutating calls. They end lost, never run twice, and
 // the restarted worker clears what the dead one left.
 func TestWorkerKilledMidCall(t *testing.T) {
 	s := startFaultStack(t)
 	ids := s.submit(t, 4, "41.25")
 	s.waitRunning(t, 4)
-	s.worker.kill9(t)
+	s.worker.Kill9(t)
 	s.startWorker(t)
 	counts := s.finalStates(t, ids)
 	if counts[call.StatusLost] != 4 {
@@ -157,7 +154,7 @@ func TestDispatcherRestartMidCall(t *testing.T) {
 	s := startFaultStack(t)
 	ids := s.submit(t, 4, "2.75")
 	s.waitRunning(t, 4)
-	s.dispatcher.stop(t)
+	s.dispatcher.Stop(t)
 	s.startDispatcher(t)
 	counts := s.finalStates(t, ids)
 	if counts[call.StatusOK] != 4 {
@@ -170,16 +167,17 @@ func TestDispatcherRestartMidCall(t *testing.T) {
 func TestExternalNATSRestart(t *testing.T) {
 	storeDir := t.TempDir()
 	port := freePort(t)
-	startNATS := func() *proc { return startNATSServer(t, storeDir, port) }
+	startNATS := func() *testproc.Proc { return startNATSServer(t, storeDir, port) }
 	ctrtest.RequirePrograms(t, "ctr")
 	nats := startNATS()
 	s := startStackWith(t, stackOptions{policy: permissivePolicy, workerConfig: faultWorkerConfig, extraConfig: faultQueueConfig,
 		natsURL: fmt.Sprintf("nats://127.0.0.1:%d", port)})
 	ids := s.submit(t, 4, "2.5")
 	s.waitRunning(t, 4)
-	nats.stop(t)
+	nats.Stop(t)
 	time.Sleep(time.Second) // the outage: the server is down for this long
 	startNATS()
+	stopFirst(t, s.worker)
 	counts := s.finalStates(t, ids)
 	if counts[call.StatusOK] != 4 {
 		t.Fatalf("final states %v, want 4 ok", counts)
@@ -198,7 +196,7 @@ func TestContainerdDiesUnderWorker(t *testing.T) {
 	ids := s.submit(t, 3, "43.5")
 	s.waitRunning(t, 3)
 	config := filepath.Join(s.dataDir, "w", "containerd", "config.toml")
-	pids := processesWith("--config " + config)
+	pids := testproc.ProcessesWith("--config " + config)
 	if len(pids) != 1 {
 		t.Fatalf("found %d private containerd processes: %v", len(pids), pids)
 	}
@@ -207,7 +205,7 @@ func TestContainerdDiesUnderWorker(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	s.worker.waitLog(t, "restarted private containerd", 30*time.Second)
+	s.worker.WaitLog(t, "restarted private containerd", 30*time.Second)
 	counts := s.finalStates(t, ids)
 	t.Logf("final states after containerd died: %v", counts)
 	// The calls sleep 43.5 s and their containerd died under them: none can have finished normally.
@@ -229,7 +227,7 @@ func TestContainerdDiesUnderWorker(t *testing.T) {
 
 // startNATSServer starts a JetStream nats-server on 127.0.0.1:port storing under storeDir, and waits
 // until it listens.
-func startNATSServer(t *testing.T, storeDir string, port int) *proc {
+func startNATSServer(t *testing.T, storeDir string, port int) *testproc.Proc {
 	t.Helper()
 	p := start(t, "nats-server", "-js", "-sd", storeDir, "-a", "127.0.0.1", "-p", fmt.Sprint(port))
 	waitFor(t, 30*time.Second, "nats-server listening", func() bool {

@@ -28,34 +28,18 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// proc is a started binary whose JSON log lines are collected.
-type proc struct{ *testproc.Proc }
-
-func start(t testing.TB, name string, args ...string) *proc {
+// start starts binary name (dispatcher, worker, nats-server) with args and the dev tenant's token.
+func start(t testing.TB, name string, args ...string) *testproc.Proc {
 	t.Helper()
-	return &proc{testproc.Start(t, filepath.Join(binaries(t), name), []string{"TOOLPOOL_TOKEN=dev-token"}, args...)}
+	return testproc.Start(t, filepath.Join(binaries(t), name), []string{"TOOLPOOL_TOKEN=dev-token"}, args...)
 }
-
-// waitLog returns the first log line whose msg is msg, waiting up to timeout.
-func (p *proc) waitLog(t testing.TB, msg string, timeout time.Duration) map[string]any {
-	t.Helper()
-	return p.WaitLog(t, msg, timeout)
-}
-
-func (p *proc) output() string { return p.Output() }
-
-// kill9 kills the process with SIGKILL, as a crash would, and waits for it.
-func (p *proc) kill9(t testing.TB) { p.Kill9(t) }
-
-// stop sends SIGTERM and waits for a clean exit.
-func (p *proc) stop(t testing.TB) { p.Stop(t) }
 
 // stack is a running dispatcher and worker.
 type stack struct {
 	url        string
 	natsURL    string
-	dispatcher *proc
-	worker     *proc
+	dispatcher *testproc.Proc
+	worker     *testproc.Proc
 	dataDir    string
 	configPath string
 	policyPath string
@@ -123,7 +107,7 @@ func (s *stack) startWorker(t testing.TB) {
 		args = append(args, "--config", path)
 	}
 	s.worker = start(t, "worker", args...)
-	s.worker.waitLog(t, "worker ready", 60*time.Second)
+	s.worker.WaitLog(t, "worker ready", 60*time.Second)
 }
 
 func (s *stack) startDispatcher(t testing.TB) {
@@ -143,9 +127,19 @@ func (s *stack) startDispatcher(t testing.TB) {
 	}
 	s.dispatcher = start(t, "dispatcher", args...)
 	if s.opts.natsURL == "" {
-		s.natsURL = s.dispatcher.waitLog(t, "started embedded nats", 30*time.Second)["url"].(string)
+		s.natsURL = s.dispatcher.WaitLog(t, "started embedded nats", 30*time.Second)["url"].(string)
+		if s.worker != nil {
+			stopFirst(t, s.worker)
+		}
 	}
-	s.url = "http://" + s.dispatcher.waitLog(t, "dispatcher ready", 30*time.Second)["listen"].(string)
+	s.url = "http://" + s.dispatcher.WaitLog(t, "dispatcher ready", 30*time.Second)["listen"].(string)
+}
+
+// stopFirst stops worker when t ends, before a NATS server started after it (a restarted dispatcher's
+// embedded one, or an external server restarted), which t's cleanup would otherwise stop first: a worker
+// stopped after its NATS drains without it.
+func stopFirst(t testing.TB, worker *testproc.Proc) {
+	t.Cleanup(func() { worker.Stop(t) })
 }
 
 // response is an HTTP answer: its code and body.
@@ -174,7 +168,16 @@ func (r response) errorInfo(t testing.TB) call.ErrorInfo {
 	return e.Error
 }
 
+// do sends a request as token (none when "") with body (nil, a string, bytes, or a value sent as JSON) and
+// returns the answer.
 func (s *stack) do(t testing.TB, method, path, token string, body any) response {
+	t.Helper()
+	r, _ := s.send(t, method, path, token, body, nil)
+	return r
+}
+
+// send is do with extra request headers; it returns the answer's headers too.
+func (s *stack) send(t testing.TB, method, path, token string, body any, header map[string]string) (response, http.Header) {
 	t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
@@ -199,6 +202,9 @@ func (s *stack) do(t testing.TB, method, path, token string, body any) response 
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
@@ -208,7 +214,7 @@ func (s *stack) do(t testing.TB, method, path, token string, body any) response 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return response{code: resp.StatusCode, body: data}
+	return response{code: resp.StatusCode, body: data}, resp.Header
 }
 
 // shell runs a run_shell call for tenant token in workspace ws and waits for its result.

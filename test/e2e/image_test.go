@@ -51,7 +51,7 @@ func TestImageRootedWorker(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), name) {
 		t.Fatalf("worker import-image: %v\n%s", err, out)
 	}
-	s.worker.stop(t)
+	s.worker.Stop(t)
 	s.opts.workerConfig = imageMarkerTool + "image: " + name + "\n"
 	s.startWorker(t)
 

@@ -158,7 +158,7 @@ func (s *stack) secondDispatcher(t testing.TB) string {
 		args = append(args, "--policy", s.policyPath)
 	}
 	d := start(t, "dispatcher", args...)
-	return "http://" + d.waitLog(t, "dispatcher ready", 30*time.Second)["listen"].(string)
+	return "http://" + d.WaitLog(t, "dispatcher ready", 30*time.Second)["listen"].(string)
 }
 
 // The command of TestOutputStreamsAndRanges: lines spaced in time, then a burst larger than the model's
@@ -221,7 +221,7 @@ func TestOutputStreamsAndRanges(t *testing.T) {
 	req := s.request(t, http.MethodGet, "/v1/calls/"+res.ID+"/events", "alpha-token", nil)
 	req.URL, _ = req.URL.Parse(url2 + "/v1/calls/" + res.ID + "/events")
 	req.Header.Set("Last-Event-ID", "100.5")
-	resumed := int64(100)
+	resumed, ended := int64(100), false
 	events(t, req, func(ev sseEvent) bool {
 		if ev.name == "stdout" {
 			off, b := outputBytes(t, ev)
@@ -236,8 +236,12 @@ func TestOutputStreamsAndRanges(t *testing.T) {
 		if ev.name == "stderr" {
 			t.Fatalf("resumed after all of stderr, got stderr again: %s", ev.data)
 		}
-		return ev.name != "result"
+		ended = ev.name == "result"
+		return !ended
 	})
+	if !ended {
+		t.Fatalf("the resumed stream closed at byte %d of stdout without a result event", resumed)
+	}
 
 	bad := []struct {
 		name, method, path, token, lastID string

@@ -192,7 +192,7 @@ func TestPolicyHotReload(t *testing.T) {
 		t.Fatalf("disabled tool ran: HTTP %d %s", r.code, r.body)
 	}
 	write("version: 1\ndefault_action: allow\ntools:\n  run_shell:\n    enabled: maybe\n")
-	s.dispatcher.waitLog(t, "reload policy: keeping the previous one", 30*time.Second)
+	s.dispatcher.WaitLog(t, "reload policy: keeping the previous one", 30*time.Second)
 	if hasTool("run_shell") {
 		t.Fatal("an invalid policy file changed the policy")
 	}

@@ -58,7 +58,7 @@ func TestTenantRuntime(t *testing.T) {
 	})
 
 	t.Run("a worker without gVisor refuses the tenant's calls", func(t *testing.T) {
-		s.worker.stop(t)
+		s.worker.Stop(t)
 		s.opts.workerConfig = "runtime: runc\ngvisor:\n  disabled: true\n"
 		s.startWorker(t)
 		res := kernel(t, "gamma-token")

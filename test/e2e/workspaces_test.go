@@ -4,7 +4,6 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -21,28 +20,6 @@ import (
 	"github.com/toolpool/toolpool/internal/sandbox/containerd/ctrtest"
 	"github.com/toolpool/toolpool/internal/workspace"
 )
-
-// doRaw sends a request with extra headers and returns the answer with its headers.
-func (s *stack) doRaw(t testing.TB, method, path string, body []byte, header map[string]string) (response, http.Header) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, s.url+path, bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer dev-token")
-	for k, v := range header {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	return response{code: resp.StatusCode, body: data}, resp.Header
-}
 
 func wsInfo(t testing.TB, r response) workspace.Info {
 	t.Helper()
@@ -130,8 +107,12 @@ func TestWorkspaceAPI(t *testing.T) {
 			res = s.do(t, http.MethodGet, "/v1/calls/"+res.ID+"?wait=90s", "dev-token", nil).result(t)
 		}
 	}
-	if res.Status != call.StatusOK || !strings.Contains(res.Output, "vet-ok") {
-		t.Logf("note: go vet through a call did not pass (a loaded host may time it out): %s: %.300s", res.Status, res.Output)
+	switch {
+	case res.Status == call.StatusTimeout || !res.Status.Terminal():
+		t.Logf("note: go vet through a call did not finish (a loaded host may time it out): %s", res.Status)
+	case res.Status != call.StatusOK || !strings.Contains(res.Output, "vet-ok"):
+		// Only the time it takes may vary: a vet that ends otherwise than ok is the seeded tree broken.
+		t.Errorf("go vet through a call: %s: %.600s", res.Status, res.Output)
 	}
 	t.Logf("go vet through a call: status %s, run %d ms: %.300s", res.Status, res.Timing.RunMS, res.Output)
 	res = s.do(t, http.MethodPost, "/v1/calls", "dev-token", map[string]any{"tool": "edit_file", "workspace": "repo",
@@ -148,17 +129,17 @@ func TestWorkspaceAPI(t *testing.T) {
 	if !strings.Contains(files["call.go"], "package call\n\n// changed by an agent\n") {
 		t.Fatalf("archive of internal/call: %d files, call.go starts %.300q", len(files), files["call.go"])
 	}
-	full, _ := s.doRaw(t, http.MethodGet, "/v1/workspaces/repo/files/go.mod", nil, nil)
-	part, h := s.doRaw(t, http.MethodGet, "/v1/workspaces/repo/files/go.mod", nil, map[string]string{"Range": "bytes=7-20"})
+	full, _ := s.send(t, http.MethodGet, "/v1/workspaces/repo/files/go.mod", "dev-token", nil, nil)
+	part, h := s.send(t, http.MethodGet, "/v1/workspaces/repo/files/go.mod", "dev-token", nil, map[string]string{"Range": "bytes=7-20"})
 	if full.code != http.StatusOK || part.code != http.StatusPartialContent || string(part.body) != string(full.body[7:21]) ||
 		h.Get("Content-Range") != fmt.Sprintf("bytes 7-20/%d", len(full.body)) {
 		t.Fatalf("range: HTTP %d %q %q, full HTTP %d %q", part.code, part.body, h.Get("Content-Range"), full.code, full.body)
 	}
-	suffix, _ := s.doRaw(t, http.MethodGet, "/v1/workspaces/repo/files/go.mod", nil, map[string]string{"Range": "bytes=-5"})
+	suffix, _ := s.send(t, http.MethodGet, "/v1/workspaces/repo/files/go.mod", "dev-token", nil, map[string]string{"Range": "bytes=-5"})
 	if suffix.code != http.StatusPartialContent || string(suffix.body) != string(full.body[len(full.body)-5:]) {
 		t.Fatalf("suffix range: HTTP %d %q", suffix.code, suffix.body)
 	}
-	if r, _ := s.doRaw(t, http.MethodGet, "/v1/workspaces/repo/files/go.mod", nil, map[string]string{"Range": "bytes=100000-"}); r.code != http.StatusRequestedRangeNotSatisfiable {
+	if r, _ := s.send(t, http.MethodGet, "/v1/workspaces/repo/files/go.mod", "dev-token", nil, map[string]string{"Range": "bytes=100000-"}); r.code != http.StatusRequestedRangeNotSatisfiable {
 		t.Fatalf("range past the end: HTTP %d %s", r.code, r.body)
 	}
 	if r := s.do(t, http.MethodGet, "/v1/workspaces/repo/files/no/such", "dev-token", nil); r.code != http.StatusNotFound {
@@ -313,7 +294,7 @@ func TestWorkspacesSharedByTwoWorkers(t *testing.T) {
 	s := startStackWith(t, stackOptions{policy: permissivePolicy, workerConfig: cfg})
 	second := start(t, "worker", "--data-dir", filepath.Join(s.dataDir, "w2"), "--nats-url", s.natsURL,
 		"--listen", "127.0.0.1:0", "--id", "e2e-worker-2", "--slots", "4", "--config", filepath.Join(s.dataDir, "worker.yaml"))
-	second.waitLog(t, "worker ready", 60*time.Second)
+	second.WaitLog(t, "worker ready", 60*time.Second)
 
 	if r := s.do(t, http.MethodPut, "/v1/workspaces/shared", "dev-token", nil); r.code != http.StatusCreated {
 		t.Fatalf("create: HTTP %d %s", r.code, r.body)
