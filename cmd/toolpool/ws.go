@@ -44,7 +44,7 @@ func cmdWorkspace(c *client, args []string, stdout io.Writer) error {
 	out := fs.String("o", "", "write the download here")
 	file := fs.String("file", "", "download this one file")
 	snap := fs.String("snapshot", "", "fork this snapshot")
-	if err := fs.Parse(flags); err != nil {
+	if err := parseFlags(fs, flags); err != nil {
 		return err
 	}
 	need := func(n int, what string) error {
