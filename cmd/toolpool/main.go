@@ -56,6 +56,11 @@ Arguments: key=value passes a string; key:=value passes raw JSON (numbers, boole
   toolpool call read_file path=README.md limit:=20
 
 Environment: TOOLPOOL_URL (default http://127.0.0.1:8080), TOOLPOOL_TOKEN (default dev).
+
+Exit status: call, get and follow exit with the tool's own exit code when it ran and failed, 0 when the
+call ended ok (or is not final yet), 1 when it ended otherwise; cancel exits 0 when the call ends
+cancelled or is being stopped, 1 when it had already ended; a request the API refused or could not take
+exits 1; a bad command, argument or flag exits 2.
 `
 
 func main() {
