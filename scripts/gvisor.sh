@@ -41,7 +41,7 @@ if installed; then
   exit 0
 fi
 if [ "$(id -u)" != 0 ]; then
-  echo "installing gVisor into $PREFIX needs root" >&2
+  echo "installing gVisor into $PREFIX needs root (TOOLPOOL_GVISOR=0 make test leaves gVisor out of make test)" >&2
   exit 1
 fi
 command -v go >/dev/null || { echo "installing gVisor needs the go command (Go 1.26)" >&2; exit 1; }
