@@ -97,7 +97,7 @@ test-unit:
 	$(GO) test -race -count=1 -short $(PKGS)
 
 ## test-escape: the escape suite again, against the warm pool's containers and under crun (make test runs it
-## cold under runc)
+## cold under runc and gVisor)
 test-escape: deps
 	TOOLPOOL_TEST_POOL=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run '^TestEscape$$' ./internal/sandbox/containerd/
 	TOOLPOOL_TEST_RUNTIME_BINARY=crun $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run '^TestEscape$$' ./internal/sandbox/containerd/
