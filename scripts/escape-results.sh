@@ -1,18 +1,33 @@
 #!/usr/bin/env bash
-# Prints the escape suite's results under runc and under gVisor side by side, as a Markdown table: each case
-# of TestEscape, PASS / FAIL / SKIP under each runtime, and what the host could not show (NOT TRIED, NOT
-# CHECKED). docs/security.md keeps the table of the last run.
+# Runs the escape suite (TestEscape) under runc and under gVisor and prints its results side by side, as a
+# Markdown table: each case, PASS / FAIL / SKIP under each runtime, and what the host could not show (NOT
+# TRIED, NOT CHECKED); then how long the suite took under each. docs/security.md keeps the table of the last
+# run. make test runs the escape suite this way (with -race), instead of in its pass over the sandbox package.
 #
-#   scripts/escape-results.sh                     run TestEscape -v under both runtimes (root, containerd, runsc)
+#   scripts/escape-results.sh                      run TestEscape -v under both runtimes (root, containerd,
+#                                                  runsc); exit 1, after the table and the failing run's log,
+#                                                  when either run fails
 #   scripts/escape-results.sh RUNC.log GVISOR.log  only build the table from two `go test -v` outputs
+#
+# GOTESTFLAGS adds flags to both go test runs (make test: -race -timeout 40m). ESCAPE_RESULTS_DIR, when set,
+# keeps both logs and the table there (runc.log, gvisor.log, escape-results.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+failed=()
 if [ $# -eq 0 ]; then
-  work=$(mktemp -d)
-  trap 'rm -rf "$work"' EXIT
+  work=${ESCAPE_RESULTS_DIR:-}
+  if [ -z "$work" ]; then
+    work=$(mktemp -d)
+    trap 'rm -rf "$work"' EXIT
+  fi
+  mkdir -p "$work"
   for rt in runc gvisor; do
-    TOOLPOOL_TEST_RUNTIME=$rt go test -count=1 -timeout 30m -v -run '^TestEscape$' ./internal/sandbox/containerd/ >"$work/$rt.log" 2>&1 || true
+    echo "escape suite under $rt: go test ${GOTESTFLAGS:-} -count=1 -v -run '^TestEscape\$' ./internal/sandbox/containerd/ ($(uptime | sed 's/.*load/load/'))" >&2
+    # shellcheck disable=SC2086 # GOTESTFLAGS is a list of flags
+    if ! TOOLPOOL_TEST_RUNTIME=$rt go test ${GOTESTFLAGS:-} -count=1 -v -run '^TestEscape$' ./internal/sandbox/containerd/ >"$work/$rt.log" 2>&1; then
+      failed+=("$rt")
+    fi
   done
   set -- "$work/runc.log" "$work/gvisor.log"
 fi
@@ -29,11 +44,36 @@ results() {
   ' "$1"
 }
 
-declare -A gv gvnote
-while IFS=$'\t' read -r name r note; do gv[$name]=$r; gvnote[$name]=$note; done < <(results "$2")
-echo "| case | runc | gVisor |"
-echo "| --- | --- | --- |"
-while IFS=$'\t' read -r name r note; do
-  g=${gv[$name]:-not run}
-  printf '| `%s` | %s%s | %s%s |\n' "$name" "$r" "${note:+ ($note)}" "$g" "${gvnote[$name]:+ (${gvnote[$name]})}"
-done < <(results "$1")
+# took LOG: how long the whole TestEscape took, from its "--- PASS: TestEscape (12.34s)" line.
+took() {
+  sed -n 's/^--- [A-Z]*: TestEscape (\(.*\))$/\1/p' "$1" | tail -1
+}
+
+table() {
+  declare -A gv gvnote
+  while IFS=$'\t' read -r name r note; do gv[$name]=$r; gvnote[$name]=$note; done < <(results "$2")
+  echo "| case | runc | gVisor |"
+  echo "| --- | --- | --- |"
+  while IFS=$'\t' read -r name r note; do
+    g=${gv[$name]:-not run}
+    printf '| `%s` | %s%s | %s%s |\n' "$name" "$r" "${note:+ ($note)}" "$g" "${gvnote[$name]:+ (${gvnote[$name]})}"
+  done < <(results "$1")
+  echo
+  echo "TestEscape took ${runc_took:-?} under runc and ${gvisor_took:-?} under gVisor."
+}
+
+runc_took=$(took "$1")
+gvisor_took=$(took "$2")
+if [ -n "${ESCAPE_RESULTS_DIR:-}" ]; then
+  table "$@" | tee "$ESCAPE_RESULTS_DIR/escape-results.md"
+else
+  table "$@"
+fi
+for rt in "${failed[@]}"; do
+  log=$1
+  [ "$rt" = gvisor ] && log=$2
+  echo >&2
+  echo "the escape suite FAILED under $rt; its log:" >&2
+  cat "$log" >&2
+done
+[ ${#failed[@]} -eq 0 ]
