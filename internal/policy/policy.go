@@ -193,6 +193,9 @@ func (p *Policy) decide(r Request, approved []AllowRule) (Decision, Seen) {
 			v.add(f)
 		}
 	}
+	if r.Facts.Network && !d.Limits.Network {
+		v.add(finding{action: Deny, rule: RuleNoNetwork, detail: fmt.Sprintf("policy grants %s no network, which it needs; an operator grants it with tools.%s.network: true and the hosts in tools.%s.allowed_domains", r.Tool, r.Tool, r.Tool)})
+	}
 	if r.Facts.URL != "" {
 		if f, bad := checkURL(r.Facts.URL, d.Limits.AllowedDomains); bad {
 			v.add(f)

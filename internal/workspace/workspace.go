@@ -363,6 +363,125 @@ func (m *Manager) writeMeta(tenant, name string, md meta) error {
 	return nil
 }
 
+// Fill writes a new workspace's tree into dir, an empty directory owned by the sandbox user that nothing
+// else sees, within limits (CreateFrom checks them again afterwards). It must stop when ctx ends.
+type Fill func(ctx context.Context, dir string, limits Limits) error
+
+// CreateFrom makes workspace name from the tree fill writes (a git clone). fill runs with no lock held,
+// in a staging directory under the tenant's trash; then, holding the tenant's lock and the workspace's,
+// CreateFrom refuses a name in use (already_exists), a tree over the archive limits (too_large: more
+// entries than Limits.Files, directories and links included, or more bytes than Limits.Bytes) or over the
+// tenant's limits (quota_exceeded), and otherwise moves the tree into place whole. Everything in it is
+// made the sandbox user's, without setuid or setgid bits; a FIFO, socket or device refuses the tree.
+// Whatever fails, including fill, nothing of the workspace stays.
+func (m *Manager) CreateFrom(ctx context.Context, tenant, name string, fill Fill) (_ Info, retErr error) {
+	if err := checkNames(tenant, name); err != nil {
+		return Info{}, err
+	}
+	exists := func() error {
+		ok, err := m.exists(tenant, name)
+		if err == nil && ok {
+			err = &Error{Type: TypeExists, Msg: fmt.Sprintf("workspace %q exists already: clone into a new name, or delete it first", name)}
+		}
+		return err
+	}
+	// Refused early, before the slow part, and checked again under the locks.
+	if err := exists(); err != nil {
+		return Info{}, err
+	}
+	if err := m.prepareTenant(tenant); err != nil {
+		return Info{}, err
+	}
+	if err := m.checkLimits(tenant, 1, 0); err != nil {
+		return Info{}, err
+	}
+	tfd, err := unix.Open(m.trashDir(tenant), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return Info{}, fmt.Errorf("open trash dir: %w", err)
+	}
+	defer unix.Close(tfd)
+	staging, err := m.mkStaging(tfd, "fill")
+	if err != nil {
+		return Info{}, err
+	}
+	defer staging.discard()
+	if staging.path == "" {
+		return Info{}, errors.New("create workspace: the staging directory has no path")
+	}
+	if err := fill(ctx, staging.path, m.cfg.Archive); err != nil {
+		return Info{}, err
+	}
+	size, err := m.claimTree(staging.fd, m.cfg.Archive)
+	if err != nil {
+		return Info{}, err
+	}
+	tl, l, err := m.lockForLimits(ctx, tenant, name)
+	if err != nil {
+		return Info{}, err
+	}
+	defer tl.release()
+	defer l.release()
+	if err := exists(); err != nil {
+		return Info{}, err
+	}
+	defer func() {
+		if retErr != nil {
+			l.remove()
+		}
+	}()
+	if err := m.checkLimits(tenant, 1, size); err != nil {
+		return Info{}, err
+	}
+	if err := staging.moveTo(m.wsDir(tenant, name)); err != nil {
+		return Info{}, err
+	}
+	if err := m.writeMeta(tenant, name, meta{CreatedAt: m.cfg.Now().UTC()}); err != nil {
+		return Info{}, err
+	}
+	return m.info(tenant, name)
+}
+
+// claimTree checks a filled tree against limits and makes it the sandbox user's: it returns its size on
+// disk, refuses more entries or file bytes than the limits and anything but files, directories and
+// symlinks, and chowns every entry and clears setuid and setgid bits, never following a link.
+func (m *Manager) claimTree(root int, limits Limits) (int64, error) {
+	var entries int
+	var bytes int64
+	err := walkTree(root, func(dirfd int, name, rel string, st *unix.Stat_t) (bool, error) {
+		if entries++; entries > limits.Files {
+			return false, &Error{Type: TypeTooLarge, Msg: fmt.Sprintf("the repository holds more than %d entries (files, directories and links, .git included), the limit (archive_max_files): clone a smaller repository", limits.Files)}
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFREG:
+			if bytes += st.Size; bytes > limits.Bytes {
+				return false, &Error{Type: TypeTooLarge, Msg: fmt.Sprintf("the repository holds more than %s of files, .git included, the limit (archive_max_bytes): clone a smaller repository", FormatBytes(limits.Bytes))}
+			}
+		case unix.S_IFDIR, unix.S_IFLNK:
+		default:
+			return false, refuse("the tree holds %q, which is not a file, directory or symlink: toolpool does not keep FIFOs, sockets or devices", rel)
+		}
+		if m.own.chown && (int(st.Uid) != m.cfg.UID || int(st.Gid) != m.cfg.GID) {
+			if err := unix.Fchownat(dirfd, name, m.cfg.UID, m.cfg.GID, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				return false, fmt.Errorf("chown %s: %w", rel, err)
+			}
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFLNK && st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
+			if err := unix.Fchmodat(dirfd, name, st.Mode&0o777, 0); err != nil {
+				return false, fmt.Errorf("clear setuid bits of %s: %w", rel, err)
+			}
+		}
+		return true, nil
+	})
+	if errors.Is(err, ErrTooDeep) {
+		return 0, &Error{Type: TypeTooLarge, Msg: fmt.Sprintf("the tree nests directories deeper than %d levels: toolpool cannot check it", MaxDepth)}
+	}
+	if err != nil {
+		return 0, err
+	}
+	m.own.chownFd(root)
+	return usageOf(root), nil
+}
+
 // staging is a directory under the tenant's trash where a tree is built before it is moved into place.
 type staging struct {
 	fd   int
