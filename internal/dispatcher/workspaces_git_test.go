@@ -53,7 +53,9 @@ tenants:
 	put := func(token, name string, body any, header ...string) reply {
 		return h.do(http.MethodPut, "/v1/workspaces/"+name, token, body, append([]string{"Content-Type", "application/json"}, header...)...)
 	}
-	git := func(url, ref string) map[string]any { return map[string]any{"git": map[string]string{"url": url, "ref": ref}} }
+	git := func(url, ref string) map[string]any {
+		return map[string]any{"git": map[string]string{"url": url, "ref": ref}}
+	}
 
 	for _, tc := range []struct {
 		name string
