@@ -54,7 +54,7 @@ func (w *Worker) clone(ctx context.Context, c *call.Call, g workspace.Git, dir s
 		return nil, &workspace.Error{Type: call.ErrPolicyDenied, Msg: "policy grants workspace_clone no network, which a clone needs: an operator grants it with tools.workspace_clone.network: true"}
 	}
 	narrowed := *c
-	narrowed.Limits.AllowedDomains = egress.Intersect(egress.Rules{AllowDomains: c.Limits.AllowedDomains}, egress.Rules{AllowDomains: []string{host}}).AllowDomains
+	narrowed.Limits.AllowedDomains = cloneDomains(c.Limits.AllowedDomains, host)
 	timeout := time.Duration(c.Limits.TimeoutMS) * time.Millisecond
 	if timeout <= 0 {
 		timeout = 10 * time.Minute
@@ -70,6 +70,12 @@ func (w *Worker) clone(ctx context.Context, c *call.Call, g workspace.Git, dir s
 	out, err := w.runtime.Run(ctx, spec)
 	conns := finish()
 	return conns, cloneError(g, host, out, err, conns, timeout, lim)
+}
+
+// cloneDomains is the allowlist of a clone's egress: the URL's host, if policy's list (nil: none) allows it;
+// else an empty list, which allows nothing.
+func cloneDomains(policy []string, host string) []string {
+	return egress.Intersect(egress.Rules{AllowDomains: policy}, egress.Rules{AllowDomains: []string{host}}).AllowDomains
 }
 
 // cloneError turns how the clone's container ended into the error to report, nil when it succeeded.
