@@ -307,13 +307,8 @@ func (m *Manager) Create(ctx context.Context, tenant, name string, f *os.File) (
 	var size int64
 	if f != nil {
 		// Checked and extracted in a staging directory, moved into place whole.
-		tfd, err := unix.Open(m.trashDir(tenant), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		staging, err := m.stage(tenant, "new")
 		if err != nil {
-			return Info{}, fmt.Errorf("open trash dir: %w", err)
-		}
-		staging, err := m.mkStaging(tfd, "new")
-		if err != nil {
-			unix.Close(tfd)
 			return Info{}, err
 		}
 		entries, err = checkArchive(f, staging.fd, "", m.cfg.Archive)
@@ -330,7 +325,6 @@ func (m *Manager) Create(ctx context.Context, tenant, name string, f *os.File) (
 			err = staging.moveTo(m.wsDir(tenant, name))
 		}
 		staging.discard()
-		unix.Close(tfd)
 		if err != nil {
 			return Info{}, err
 		}
@@ -395,12 +389,7 @@ func (m *Manager) CreateFrom(ctx context.Context, tenant, name string, fill Fill
 	if err := m.checkLimits(tenant, 1, 0); err != nil {
 		return Info{}, err
 	}
-	tfd, err := unix.Open(m.trashDir(tenant), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return Info{}, fmt.Errorf("open trash dir: %w", err)
-	}
-	defer unix.Close(tfd)
-	staging, err := m.mkStaging(tfd, "fill")
+	staging, err := m.stage(tenant, "fill")
 	if err != nil {
 		return Info{}, err
 	}
@@ -488,20 +477,26 @@ type staging struct {
 	path string
 }
 
-func (m *Manager) mkStaging(trashFd int, what string) (*staging, error) {
+// stage makes a staging directory under the tenant's trash, which the caller discards.
+func (m *Manager) stage(tenant, what string) (*staging, error) {
+	tfd, err := unix.Open(m.trashDir(tenant), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open trash dir: %w", err)
+	}
+	defer unix.Close(tfd)
 	var b [8]byte
 	rand.Read(b[:])
 	name := what + "-" + hex.EncodeToString(b[:])
-	if err := unix.Mkdirat(trashFd, name, 0o755); err != nil {
+	if err := unix.Mkdirat(tfd, name, 0o755); err != nil {
 		return nil, fmt.Errorf("create staging dir: %w", err)
 	}
-	fd, err := openDirAt(trashFd, name)
+	fd, err := openDirAt(tfd, name)
 	if err != nil {
 		return nil, fmt.Errorf("open staging dir: %w", err)
 	}
 	m.own.chownFd(fd)
 	var dir string
-	if p, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", trashFd)); err == nil {
+	if p, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", tfd)); err == nil {
 		dir = filepath.Join(p, name)
 	}
 	return &staging{fd: fd, path: dir}, nil
@@ -812,12 +807,7 @@ func (m *Manager) Snapshot(ctx context.Context, tenant, name, snap string) (Info
 // copyInto copies the tree open as src to the new path dst via a staging directory, so that dst appears
 // whole or not at all.
 func (m *Manager) copyInto(tenant string, src int, dst string) (bool, error) {
-	tfd, err := unix.Open(m.trashDir(tenant), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return false, fmt.Errorf("open trash dir: %w", err)
-	}
-	defer unix.Close(tfd)
-	st, err := m.mkStaging(tfd, "copy")
+	st, err := m.stage(tenant, "copy")
 	if err != nil {
 		return false, err
 	}
@@ -923,12 +913,7 @@ func (m *Manager) Restore(ctx context.Context, tenant, name, snap string) (Info,
 		return Info{}, err
 	}
 	defer unix.Close(src)
-	tfd, err := unix.Open(m.trashDir(tenant), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return Info{}, fmt.Errorf("open trash dir: %w", err)
-	}
-	defer unix.Close(tfd)
-	st, err := m.mkStaging(tfd, "restore")
+	st, err := m.stage(tenant, "restore")
 	if err != nil {
 		return Info{}, err
 	}

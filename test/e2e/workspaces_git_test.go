@@ -151,6 +151,25 @@ func TestWorkspaceGit(t *testing.T) {
 		absent(t, "dev", "git-bad")
 	})
 
+	t.Run("the CLI", func(t *testing.T) {
+		cli := func(args ...string) (string, error) {
+			cmd := exec.Command(filepath.Join(binaries(t), "toolpool"), args...)
+			cmd.Env = append(os.Environ(), "TOOLPOOL_URL="+s.url, "TOOLPOOL_TOKEN=dev-token")
+			out, err := cmd.CombinedOutput()
+			t.Logf("$ toolpool %s\n%s", strings.Join(args, " "), out)
+			return string(out), err
+		}
+		if out, err := cli("ws", "create", "git-cli", "--git", repoURL("git.test"), "--ref", "main"); err != nil || !strings.Contains(out, `"name": "git-cli"`) {
+			t.Fatalf("ws create --git: %v", err)
+		}
+		if out, err := cli("ws", "create", "git-cli2", "--git", repoURL("files.test")); err == nil || !strings.Contains(out, "workspace_clone was denied") {
+			t.Fatalf("ws create --git of a host policy does not allow: %v, want exit 1 saying it was denied", err)
+		}
+		if out, err := cli("ws", "create", "git-cli3", "--git", "https://tok@git.test/repo.git"); err == nil || !strings.Contains(out, "carries credentials") {
+			t.Fatalf("ws create --git with a token in the URL: %v, want a refusal", err)
+		}
+	})
+
 	var audit struct {
 		Events []call.AuditEvent `json:"events"`
 	}
