@@ -79,7 +79,7 @@ func cmdBench(c *client, args []string, stdout io.Writer) error {
 	requests := fs.Int("requests", 0, "stop after this many calls (0: run for --duration)")
 	mixFlag := fs.String("mix", "shell", "the calls to make, with weights: shell=8,list=1,glob=1,sleep=1")
 	ws := fs.String("workspace", "bench", "workspace name")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *concurrency < 1 || *concurrency > 4096 {

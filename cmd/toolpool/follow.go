@@ -198,7 +198,7 @@ func cmdFollow(c *client, args []string, stdout, stderr io.Writer) (int, error) 
 	fs := flag.NewFlagSet("follow", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	from := fs.String("from", "", "resume after this event id (\"<stdout bytes>.<stderr bytes>\")")
-	if err := fs.Parse(flagArgs); err != nil {
+	if err := parseFlags(fs, flagArgs); err != nil {
 		return 2, err
 	}
 	if len(rest) != 1 {
@@ -219,7 +219,7 @@ func cmdOutput(c *client, args []string, stdout, stderr io.Writer) (int, error) 
 	errStream := fs.Bool("stderr", false, "read stderr instead of stdout")
 	offset := fs.Int64("offset", 0, "the first byte to read")
 	limit := fs.Int64("limit", 0, "the most bytes to read (default: everything kept, page by page)")
-	if err := fs.Parse(flagArgs); err != nil {
+	if err := parseFlags(fs, flagArgs); err != nil {
 		return 2, err
 	}
 	if len(rest) != 1 {

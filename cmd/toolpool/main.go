@@ -56,6 +56,11 @@ Arguments: key=value passes a string; key:=value passes raw JSON (numbers, boole
   toolpool call read_file path=README.md limit:=20
 
 Environment: TOOLPOOL_URL (default http://127.0.0.1:8080), TOOLPOOL_TOKEN (default dev).
+
+Exit status: call, get and follow exit with the tool's own exit code when it ran and failed, 0 when the
+call ended ok (or is not final yet), 1 when it ended otherwise; cancel exits 0 when the call ends
+cancelled or is being stopped, 1 when it had already ended; a request the API refused or could not take
+exits 1; a bad command, argument or flag exits 2.
 `
 
 func main() {
@@ -100,9 +105,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "toolpool: unknown command %q\n\n%s", args[0], usage)
 		return 2
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, flag.ErrHelp): // the command's flags were printed, as asked
+		return 0
+	case err != nil:
 		fmt.Fprintln(stderr, "toolpool:", err)
-		if errors.Is(err, flag.ErrHelp) || errors.Is(err, errUsage) {
+		if errors.Is(err, errUsage) {
 			return 2
 		}
 		return 1
@@ -111,6 +119,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 var errUsage = errors.New("usage")
+
+// parseFlags parses args into fs. A flag it does not know or cannot read is a usage error (exit 2), like a
+// missing argument, whichever command it was given to.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	return nil
+}
 
 type client struct {
 	base  string
@@ -273,7 +290,7 @@ func cmdCall(c *client, args []string, stdout, stderr io.Writer) (int, error) {
 	rawArgs := fs.String("args", "", "the arguments as one JSON object (instead of key=value pairs)")
 	key := fs.String("idempotency-key", "", "retrying with the same key returns the same call")
 	follow := fs.Bool("follow", false, "print the output as it is printed, then the result")
-	if err := fs.Parse(flagArgs); err != nil {
+	if err := parseFlags(fs, flagArgs); err != nil {
 		return 2, err
 	}
 	var argsJSON json.RawMessage
@@ -368,7 +385,7 @@ func cmdGet(c *client, args []string, stdout, stderr io.Writer) (int, error) {
 	fs := flag.NewFlagSet("get", flag.ContinueOnError)
 	wait := fs.Duration("wait", 0, "long-poll up to this long for the final result")
 	asJSON := fs.Bool("json", false, "print the envelope as JSON")
-	if err := fs.Parse(flagArgs); err != nil {
+	if err := parseFlags(fs, flagArgs); err != nil {
 		return 2, err
 	}
 	if len(rest) != 1 {
@@ -401,13 +418,19 @@ func cmdCancel(c *client, args []string, stdout, stderr io.Writer) (int, error) 
 	if err := json.Unmarshal(raw, &res); err != nil {
 		return 1, fmt.Errorf("decode result: %w", err)
 	}
-	return printResult(&res, raw, false, stdout, stderr), nil
+	printResult(&res, raw, false, stdout, stderr)
+	// The cancel did what was asked when the call ends cancelled or is still being stopped; a call that had
+	// already ended otherwise was not cancelled.
+	if res.Status == call.StatusCancelled || !res.Status.Terminal() {
+		return 0, nil
+	}
+	return 1, fmt.Errorf("call %s had already ended %s: nothing was cancelled", res.ID, res.Status)
 }
 
 func cmdTools(c *client, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("tools", flag.ContinueOnError)
 	format := fs.String("format", "", "native (default: a table), openai, anthropic or mcp (JSON)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	path := "/v1/tools"
@@ -453,7 +476,7 @@ func cmdPolicy(c *client, args []string, stdout io.Writer) error {
 	flagArgs, pairs := splitFlags(args[2:])
 	fs := flag.NewFlagSet("policy check", flag.ContinueOnError)
 	ws := fs.String("workspace", "default", "workspace name")
-	if err := fs.Parse(flagArgs); err != nil {
+	if err := parseFlags(fs, flagArgs); err != nil {
 		return err
 	}
 	argsJSON, err := parseArgs(pairs)
@@ -501,7 +524,7 @@ func cmdApprovals(c *client, args []string, stdout io.Writer) error {
 	always := fs.Bool("always", false, "also allow this tool (with --prefix for run_shell) for the tenant from now on")
 	prefix := fs.String("prefix", "", "the command prefix that --always allows, e.g. 'git push'")
 	digest := fs.String("digest", "", "approve only if the arguments still have this digest")
-	if err := fs.Parse(args[2:]); err != nil {
+	if err := parseFlags(fs, args[2:]); err != nil {
 		return err
 	}
 	body := map[string]any{"decision": args[0], "always": *always}
@@ -524,7 +547,7 @@ func cmdAudit(c *client, args []string, stdout io.Writer) error {
 	since := fs.String("since", "1h", "how far back: a duration (24h) or an RFC 3339 time")
 	limit := fs.Int("limit", 100, "at most this many events")
 	asJSON := fs.Bool("json", false, "print the events as JSON")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	var raw json.RawMessage

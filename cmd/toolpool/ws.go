@@ -48,7 +48,7 @@ func cmdWorkspace(c *client, args []string, stdout io.Writer) error {
 	snap := fs.String("snapshot", "", "fork this snapshot")
 	gitURL := fs.String("git", "", "clone this git repository (https URL)")
 	ref := fs.String("ref", "", "the branch, tag or commit to clone (default: the default branch)")
-	if err := fs.Parse(flags); err != nil {
+	if err := parseFlags(fs, flags); err != nil {
 		return err
 	}
 	need := func(n int, what string) error {
