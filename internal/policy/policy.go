@@ -466,7 +466,7 @@ func checkURL(raw string, allowed []string) (finding, bool) {
 		if len(allowed) == 0 {
 			list = "none"
 		}
-		return finding{action: Deny, rule: RuleDomainNotAllowed, detail: fmt.Sprintf("%s is not on the domain allowlist (%s); fetch from an allowed domain", host, list)}, true
+		return finding{action: Deny, rule: RuleDomainNotAllowed, detail: fmt.Sprintf("%s is not on the domain allowlist (%s); use an allowed domain, or ask the operator to add it to the tool's allowed_domains", host, list)}, true
 	}
 	return finding{}, false
 }

@@ -40,6 +40,10 @@ func cloneArgv(g workspace.Git) []string {
 	return append(argv, "--", g.URL, "/workspace")
 }
 
+// cloneMargin is how long before the operation's deadline the clone's container is stopped, to move the
+// tree into place or report why not.
+const cloneMargin = 5 * time.Second
+
 // clone fills dir with a shallow clone of g. git runs in a container of its own, as the sandbox user,
 // under the tenant's runtime and the call's image, with dir as its workspace (quota: the archive byte
 // limit, so a huge repository is stopped while it downloads); its only way out is the call's egress proxy
@@ -58,6 +62,10 @@ func (w *Worker) clone(ctx context.Context, c *call.Call, g workspace.Git, dir s
 	timeout := time.Duration(c.Limits.TimeoutMS) * time.Millisecond
 	if timeout <= 0 {
 		timeout = 10 * time.Minute
+	}
+	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline)-cloneMargin > 0 {
+		// The container's own timeout ends first, so that the error says the clone took too long.
+		timeout = min(timeout, time.Until(deadline)-cloneMargin)
 	}
 	spec := sandbox.Spec{
 		ID: c.ID, Argv: cloneArgv(g), Env: cloneEnv, WorkspaceDir: dir, Image: w.cfg.Image, Runtime: c.Limits.Runtime,
