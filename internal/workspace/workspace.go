@@ -220,6 +220,15 @@ func (m *Manager) Hold(ctx context.Context, tenant, name string) (release func()
 	return func() { l.touch(m.cfg.Now()); l.release() }, nil
 }
 
+// refuseTaken refuses (already_exists) a workspace name in use.
+func (m *Manager) refuseTaken(tenant, name string) error {
+	ok, err := m.exists(tenant, name)
+	if err == nil && ok {
+		err = &Error{Type: TypeExists, Msg: fmt.Sprintf("workspace %q exists already: create it under a new name, upload into it (POST /v1/workspaces/%s/files), or delete it first", name, name)}
+	}
+	return err
+}
+
 // exists reports whether workspace name is a directory (never following a symlink).
 func (m *Manager) exists(tenant, name string) (bool, error) {
 	st, err := os.Lstat(m.wsDir(tenant, name))
@@ -292,10 +301,7 @@ func (m *Manager) Create(ctx context.Context, tenant, name string, f *os.File) (
 	}
 	defer tl.release()
 	defer l.release()
-	if ok, err := m.exists(tenant, name); err != nil || ok {
-		if err == nil {
-			err = &Error{Type: TypeExists, Msg: fmt.Sprintf("workspace %q exists already: upload into it (POST /v1/workspaces/%s/files), or delete it first", name, name)}
-		}
+	if err := m.refuseTaken(tenant, name); err != nil {
 		return Info{}, err
 	}
 	defer func() {
@@ -372,15 +378,8 @@ func (m *Manager) CreateFrom(ctx context.Context, tenant, name string, fill Fill
 	if err := checkNames(tenant, name); err != nil {
 		return Info{}, err
 	}
-	exists := func() error {
-		ok, err := m.exists(tenant, name)
-		if err == nil && ok {
-			err = &Error{Type: TypeExists, Msg: fmt.Sprintf("workspace %q exists already: clone into a new name, or delete it first", name)}
-		}
-		return err
-	}
 	// Refused early, before the slow part, and checked again under the locks.
-	if err := exists(); err != nil {
+	if err := m.refuseTaken(tenant, name); err != nil {
 		return Info{}, err
 	}
 	if err := m.prepareTenant(tenant); err != nil {
@@ -410,7 +409,7 @@ func (m *Manager) CreateFrom(ctx context.Context, tenant, name string, fill Fill
 	}
 	defer tl.release()
 	defer l.release()
-	if err := exists(); err != nil {
+	if err := m.refuseTaken(tenant, name); err != nil {
 		return Info{}, err
 	}
 	defer func() {
