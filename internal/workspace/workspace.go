@@ -220,6 +220,27 @@ func (m *Manager) Hold(ctx context.Context, tenant, name string) (release func()
 	return func() { l.touch(m.cfg.Now()); l.release() }, nil
 }
 
+// lockNew takes the tenant's lock and new workspace name's, and refuses a name in use. done releases both;
+// when failed it first removes the name's lock file: nothing of a refused workspace stays.
+func (m *Manager) lockNew(ctx context.Context, tenant, name string) (done func(failed bool), err error) {
+	tl, l, err := m.lockForLimits(ctx, tenant, name)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.refuseTaken(tenant, name); err != nil {
+		l.release()
+		tl.release()
+		return nil, err
+	}
+	return func(failed bool) {
+		if failed {
+			l.remove()
+		}
+		l.release()
+		tl.release()
+	}, nil
+}
+
 // refuseTaken refuses (already_exists) a workspace name in use.
 func (m *Manager) refuseTaken(tenant, name string) error {
 	ok, err := m.exists(tenant, name)
@@ -295,20 +316,11 @@ func (m *Manager) Create(ctx context.Context, tenant, name string, f *os.File) (
 	if err := checkNames(tenant, name); err != nil {
 		return Info{}, err
 	}
-	tl, l, err := m.lockForLimits(ctx, tenant, name)
+	done, err := m.lockNew(ctx, tenant, name)
 	if err != nil {
 		return Info{}, err
 	}
-	defer tl.release()
-	defer l.release()
-	if err := m.refuseTaken(tenant, name); err != nil {
-		return Info{}, err
-	}
-	defer func() {
-		if retErr != nil {
-			l.remove() // nothing of a refused workspace stays, not even its lock file
-		}
-	}()
+	defer func() { done(retErr != nil) }()
 	var entries []entry
 	var size int64
 	if f != nil {
@@ -403,20 +415,11 @@ func (m *Manager) CreateFrom(ctx context.Context, tenant, name string, fill Fill
 	if err != nil {
 		return Info{}, err
 	}
-	tl, l, err := m.lockForLimits(ctx, tenant, name)
+	done, err := m.lockNew(ctx, tenant, name)
 	if err != nil {
 		return Info{}, err
 	}
-	defer tl.release()
-	defer l.release()
-	if err := m.refuseTaken(tenant, name); err != nil {
-		return Info{}, err
-	}
-	defer func() {
-		if retErr != nil {
-			l.remove()
-		}
-	}()
+	defer func() { done(retErr != nil) }()
 	if err := m.checkLimits(tenant, 1, size); err != nil {
 		return Info{}, err
 	}
