@@ -172,6 +172,8 @@ expect_fail "schema: dispatcher.replicas=three" "at '/dispatcher/replicas': got 
   "$HELM" template toolpool "$CHART" --set dispatcher.replicas=three
 expect_fail "schema: misspelt key worker.slot" "additional properties 'slot' not allowed" \
   "$HELM" template toolpool "$CHART" --set worker.slot=8
+expect_fail "schema: worker.workspaces.idleTTL=7days" "at '/worker/workspaces/idleTTL'" \
+  "$HELM" template toolpool "$CHART" --set worker.workspaces.idleTTL=7days
 expect_fail "template: external NATS without a URL" "set jetstream.external.url" \
   "$HELM" template toolpool "$CHART" --set jetstream.mode=external
 broken=$WORK/broken

@@ -234,6 +234,20 @@ func TestCommands(t *testing.T) {
 			code: 2, stderr: []string{"must be JSON"}},
 		{name: "policy without check is a usage error", args: []string{"policy", "run_shell"}, code: 2, stderr: []string{"toolpool policy check TOOL"}},
 
+		// ws create --git
+		{name: "ws create --git sends the source as JSON", args: []string{"ws", "create", "repo", "--git", "https://git.example.com/o/r.git", "--ref", "main"},
+			answers:  map[string]answer{"PUT /v1/workspaces/repo": {201, `{"workspace":{"name":"repo","files":3},"call_id":"c_1"}`}},
+			requests: []request{{Method: "PUT", Path: "/v1/workspaces/repo", Body: map[string]any{"git": map[string]any{"url": "https://git.example.com/o/r.git", "ref": "main"}}}},
+			code:     0, stdout: []string{`"name": "repo"`}},
+		{name: "ws create --ref without --git is a usage error", args: []string{"ws", "create", "repo", "--ref", "main"},
+			code: 2, stderr: []string{"give --git URL too"}},
+		{name: "ws create --git with credentials is refused before sending", args: []string{"ws", "create", "repo", "--git", "https://u:tok@h/r.git"},
+			code: 2, stderr: []string{"carries credentials"}},
+		{name: "a denied clone exits 1 saying why", args: []string{"ws", "create", "repo", "--git", "https://evil.example/r.git"},
+			answers: map[string]answer{"PUT /v1/workspaces/repo": {403, `{"id":"c_1","tool":"workspace_clone","status":"denied",` +
+				`"error":{"type":"policy_denied","message":"denied by rule domain-not-allowed: evil.example is not on the domain allowlist"}}`}},
+			code: 1, stderr: []string{"workspace_clone was denied: denied by rule domain-not-allowed", "call c_1"}, noStdout: true},
+
 		// audit
 		{name: "audit prints the events of the last hour", args: []string{"audit"},
 			answers: map[string]answer{"GET /v1/audit": {200, `{"events":[{"time":"2030-01-02T03:04:05Z","event":"finished","tenant":"acme",` +

@@ -16,11 +16,13 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/toolpool/toolpool/internal/call"
 	"github.com/toolpool/toolpool/internal/workspace"
 )
 
 const wsUsage = `usage:
   toolpool ws create NAME [--from DIR|ARCHIVE]   a new workspace, empty or seeded (tar, tar.gz, zip)
+  toolpool ws create NAME --git URL [--ref REF]  a new workspace cloned from git (https; default branch)
   toolpool ws ls                                 your workspaces: size, files, last use, expiry
   toolpool ws info NAME                          one workspace, with its snapshots
   toolpool ws push NAME DIR|ARCHIVE [--path P]   upload a directory or an archive into path P
@@ -44,6 +46,8 @@ func cmdWorkspace(c *client, args []string, stdout io.Writer) error {
 	out := fs.String("o", "", "write the download here")
 	file := fs.String("file", "", "download this one file")
 	snap := fs.String("snapshot", "", "fork this snapshot")
+	gitURL := fs.String("git", "", "clone this git repository (https URL)")
+	ref := fs.String("ref", "", "the branch, tag or commit to clone (default: the default branch)")
 	if err := parseFlags(fs, flags); err != nil {
 		return err
 	}
@@ -53,17 +57,25 @@ func cmdWorkspace(c *client, args []string, stdout io.Writer) error {
 		}
 		return nil
 	}
-	var v json.RawMessage
 	switch args[0] {
 	case "create":
 		if err := need(1, "NAME"); err != nil {
 			return err
 		}
-		if *from == "" {
-			if _, err := c.do(ctx, http.MethodPut, "/v1/workspaces/"+url.PathEscape(pos[0]), nil, &v); err != nil {
-				return err
+		switch {
+		case *from != "" && *gitURL != "":
+			return fmt.Errorf("%w: give --from or --git, not both\n%s", errUsage, wsUsage)
+		case *ref != "" && *gitURL == "":
+			return fmt.Errorf("%w: --ref names what to clone: give --git URL too\n%s", errUsage, wsUsage)
+		case *gitURL != "":
+			src := workspace.Git{URL: *gitURL, Ref: *ref}
+			if _, err := src.Check(); err != nil {
+				return fmt.Errorf("%w: %w", errUsage, err)
 			}
-			return printWorkspace(stdout, v)
+			return c.wsDo(ctx, http.MethodPut, "/v1/workspaces/"+url.PathEscape(pos[0]), map[string]any{"git": src}, stdout)
+		}
+		if *from == "" {
+			return c.wsDo(ctx, http.MethodPut, "/v1/workspaces/"+url.PathEscape(pos[0]), nil, stdout)
 		}
 		return c.upload(ctx, http.MethodPut, "/v1/workspaces/"+url.PathEscape(pos[0]), *from, stdout)
 	case "push":
@@ -96,10 +108,7 @@ func cmdWorkspace(c *client, args []string, stdout io.Writer) error {
 		if args[0] == "rm" {
 			method = http.MethodDelete
 		}
-		if _, err := c.do(ctx, method, "/v1/workspaces/"+url.PathEscape(pos[0]), nil, &v); err != nil {
-			return err
-		}
-		return printWorkspace(stdout, v)
+		return c.wsDo(ctx, method, "/v1/workspaces/"+url.PathEscape(pos[0]), nil, stdout)
 	case "snapshot", "fork", "restore":
 		body := map[string]string{}
 		switch args[0] {
@@ -122,10 +131,7 @@ func cmdWorkspace(c *client, args []string, stdout io.Writer) error {
 			}
 			body["snapshot"] = pos[1]
 		}
-		if _, err := c.do(ctx, http.MethodPost, "/v1/workspaces/"+url.PathEscape(pos[0])+"/"+args[0], body, &v); err != nil {
-			return err
-		}
-		return printWorkspace(stdout, v)
+		return c.wsDo(ctx, http.MethodPost, "/v1/workspaces/"+url.PathEscape(pos[0])+"/"+args[0], body, stdout)
 	case "pull":
 		if err := need(1, "NAME"); err != nil {
 			return err
@@ -140,6 +146,21 @@ func cmdWorkspace(c *client, args []string, stdout io.Writer) error {
 		return c.download(ctx, path, target, stdout)
 	}
 	return fmt.Errorf("%w: unknown ws command %q\n%s", errUsage, args[0], wsUsage)
+}
+
+// wsDo sends a workspace request and prints the answer. An operation policy denied (403, answered with
+// its call's envelope) is an error that says why.
+func (c *client) wsDo(ctx context.Context, method, path string, body any, stdout io.Writer) error {
+	var v json.RawMessage
+	code, err := c.do(ctx, method, path, body, &v)
+	if err != nil {
+		return err
+	}
+	var res call.Result
+	if code == http.StatusForbidden && json.Unmarshal(v, &res) == nil && res.Error != nil {
+		return fmt.Errorf("%s was denied: %s (HTTP 403 %s, call %s)", res.Tool, res.Error.Message, res.Error.Type, res.ID)
+	}
+	return printWorkspace(stdout, v)
 }
 
 func printWorkspace(w io.Writer, v json.RawMessage) error {

@@ -2,11 +2,13 @@ package dispatcher
 
 import (
 	"archive/tar"
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"path"
 	"strconv"
@@ -55,17 +57,26 @@ func (s *Server) workspaceOp(w http.ResponseWriter, r *http.Request, op, ws stri
 	p := principalFrom(r.Context())
 	ctx := r.Context()
 	rawArgs, _ := json.Marshal(args)
-	var paths []string
+	var facts policy.Facts
 	if args.Path != "" {
-		paths = []string{path.Join("/workspace", args.Path)}
+		facts.Paths = []string{path.Join("/workspace", args.Path)}
 	}
-	dec := s.policy.Decide(ctx, policy.Request{Tenant: p.tenant, Tool: op, Kind: op, Facts: policy.Facts{Paths: paths}})
+	if args.Git != nil {
+		// Judged like a command granted network: the tool must have it, and the host must be allowed.
+		facts.URL, facts.Network = args.Git.URL, true
+	}
+	dec := s.policy.Decide(ctx, policy.Request{Tenant: p.tenant, Tool: op, Kind: op, Facts: facts})
 	timeout := min(s.cfg.MaxTimeout, 10*time.Minute)
 	c := &call.Call{
 		ID: call.NewID(), Tenant: p.tenant, Workspace: ws, Tool: op, Args: rawArgs, CreatedAt: s.now().UTC(),
 		Decision:    &call.Decision{Action: string(dec.Action), Rule: dec.Rule, Reason: dec.Reason},
 		TraceParent: tracing.Inject(ctx), ArgsDigest: call.ArgsDigest(rawArgs),
 		Limits: call.Limits{TimeoutMS: timeout.Milliseconds(), OutputBytes: s.cfg.MaxOutputBytes},
+	}
+	if facts.Network {
+		// The worker runs the clone in a container of the tenant's runtime, with egress under these.
+		c.Limits.Network, c.Limits.AllowedDomains, c.Limits.AllowedPorts = dec.Limits.Network, dec.Limits.AllowedDomains, dec.Limits.AllowedPorts
+		c.Limits.Runtime = p.runtime
 	}
 	c.Deadline = c.CreatedAt.Add(s.cfg.QueueTimeout)
 	res, rerr := s.accept(ctx, c, dec, false)
@@ -174,26 +185,72 @@ func (s *Server) simpleWorkspaceOp(op string) http.HandlerFunc {
 	}
 }
 
-// createWorkspace: PUT /v1/workspaces/{name}, with no body (empty) or an archive (tar, tar.gz, zip).
+// createWorkspace: PUT /v1/workspaces/{name}, with no body (empty), an archive (tar, tar.gz, zip), or
+// with Content-Type application/json a git source, {"git": {"url": URL, "ref": REF}} (workspace_clone).
 func (s *Server) createWorkspace(w http.ResponseWriter, r *http.Request) {
 	name, ok := workspaceName(w, r)
 	if !ok {
 		return
 	}
+	op := workspace.OpCreate
 	var args workspace.Args
-	if r.ContentLength != 0 {
-		obj, ok := s.storeUpload(w, r, r.Body)
+	switch mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); {
+	case r.ContentLength == 0:
+	case mt == "application/json":
+		g, ok := s.gitSource(w, r)
+		if !ok {
+			return
+		}
+		op, args.Git = workspace.OpClone, g
+	default:
+		body := bufio.NewReader(r.Body)
+		if b, err := body.Peek(1); err == nil && b[0] == '{' {
+			writeError(w, http.StatusUnsupportedMediaType, "invalid_request", `the body looks like JSON: to seed from git, send {"git": {"url": ..., "ref": ...}} with Content-Type: application/json; to seed from an archive, send a tar, tar.gz or zip`)
+			return
+		}
+		obj, ok := s.storeUpload(w, r, body)
 		if !ok {
 			return
 		}
 		args.Archive = obj
 	}
-	res, out := s.workspaceOp(w, r, workspace.OpCreate, name, args)
+	res, out := s.workspaceOp(w, r, op, name, args)
 	if out == nil {
 		s.dropUpload(r.Context(), args.Archive, res)
 		return
 	}
 	writeWorkspace(w, http.StatusCreated, res, out)
+}
+
+// gitSource reads and checks the JSON body of a create from git; it answers 400 itself when bad.
+func (s *Server) gitSource(w http.ResponseWriter, r *http.Request) (*workspace.Git, bool) {
+	const shape = `{"git": {"url": "https://host/owner/repo.git", "ref": "main"}} (ref optional: the default branch)`
+	var body struct {
+		Git *workspace.Git `json:"git"`
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		why := describeJSONError(err)
+		if msg, unknown := strings.CutPrefix(err.Error(), "json: "); unknown && strings.HasPrefix(msg, "unknown field") {
+			why = msg
+		}
+		writeError(w, http.StatusBadRequest, "invalid_request", "the body is not a git source: "+why+"; send "+shape)
+		return nil, false
+	}
+	if dec.More() {
+		writeError(w, http.StatusBadRequest, "invalid_request", "the body has data after the JSON object: send exactly "+shape)
+		return nil, false
+	}
+	if body.Git == nil {
+		writeError(w, http.StatusBadRequest, "invalid_request", "the JSON body names no git source: send "+shape)
+		return nil, false
+	}
+	if _, err := body.Git.Check(); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
+		return nil, false
+	}
+	return body.Git, true
 }
 
 // uploadArchive: POST /v1/workspaces/{name}/files?path=DIR with an archive as the body.

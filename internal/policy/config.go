@@ -394,7 +394,7 @@ func join(at []string, more ...string) []string {
 // toolKinds are the kinds a Request may carry: a tool's (tools.Tool.Kind), or a workspace operation's,
 // each its own kind (workspace.Ops) so that postures and tenants can allow or ask each one.
 var toolKinds = []string{"read", "edit", "delete", "move", "search", "execute", "fetch", "other",
-	"workspace_create", "workspace_list", "workspace_info", "workspace_upload", "workspace_read_file",
+	"workspace_create", "workspace_clone", "workspace_list", "workspace_info", "workspace_upload", "workspace_read_file",
 	"workspace_archive", "workspace_snapshot", "workspace_fork", "workspace_restore", "workspace_delete"}
 
 func validKind(k string) bool { return slices.Contains(toolKinds, k) }

@@ -286,3 +286,42 @@ commands:
 		{"quotes are removed before matching", `go 'test' "./..."`, Allow, "go-test-all"},
 	})
 }
+
+// TestDecideClone: a workspace cloned from a git URL needs its tool granted network, and the URL's host
+// must pass the tool's domain allowlist, as a command granted network would; tenants only narrow both.
+func TestDecideClone(t *testing.T) {
+	p := mustParse(t, `
+version: 1
+default_action: allow
+tools:
+  workspace_clone:
+    network: true
+    allowed_domains: [git.example.com, "*.corp.example"]
+tenants:
+  nonet:
+    tools:
+      workspace_clone: {network: false}
+  narrow:
+    tools:
+      workspace_clone: {allowed_domains: [git.example.com]}
+  asks:
+    kinds: {workspace_clone: ask}
+`)
+	clone := func(tenant, url string) Request {
+		return Request{Tenant: tenant, Tool: "workspace_clone", Kind: "workspace_clone", Facts: Facts{URL: url, Network: true}}
+	}
+	runDecideCases(t, p, []decideCase{
+		{"listed host", clone("", "https://git.example.com/o/r.git"), Allow, ""},
+		{"subdomain of a wildcard", clone("", "https://git.corp.example:8443/r.git"), Allow, ""},
+		{"host not listed", clone("", "https://evil.example/r.git"), Deny, RuleDomainNotAllowed},
+		{"tenant without network", clone("nonet", "https://git.example.com/o/r.git"), Deny, RuleNoNetwork},
+		{"tenant narrows the hosts", clone("narrow", "https://git.corp.example/r.git"), Deny, RuleDomainNotAllowed},
+		{"tenant keeps a host", clone("narrow", "https://git.example.com/o/r.git"), Allow, ""},
+		{"tenant asks", clone("asks", "https://git.example.com/o/r.git"), Ask, RuleKindAction},
+		{"no network needed, none checked", Request{Tenant: "nonet", Tool: "workspace_clone", Kind: "workspace_clone"}, Allow, ""},
+	})
+	// A policy that grants the tool nothing (the shipped one) denies every clone.
+	runDecideCases(t, Default(), []decideCase{
+		{"shipped policy", clone("", "https://github.com/o/r.git"), Deny, RuleNoNetwork},
+	})
+}

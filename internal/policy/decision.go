@@ -15,8 +15,12 @@ type Facts struct {
 	// Cwd is the directory a shell command starts in, as the model gave it; empty means the workspace
 	// root. Policy resolves the command's relative paths from it.
 	Cwd string
-	// URL is the address a fetch tool retrieves; empty for every other tool.
+	// URL is the address a fetch tool retrieves, or the repository a workspace is cloned from; empty for
+	// every other tool.
 	URL string
+	// Network says the operation cannot run without egress (a workspace cloned from a git URL): it is
+	// denied unless policy grants the tool network, as a command's container would be granted it.
+	Network bool
 }
 
 // Request is one call as policy sees it.
@@ -109,6 +113,8 @@ const (
 	// RuleControlCharacter refuses a shell line holding characters that shells, parsers and people read
 	// differently: control characters but tab and newline, bidirectional controls, invalid UTF-8.
 	RuleControlCharacter = "control-character"
+	// RuleNoNetwork refuses an operation that needs egress (Facts.Network) when policy grants its tool none.
+	RuleNoNetwork = "no-network"
 	// RulePosture is a refusal by the tenant's posture itself (read-only refuses tools that write).
 	RulePosture = "posture"
 )
@@ -120,7 +126,7 @@ var builtinRuleNames = map[string]bool{
 	RuleApprovedAlways: true, RuleNoCommand: true, RuleUnparseable: true, RuleUnresolved: true,
 	RuleDangerousFlags: true, RuleInjectionEnv: true, RuleDownloadToShell: true, RuleDestructive: true,
 	RuleDeviceWrite: true, RuleWorldWritable: true, RuleReverseShell: true, RuleRedirectWrite: true,
-	RuleControlCharacter: true, RulePosture: true,
+	RuleControlCharacter: true, RulePosture: true, RuleNoNetwork: true,
 }
 
 // finding is one part's verdict; the strictest finding of a call becomes its Decision.

@@ -193,6 +193,9 @@ func (p *Policy) decide(r Request, approved []AllowRule) (Decision, Seen) {
 			v.add(f)
 		}
 	}
+	if r.Facts.Network && !d.Limits.Network {
+		v.add(finding{action: Deny, rule: RuleNoNetwork, detail: fmt.Sprintf("policy grants %s no network, which it needs; an operator grants it with tools.%s.network: true and the hosts in tools.%s.allowed_domains", r.Tool, r.Tool, r.Tool)})
+	}
 	if r.Facts.URL != "" {
 		if f, bad := checkURL(r.Facts.URL, d.Limits.AllowedDomains); bad {
 			v.add(f)
@@ -463,7 +466,7 @@ func checkURL(raw string, allowed []string) (finding, bool) {
 		if len(allowed) == 0 {
 			list = "none"
 		}
-		return finding{action: Deny, rule: RuleDomainNotAllowed, detail: fmt.Sprintf("%s is not on the domain allowlist (%s); fetch from an allowed domain", host, list)}, true
+		return finding{action: Deny, rule: RuleDomainNotAllowed, detail: fmt.Sprintf("%s is not on the domain allowlist (%s); use an allowed domain, or ask the operator to add it to the tool's allowed_domains", host, list)}, true
 	}
 	return finding{}, false
 }

@@ -766,8 +766,8 @@ func retry(ctx context.Context, until time.Time, first, most time.Duration, try 
 // while it runs and stored, named by the call and claim, before run returns.
 func (w *Worker) run(ctx context.Context, c *call.Call, claim uint64) (runOutcome, error) {
 	if workspace.IsOp(c.Tool) {
-		out, failed := w.runWorkspaceOp(ctx, c)
-		return runOutcome{planErr: failed, wsOutput: out}, nil
+		out, conns, failed := w.runWorkspaceOp(ctx, c)
+		return runOutcome{planErr: failed, wsOutput: out, egress: conns}, nil
 	}
 	tool, ok := w.tools.Lookup(c.Tool)
 	if !ok {
@@ -883,6 +883,7 @@ type runOutcome struct {
 func (w *Worker) complete(r *call.Result, c *call.Call, ro runOutcome, runErr, cancelErr error) {
 	r.FinishedAt = w.now()
 	r.Timing.TotalMS = r.FinishedAt.Sub(c.CreatedAt).Milliseconds()
+	r.Egress = ro.egress // a workspace clone's, whether or not it succeeded
 	if ro.planErr != nil {
 		r.Fail(call.StatusError, ro.planErr.Type, ro.planErr.Message)
 		return

@@ -31,18 +31,20 @@ func WithTransfers(t Transfers) Option { return func(w *Worker) { w.transfers = 
 // it periodically. Several workers sweeping one shared directory is safe.
 func (w *Worker) SweepWorkspaces(ctx context.Context) ([]string, error) { return w.wsm.Sweep(ctx) }
 
-// runWorkspaceOp runs workspace operation c and returns its JSON output, or the error to report.
-func (w *Worker) runWorkspaceOp(ctx context.Context, c *call.Call) (string, *call.ErrorInfo) {
+// runWorkspaceOp runs workspace operation c and returns its JSON output, or the error to report, and the
+// connections its egress proxy made (a clone's).
+func (w *Worker) runWorkspaceOp(ctx context.Context, c *call.Call) (string, []call.EgressConn, *call.ErrorInfo) {
 	var a workspace.Args
 	if err := json.Unmarshal(c.Args, &a); err != nil {
-		return "", &call.ErrorInfo{Type: call.ErrInvalidParams, Message: "workspace operation arguments: " + err.Error()}
+		return "", nil, &call.ErrorInfo{Type: call.ErrInvalidParams, Message: "workspace operation arguments: " + err.Error()}
 	}
 	if t := time.Duration(c.Limits.TimeoutMS) * time.Millisecond; t > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, t)
 		defer cancel()
 	}
-	out, err := w.workspaceOp(ctx, c, a)
+	var conns []call.EgressConn
+	out, err := w.workspaceOp(ctx, c, a, &conns)
 	if a.Archive != "" && w.outputs != nil {
 		// The upload is consumed whatever the outcome; a failed delete leaves it to the store's TTL.
 		_ = w.outputs.DeleteOutput(context.WithoutCancel(ctx), a.Archive)
@@ -50,18 +52,19 @@ func (w *Worker) runWorkspaceOp(ctx context.Context, c *call.Call) (string, *cal
 	if err != nil {
 		var we *workspace.Error
 		if errors.As(err, &we) {
-			return "", &call.ErrorInfo{Type: we.Type, Message: we.Msg}
+			return "", conns, &call.ErrorInfo{Type: we.Type, Message: we.Msg}
 		}
 		if errors.Is(err, context.DeadlineExceeded) {
-			return "", &call.ErrorInfo{Type: call.ErrTimeout, Message: "the workspace operation did not finish within its timeout (it waits for calls running in the workspace to end): " + err.Error()}
+			return "", conns, &call.ErrorInfo{Type: call.ErrTimeout, Message: "the workspace operation did not finish within its timeout (it waits for calls running in the workspace to end): " + err.Error()}
 		}
-		return "", &call.ErrorInfo{Type: call.ErrInternal, Message: fmt.Sprintf("toolpool failed the workspace operation: %v", err)}
+		return "", conns, &call.ErrorInfo{Type: call.ErrInternal, Message: fmt.Sprintf("toolpool failed the workspace operation: %v", err)}
 	}
 	b, _ := json.Marshal(out)
-	return string(b), nil
+	return string(b), conns, nil
 }
 
-func (w *Worker) workspaceOp(ctx context.Context, c *call.Call, a workspace.Args) (workspace.Output, error) {
+// workspaceOp runs operation c.Tool; a clone's egress connections go to conns.
+func (w *Worker) workspaceOp(ctx context.Context, c *call.Call, a workspace.Args, conns *[]call.EgressConn) (workspace.Output, error) {
 	var out workspace.Output
 	one := func(inf workspace.Info, err error) (workspace.Output, error) {
 		out.Workspace = &inf
@@ -81,6 +84,15 @@ func (w *Worker) workspaceOp(ctx context.Context, c *call.Call, a workspace.Args
 		}
 		defer cleanupTemp(f)
 		return one(w.wsm.Create(ctx, c.Tenant, c.Workspace, f))
+	case workspace.OpClone:
+		if a.Git == nil {
+			return out, &workspace.Error{Type: call.ErrInvalidParams, Msg: `no git source: send {"git": {"url": "https://...", "ref": "..."}}`}
+		}
+		return one(w.wsm.CreateFrom(ctx, c.Tenant, c.Workspace, func(ctx context.Context, dir string, lim workspace.Limits) error {
+			var err error
+			*conns, err = w.clone(ctx, c, *a.Git, dir, lim)
+			return err
+		}))
 	case workspace.OpUpload:
 		f, err := w.fetchArchive(ctx, a.Archive)
 		if err != nil {

@@ -8,6 +8,7 @@ import "strings"
 // The workspace operations, each its own tool name and policy kind.
 const (
 	OpCreate   = "workspace_create"
+	OpClone    = "workspace_clone" // create from a git repository (Args.Git), fetched through the egress path
 	OpList     = "workspace_list"
 	OpInfo     = "workspace_info"
 	OpUpload   = "workspace_upload"
@@ -20,7 +21,7 @@ const (
 )
 
 // Ops lists the workspace operations.
-var Ops = []string{OpCreate, OpList, OpInfo, OpUpload, OpReadFile, OpArchive, OpSnapshot, OpFork, OpRestore, OpDelete}
+var Ops = []string{OpCreate, OpClone, OpList, OpInfo, OpUpload, OpReadFile, OpArchive, OpSnapshot, OpFork, OpRestore, OpDelete}
 
 // IsOp reports whether tool is a workspace operation.
 func IsOp(tool string) bool { return strings.HasPrefix(tool, "workspace_") }
@@ -33,6 +34,8 @@ type Args struct {
 	Archive string `json:"archive,omitempty"`
 	// Snapshot names a snapshot (snapshot, restore; fork from it when set).
 	Snapshot string `json:"snapshot,omitempty"`
+	// Git is the repository a clone seeds the new workspace from.
+	Git *Git `json:"git,omitempty"`
 	// To names the new workspace of a fork.
 	To string `json:"to,omitempty"`
 	// Offset and Length select bytes of a file read; Length < 0 reads to the end; Offset < 0 reads the last -Offset bytes.

@@ -220,6 +220,36 @@ func (m *Manager) Hold(ctx context.Context, tenant, name string) (release func()
 	return func() { l.touch(m.cfg.Now()); l.release() }, nil
 }
 
+// lockNew takes the tenant's lock and new workspace name's, and refuses a name in use. done releases both;
+// when failed it first removes the name's lock file: nothing of a refused workspace stays.
+func (m *Manager) lockNew(ctx context.Context, tenant, name string) (done func(failed bool), err error) {
+	tl, l, err := m.lockForLimits(ctx, tenant, name)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.refuseTaken(tenant, name); err != nil {
+		l.release()
+		tl.release()
+		return nil, err
+	}
+	return func(failed bool) {
+		if failed {
+			l.remove()
+		}
+		l.release()
+		tl.release()
+	}, nil
+}
+
+// refuseTaken refuses (already_exists) a workspace name in use.
+func (m *Manager) refuseTaken(tenant, name string) error {
+	ok, err := m.exists(tenant, name)
+	if err == nil && ok {
+		err = &Error{Type: TypeExists, Msg: fmt.Sprintf("workspace %q exists already: create it under a new name, upload into it (POST /v1/workspaces/%s/files), or delete it first", name, name)}
+	}
+	return err
+}
+
 // exists reports whether workspace name is a directory (never following a symlink).
 func (m *Manager) exists(tenant, name string) (bool, error) {
 	st, err := os.Lstat(m.wsDir(tenant, name))
@@ -286,34 +316,17 @@ func (m *Manager) Create(ctx context.Context, tenant, name string, f *os.File) (
 	if err := checkNames(tenant, name); err != nil {
 		return Info{}, err
 	}
-	tl, l, err := m.lockForLimits(ctx, tenant, name)
+	done, err := m.lockNew(ctx, tenant, name)
 	if err != nil {
 		return Info{}, err
 	}
-	defer tl.release()
-	defer l.release()
-	if ok, err := m.exists(tenant, name); err != nil || ok {
-		if err == nil {
-			err = &Error{Type: TypeExists, Msg: fmt.Sprintf("workspace %q exists already: upload into it (POST /v1/workspaces/%s/files), or delete it first", name, name)}
-		}
-		return Info{}, err
-	}
-	defer func() {
-		if retErr != nil {
-			l.remove() // nothing of a refused workspace stays, not even its lock file
-		}
-	}()
+	defer func() { done(retErr != nil) }()
 	var entries []entry
 	var size int64
 	if f != nil {
 		// Checked and extracted in a staging directory, moved into place whole.
-		tfd, err := unix.Open(m.trashDir(tenant), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		staging, err := m.stage(tenant, "new")
 		if err != nil {
-			return Info{}, fmt.Errorf("open trash dir: %w", err)
-		}
-		staging, err := m.mkStaging(tfd, "new")
-		if err != nil {
-			unix.Close(tfd)
 			return Info{}, err
 		}
 		entries, err = checkArchive(f, staging.fd, "", m.cfg.Archive)
@@ -330,7 +343,6 @@ func (m *Manager) Create(ctx context.Context, tenant, name string, f *os.File) (
 			err = staging.moveTo(m.wsDir(tenant, name))
 		}
 		staging.discard()
-		unix.Close(tfd)
 		if err != nil {
 			return Info{}, err
 		}
@@ -363,26 +375,130 @@ func (m *Manager) writeMeta(tenant, name string, md meta) error {
 	return nil
 }
 
+// Fill writes a new workspace's tree into dir, an empty directory owned by the sandbox user that nothing
+// else sees, within limits (CreateFrom checks them again afterwards). It must stop when ctx ends.
+type Fill func(ctx context.Context, dir string, limits Limits) error
+
+// CreateFrom makes workspace name from the tree fill writes (a git clone). fill runs with no lock held,
+// in a staging directory under the tenant's trash; then, holding the tenant's lock and the workspace's,
+// CreateFrom refuses a name in use (already_exists), a tree over the archive limits (too_large: more
+// entries than Limits.Files, directories and links included, or more bytes than Limits.Bytes) or over the
+// tenant's limits (quota_exceeded), and otherwise moves the tree into place whole. Everything in it is
+// made the sandbox user's, without setuid or setgid bits; a FIFO, socket or device refuses the tree.
+// Whatever fails, including fill, nothing of the workspace stays.
+func (m *Manager) CreateFrom(ctx context.Context, tenant, name string, fill Fill) (_ Info, retErr error) {
+	if err := checkNames(tenant, name); err != nil {
+		return Info{}, err
+	}
+	// Refused early, before the slow part, and checked again under the locks.
+	if err := m.refuseTaken(tenant, name); err != nil {
+		return Info{}, err
+	}
+	if err := m.prepareTenant(tenant); err != nil {
+		return Info{}, err
+	}
+	if err := m.checkLimits(tenant, 1, 0); err != nil {
+		return Info{}, err
+	}
+	staging, err := m.stage(tenant, "fill")
+	if err != nil {
+		return Info{}, err
+	}
+	defer staging.discard()
+	if staging.path == "" {
+		return Info{}, errors.New("create workspace: the staging directory has no path")
+	}
+	if err := fill(ctx, staging.path, m.cfg.Archive); err != nil {
+		return Info{}, err
+	}
+	size, err := m.claimTree(staging.fd, m.cfg.Archive)
+	if err != nil {
+		return Info{}, err
+	}
+	done, err := m.lockNew(ctx, tenant, name)
+	if err != nil {
+		return Info{}, err
+	}
+	defer func() { done(retErr != nil) }()
+	if err := m.checkLimits(tenant, 1, size); err != nil {
+		return Info{}, err
+	}
+	if err := staging.moveTo(m.wsDir(tenant, name)); err != nil {
+		return Info{}, err
+	}
+	if err := m.writeMeta(tenant, name, meta{CreatedAt: m.cfg.Now().UTC()}); err != nil {
+		return Info{}, err
+	}
+	return m.info(tenant, name)
+}
+
+// claimTree checks a filled tree against limits and makes it the sandbox user's: it returns its size on
+// disk, refuses more entries or file bytes than the limits and anything but files, directories and
+// symlinks, and chowns every entry and clears setuid and setgid bits, never following a link.
+func (m *Manager) claimTree(root int, limits Limits) (int64, error) {
+	var entries int
+	var bytes int64
+	err := walkTree(root, func(dirfd int, name, rel string, st *unix.Stat_t) (bool, error) {
+		if entries++; entries > limits.Files {
+			return false, &Error{Type: TypeTooLarge, Msg: fmt.Sprintf("the repository holds more than %d entries (files, directories and links, .git included), the limit (archive_max_files): clone a smaller repository", limits.Files)}
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFREG:
+			if bytes += st.Size; bytes > limits.Bytes {
+				return false, &Error{Type: TypeTooLarge, Msg: fmt.Sprintf("the repository holds more than %s of files, .git included, the limit (archive_max_bytes): clone a smaller repository", FormatBytes(limits.Bytes))}
+			}
+		case unix.S_IFDIR, unix.S_IFLNK:
+		default:
+			return false, refuse("the tree holds %q, which is not a file, directory or symlink: toolpool does not keep FIFOs, sockets or devices", rel)
+		}
+		if m.own.chown && (int(st.Uid) != m.cfg.UID || int(st.Gid) != m.cfg.GID) {
+			if err := unix.Fchownat(dirfd, name, m.cfg.UID, m.cfg.GID, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				return false, fmt.Errorf("chown %s: %w", rel, err)
+			}
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFLNK && st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
+			if err := unix.Fchmodat(dirfd, name, st.Mode&0o777, 0); err != nil {
+				return false, fmt.Errorf("clear setuid bits of %s: %w", rel, err)
+			}
+		}
+		return true, nil
+	})
+	if errors.Is(err, ErrTooDeep) {
+		return 0, &Error{Type: TypeTooLarge, Msg: fmt.Sprintf("the tree nests directories deeper than %d levels: toolpool cannot check it", MaxDepth)}
+	}
+	if err != nil {
+		return 0, err
+	}
+	m.own.chownFd(root)
+	return usageOf(root), nil
+}
+
 // staging is a directory under the tenant's trash where a tree is built before it is moved into place.
 type staging struct {
 	fd   int
 	path string
 }
 
-func (m *Manager) mkStaging(trashFd int, what string) (*staging, error) {
+// stage makes a staging directory under the tenant's trash, which the caller discards.
+func (m *Manager) stage(tenant, what string) (*staging, error) {
+	tfd, err := unix.Open(m.trashDir(tenant), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open trash dir: %w", err)
+	}
+	defer unix.Close(tfd)
 	var b [8]byte
 	rand.Read(b[:])
 	name := what + "-" + hex.EncodeToString(b[:])
-	if err := unix.Mkdirat(trashFd, name, 0o755); err != nil {
+	if err := unix.Mkdirat(tfd, name, 0o755); err != nil {
 		return nil, fmt.Errorf("create staging dir: %w", err)
 	}
-	fd, err := openDirAt(trashFd, name)
+	fd, err := openDirAt(tfd, name)
 	if err != nil {
 		return nil, fmt.Errorf("open staging dir: %w", err)
 	}
 	m.own.chownFd(fd)
 	var dir string
-	if p, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", trashFd)); err == nil {
+	if p, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", tfd)); err == nil {
 		dir = filepath.Join(p, name)
 	}
 	return &staging{fd: fd, path: dir}, nil
@@ -693,12 +809,7 @@ func (m *Manager) Snapshot(ctx context.Context, tenant, name, snap string) (Info
 // copyInto copies the tree open as src to the new path dst via a staging directory, so that dst appears
 // whole or not at all.
 func (m *Manager) copyInto(tenant string, src int, dst string) (bool, error) {
-	tfd, err := unix.Open(m.trashDir(tenant), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return false, fmt.Errorf("open trash dir: %w", err)
-	}
-	defer unix.Close(tfd)
-	st, err := m.mkStaging(tfd, "copy")
+	st, err := m.stage(tenant, "copy")
 	if err != nil {
 		return false, err
 	}
@@ -804,12 +915,7 @@ func (m *Manager) Restore(ctx context.Context, tenant, name, snap string) (Info,
 		return Info{}, err
 	}
 	defer unix.Close(src)
-	tfd, err := unix.Open(m.trashDir(tenant), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return Info{}, fmt.Errorf("open trash dir: %w", err)
-	}
-	defer unix.Close(tfd)
-	st, err := m.mkStaging(tfd, "restore")
+	st, err := m.stage(tenant, "restore")
 	if err != nil {
 		return Info{}, err
 	}

@@ -42,8 +42,8 @@ func newSecret() string {
 }
 
 // startEgressStack starts the origin, a DNS server for the test names, and a stack whose policy grants
-// run_shell network to tenant dev (only to the test names, only on the origin's port) and refuses it to
-// tenant beta.
+// run_shell network to tenant dev (only to the test names, only on the origin's port), and workspace_clone
+// network to the git hosts, and refuses both to tenant beta.
 func startEgressStack(t testing.TB) *egressStack {
 	t.Helper()
 	requireClients(t)
@@ -132,11 +132,17 @@ tools:
     network: true
     allowed_domains: [git.test, files.test, goproxy.test, npm.test, pypi.test, "*.corp.test", rebind.test, internal.test]
     allowed_ports: [%d]
+  # Workspaces seeded from git (TestWorkspaceGit): the git hosts only.
+  workspace_clone:
+    network: true
+    allowed_domains: [git.test, "*.corp.test"]
+    allowed_ports: [%d]
 tenants:
   beta:
     tools:
       run_shell: {network: false}
-`, port)
+      workspace_clone: {network: false}
+`, port, port)
 	s := startStackWith(t, stackOptions{policy: policy, workerConfig: workerConfig})
 	return &egressStack{stack: s, origin: o, victim: v, dns: dns, port: port, otherP: int(otherPort), secrets: secrets, headers: headers}
 }
