@@ -78,6 +78,11 @@ type Limits struct {
 	// default. Only the dispatcher's tenant configuration sets it; requests cannot. A worker that does not
 	// offer it refuses the call (ErrRuntimeUnavailable) and never runs it under another runtime.
 	Runtime string `json:"runtime,omitempty"`
+	// DeniedGlobs are the path patterns policy denies to the call (policy.Limits.DeniedGlobs). The worker
+	// hands them to the in-container runner of the tools that read or write files, which neither opens nor
+	// reports a path they match. Only policy sets them; they are not part of the call's arguments, so the
+	// record, the approval and the audit show the arguments as the client sent them.
+	DeniedGlobs []string `json:"denied_globs,omitempty"`
 }
 
 // Decision is the policy verdict on a call and the rule that produced it.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -197,8 +198,11 @@ func TestAdmitCarriesDeniedGlobs(t *testing.T) {
 	if rerr != nil {
 		t.Fatal(rerr.msg)
 	}
-	if !strings.Contains(string(c.Args), `"_policy":{"denied_globs":["**/.env"`) {
-		t.Errorf("args %s carry no denied globs", c.Args)
+	if !slices.Contains(c.Limits.DeniedGlobs, "**/.env") {
+		t.Errorf("the call's limits carry no denied globs: %v", c.Limits.DeniedGlobs)
+	}
+	if string(c.Args) != `{"pattern":"SECRET"}` {
+		t.Errorf("args %s are not the arguments as sent", c.Args)
 	}
 	if c.ArgsDigest != call.ArgsDigest(json.RawMessage(`{"pattern":"SECRET"}`)) {
 		t.Errorf("digest %s is not of the arguments as sent", c.ArgsDigest)

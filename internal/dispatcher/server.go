@@ -419,9 +419,6 @@ func (s *Server) admit(ctx context.Context, p principal, req *callRequest) (*cal
 		TraceParent: tracing.Inject(ctx),
 	}
 	c.ArgsDigest = call.ArgsDigest(req.Args)
-	if c.Args, err = tool.WithPolicy(req.Args, dec.Limits.DeniedGlobs); err != nil {
-		return nil, none, badRequest("%v", err)
-	}
 	switch {
 	case req.id != "":
 		c.ID = req.id
@@ -435,6 +432,7 @@ func (s *Server) admit(ctx context.Context, p principal, req *callRequest) (*cal
 	c.Deadline = c.CreatedAt.Add(queueTimeout)
 	c.Limits, c.Decision.Clamped = s.limits(p.tenant, req, tool, dec.Limits)
 	c.Limits.Runtime = p.runtime
+	c.Limits.DeniedGlobs = dec.Limits.DeniedGlobs
 	return c, dec, nil
 }
 

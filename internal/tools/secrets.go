@@ -15,9 +15,10 @@ import (
 )
 
 // Secrets stay out of the file tools' reach inside the container too. The dispatcher's policy decides
-// the denied globs of a call (policy.Limits.DeniedGlobs) and puts them into the call's arguments under
-// PolicyArg (Tool.WithPolicy); a model cannot send that field, because every built-in schema refuses
-// unknown fields. The runner takes them out before the tool reads its arguments, and then:
+// the denied globs of a call (policy.Limits.DeniedGlobs, carried as call.Limits.DeniedGlobs); the worker
+// adds them to the arguments it hands the in-container runner, under PolicyArg (Tool.WithPolicy). A model
+// cannot send that field, because every built-in schema refuses unknown fields. The runner takes them out
+// before the tool reads its arguments, and then:
 //   - grep, glob and list_files neither enter nor report a path that matches a denied glob;
 //   - every file a tool opens is checked where the kernel says it is (/proc/self/fd), after every link
 //     was followed, so a symlink (or a directory link, or a race that swaps one in) cannot lead to a

@@ -773,7 +773,11 @@ func (w *Worker) run(ctx context.Context, c *call.Call, claim uint64) (runOutcom
 	if !ok {
 		return runOutcome{planErr: &call.ErrorInfo{Type: call.ErrNotFound, Message: fmt.Sprintf("unknown tool %q", c.Tool)}}, nil
 	}
-	inv, err := tool.Plan(c.Args)
+	var inv tools.Invocation
+	args, err := tool.WithPolicy(c.Args, c.Limits.DeniedGlobs)
+	if err == nil {
+		inv, err = tool.Plan(args)
+	}
 	if err != nil {
 		return runOutcome{tool: tool, planErr: &call.ErrorInfo{Type: call.ErrInvalidParams, Message: err.Error()}}, nil
 	}

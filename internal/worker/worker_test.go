@@ -845,3 +845,35 @@ func TestDeliveryBeforeItsRecord(t *testing.T) {
 		t.Fatalf("record %+v settled %q after %d runs; want the call run once and acked", got, d.settlement(), rt.count())
 	}
 }
+
+// TestDeniedGlobsReachTheRunner: the call's denied globs (call.Limits, set by policy) reach the runner of a
+// file tool in its input, and the tools that read no files get their arguments as sent.
+func TestDeniedGlobsReachTheRunner(t *testing.T) {
+	for _, tt := range []struct {
+		tool, args string
+		want       string // a fragment the container's stdin must hold
+		dontWant   string
+	}{
+		{"grep", `{"pattern":"SECRET"}`, `"_policy":{"denied_globs":["**/.env"]}`, ""},
+		{"run_shell", shellArgs, "", "_policy"},
+	} {
+		t.Run(tt.tool, func(t *testing.T) {
+			st := queuetest.NewStore()
+			rt := &fakeRuntime{}
+			w := newTestWorker(t, rt, st)
+			c := newCall(tt.tool, tt.args)
+			c.Limits.DeniedGlobs = []string{"**/.env"}
+			st.Put(call.NewResult(c, call.StatusQueued))
+			w.Handle(context.Background(), &fakeDelivery{c: c})
+			if rt.count() != 1 {
+				t.Fatalf("%d runs, want 1: %+v", rt.count(), st.Result(c.ID))
+			}
+			rt.mu.Lock()
+			stdin := string(rt.specs[0].Stdin)
+			rt.mu.Unlock()
+			if !strings.Contains(stdin, tt.want) || (tt.dontWant != "" && strings.Contains(stdin, tt.dontWant)) {
+				t.Errorf("the runner's stdin is %s: want %q in it, and not %q", stdin, tt.want, tt.dontWant)
+			}
+		})
+	}
+}
