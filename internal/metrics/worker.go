@@ -173,7 +173,7 @@ type observedRuntime struct {
 
 // ObserveCleanup records one container's removal, which a runtime may finish after Run returns (pass it
 // as the runtime's cleanup hook): its duration, and a failure as stage "cleanup".
-func (m *WorkerMetrics) ObserveCleanup(took time.Duration, err error) {
+func (m *WorkerMetrics) ObserveCleanup(took time.Duration, _ []sandbox.Step, err error) {
 	m.cleanup.Observe(took.Seconds())
 	if err != nil {
 		m.sandboxErrors.WithLabelValues("cleanup").Inc()

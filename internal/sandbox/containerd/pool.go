@@ -596,7 +596,7 @@ func (r *Runtime) discardSlot(s *slot) {
 		err := removeSlotDir(s.hostDir)
 		r.end(s.id)
 		if r.cfg.OnCleanup != nil && err != nil {
-			r.cfg.OnCleanup(0, err)
+			r.cfg.OnCleanup(0, nil, err)
 		}
 		return
 	}
@@ -626,6 +626,7 @@ func (r *Runtime) runWarm(ctx context.Context, spec sandbox.Spec, lim sandbox.Li
 		}
 	}
 	began := time.Now()
+	clock := stepClock{steps: &out.Steps, last: began}
 	s, reason, expired := r.pool.take(key, began)
 	for _, e := range expired {
 		r.discardSlot(e)
@@ -643,6 +644,7 @@ func (r *Runtime) runWarm(ctx context.Context, spec sandbox.Spec, lim sandbox.Li
 	// From here the container is this call's: it is destroyed when the call is over, whatever happens.
 	bound := false
 	defer func() { r.retireSlot(s, bound) }()
+	clock.done("claim")
 	fallBack := func() (sandbox.Outcome, string, error) {
 		if ctx.Err() != nil {
 			return sandbox.Outcome{WorkspaceBytes: -1}, "", fmt.Errorf("%w: %w", sandbox.ErrNotStarted, ctx.Err())
@@ -661,10 +663,12 @@ func (r *Runtime) runWarm(ctx context.Context, spec sandbox.Spec, lim sandbox.Li
 			return fallBack()
 		}
 		bound, req.Workspace = true, &id
+		clock.done("bind_workspace")
 	}
 	if err := r.updateLimits(ctx, s, lim); err != nil {
 		return fallBack()
 	}
+	clock.done("limits")
 	header, err := sandboxinit.Encode(req)
 	if err != nil {
 		return out, "", fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
@@ -679,12 +683,14 @@ func (r *Runtime) runWarm(ctx context.Context, spec sandbox.Spec, lim sandbox.Li
 	if err != nil {
 		return fallBack()
 	}
+	clock.done("wait")
 	stdinDone := make(chan struct{})
 	s.stdin.provide(&eofSignal{r: io.MultiReader(bytes.NewReader(header), bytes.NewReader(spec.Stdin)), done: stdinDone})
 	if err := s.task.Start(ctx); err != nil {
 		return fallBack()
 	}
-	p := startedCall{task: s.task, exitCh: exitCh, callIO: s.callIO, stdout: stdout, stderr: stderr, at: time.Now()}
+	clock.done("start")
+	p := startedCall{task: s.task, exitCh: exitCh, callIO: s.callIO, stdout: stdout, stderr: stderr, at: clock.last}
 	out.SandboxTime = p.at.Sub(began)
 	out.Warm, out.ContainerID = true, s.id
 	go closeStdinAfter(waitCtx, s.task, stdinDone)
