@@ -845,3 +845,45 @@ func TestDeliveryBeforeItsRecord(t *testing.T) {
 		t.Fatalf("record %+v settled %q after %d runs; want the call run once and acked", got, d.settlement(), rt.count())
 	}
 }
+
+// TestLogsSandboxSteps checks that the steps the runtime timed reach the worker's debug log, named and in
+// milliseconds, with the call's id.
+func TestLogsSandboxSteps(t *testing.T) {
+	st := queuetest.NewStore()
+	rt := &fakeRuntime{outcome: &sandbox.Outcome{Warm: true, WorkspaceBytes: -1,
+		Steps: []sandbox.Step{{Name: "claim", Took: 250 * time.Microsecond}, {Name: "start", Took: 3 * time.Millisecond}}}}
+	var logs lockedBuffer
+	reg, err := tools.NewRegistry()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := New(testConfig(t), rt, st, reg, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})), WithLeases(newFakeLeases()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newCall("run_shell", shellArgs)
+	st.Put(call.NewResult(c, call.StatusQueued))
+	w.Handle(context.Background(), &fakeDelivery{c: c})
+	want := fmt.Sprintf(`msg="sandbox steps" call_id=%s warm=true steps.claim_ms=0.25 steps.start_ms=3`, c.ID)
+	if !strings.Contains(logs.String(), want) {
+		t.Fatalf("the log has no %q:\n%s", want, logs.String())
+	}
+}
+
+// lockedBuffer is a log destination safe for the worker's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
