@@ -41,6 +41,7 @@ func BenchmarkStartTable(b *testing.B) {
 	type mode struct {
 		name string
 		rt   *containerd.Runtime
+		warm bool // rt has a pool
 	}
 	plain := plainRunner(b, d)
 	modes := []mode{{name: "plain"}, {name: "cold-runc", rt: newRT("runc", containerd.Config{RuntimeBinary: "runc"})}}
@@ -49,12 +50,18 @@ func BenchmarkStartTable(b *testing.B) {
 	} else {
 		b.Log("crun is not installed: no cold-crun row (scripts/deps.sh installs it)")
 	}
-	warm := newRT("warm", containerd.Config{Pool: containerd.PoolConfig{MaxSize: 16, Fillers: 4, InitBinary: probe, InitPath: probePath}})
-	modes = append(modes, mode{name: "warm", rt: warm})
+	pool := containerd.PoolConfig{MaxSize: 16, Fillers: 4, InitBinary: probe, InitPath: probePath}
+	modes = append(modes, mode{name: "warm", rt: newRT("warm", containerd.Config{Pool: pool}), warm: true},
+		mode{name: "warm-grouped", rt: newRT("warm-grouped", containerd.Config{Pool: pool, ShimGroups: 2}), warm: true})
+	if _, err := exec.LookPath("crun"); err == nil {
+		modes = append(modes, mode{name: "warm-crun", rt: newRT("warm-crun", containerd.Config{Pool: pool, RuntimeBinary: "crun"}), warm: true})
+	}
 	for _, m := range modes {
 		for _, conc := range []int{1, 4, 16} {
 			b.Run(fmt.Sprintf("%s/c%d", m.name, conc), func(b *testing.B) {
 				// one runs one call; it may run on any goroutine, so it reports a failure with Errorf.
+				var mu sync.Mutex
+				steps := map[string][]float64{}
 				one := func() (time.Duration, bool) {
 					began := time.Now()
 					if m.rt == nil {
@@ -67,21 +74,29 @@ func BenchmarkStartTable(b *testing.B) {
 					if err != nil || out.ExitCode != 0 {
 						b.Errorf("Run: %v, exit %d", err, out.ExitCode)
 					}
-					return time.Since(began), out.Warm
+					took := time.Since(began)
+					mu.Lock()
+					for _, s := range out.Steps {
+						steps[s.Name] = append(steps[s.Name], float64(s.Took.Microseconds())/1000)
+					}
+					mu.Unlock()
+					return took, out.Warm
 				}
-				if m.rt == warm {
+				if m.warm {
 					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 					defer cancel()
 					for range conc {
-						warm.Prewarm(spec())
+						m.rt.Prewarm(spec())
 					}
-					if err := warm.WaitWarm(ctx, spec()); err != nil {
+					if err := m.rt.WaitWarm(ctx, spec()); err != nil {
 						b.Fatal(err)
 					}
 				} else {
 					one() // page in the binaries
 				}
-				var mu sync.Mutex
+				mu.Lock()
+				clear(steps)
+				mu.Unlock()
 				var ms []float64
 				warmCalls := 0
 				next := make(chan struct{})
@@ -115,10 +130,16 @@ func BenchmarkStartTable(b *testing.B) {
 				b.StopTimer()
 				reportPercentiles(b, ms)
 				b.ReportMetric(float64(b.N)/elapsed.Seconds(), "calls/s")
-				if m.rt == warm {
+				if m.warm {
 					b.ReportMetric(100*float64(warmCalls)/float64(b.N), "warm-%")
-					b.ReportMetric(float64(warm.PoolStats().MemoryBytes)/(1<<20), "pool-MiB")
-					b.ReportMetric(float64(warm.PoolStats().Ready), "pool-ready")
+					b.ReportMetric(float64(m.rt.PoolStats().MemoryBytes)/(1<<20), "pool-MiB")
+					b.ReportMetric(float64(m.rt.PoolStats().Ready), "pool-ready")
+				}
+				if conc == 1 {
+					// Where a lone call's time goes: the p50 of each step of Run (sandbox.Outcome.Steps).
+					for name, took := range steps {
+						b.ReportMetric(percentile(took, 50), name+"-p50-ms")
+					}
 				}
 			})
 		}
