@@ -503,7 +503,7 @@ func (r *Runtime) supervise(ctx context.Context, p startedCall, spec sandbox.Spe
 	code := status.ExitCode()
 	out.ExitCode = int(code)
 	out.Signal = signalName(code)
-	r.collectUsage(ctx, p.task, out)
+	r.collectUsage(ctx, p.task, spec.Runtime, out)
 	clock.done("usage")
 	if !out.OOMKilled && !out.TimedOut && !out.QuotaExceeded && ctx.Err() == nil && out.Signal == "SIGKILL" &&
 		out.MaxRSSBytes >= lim.MemoryBytes-lim.MemoryBytes/16 {
@@ -710,8 +710,17 @@ func (r *Runtime) drain(callIO cio.IO) {
 	}
 }
 
-// collectUsage reads the container's cgroup: peak memory, CPU time, and whether the OOM killer struck.
-func (r *Runtime) collectUsage(ctx context.Context, task containerd.Task, out *sandbox.Outcome) {
+// collectUsage reads the container's cgroup: peak memory, CPU time, and whether the OOM killer struck. A
+// runc container's cgroup is read from its files (cgroupFileUsage), which spares a round trip through
+// containerd and the shim on every call's path; other runtimes' (and a layout it does not know) are asked
+// of the shim.
+func (r *Runtime) collectUsage(ctx context.Context, task containerd.Task, runtime string, out *sandbox.Outcome) {
+	if be, err := r.backendFor(runtime); err == nil && be.runc {
+		if u, ok := cgroupFileUsage(cgroup2Root, r.cgroupsPath(task.ID())); ok {
+			out.MaxRSSBytes, out.CPUTime, out.OOMKilled = u.maxRSS, u.cpu, u.oomKilled
+			return
+		}
+	}
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	m, err := task.Metrics(mctx)
@@ -749,6 +758,54 @@ func (r *Runtime) collectUsage(ctx context.Context, task containerd.Task, out *s
 			out.OOMKilled = true
 		}
 	}
+}
+
+// cgroupUsage is what a call's cgroup says of it when the call is over.
+type cgroupUsage struct {
+	maxRSS    int64
+	cpu       time.Duration
+	oomKilled bool
+}
+
+// cgroupFileUsage reads the usage of the cgroup at cgroupsPath from its files below root (where runc puts
+// it): cgroup v1's memory and cpuacct hierarchies (memory.max_usage_in_bytes, cpuacct.usage,
+// memory.oom_control), which a hybrid host uses too, or else cgroup v2's (memory.peak, cpu.stat,
+// memory.events). ok is false when a file it needs is missing or unreadable (another layout, cgroup v2
+// before Linux 5.19 keeps no peak): ask the shim then.
+func cgroupFileUsage(root, cgroupsPath string) (u cgroupUsage, ok bool) {
+	readInt := func(file string) (int64, bool) {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return 0, false
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		return n, err == nil && n >= 0
+	}
+	// field reads "key value" lines; a missing key (an older kernel's memory.oom_control) is 0.
+	field := func(file, key string) (int64, bool) {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return 0, false
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if k, v, found := strings.Cut(l, " "); found && k == key {
+				n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				return n, err == nil
+			}
+		}
+		return 0, true
+	}
+	mem := filepath.Join(root, "memory", cgroupsPath)
+	if peak, ok := readInt(filepath.Join(mem, "memory.max_usage_in_bytes")); ok {
+		cpu, okCPU := readInt(filepath.Join(root, "cpuacct", cgroupsPath, "cpuacct.usage"))
+		oom, okOOM := field(filepath.Join(mem, "memory.oom_control"), "oom_kill")
+		return cgroupUsage{maxRSS: peak, cpu: time.Duration(cpu), oomKilled: oom > 0}, okCPU && okOOM
+	}
+	dir := filepath.Join(root, cgroupsPath)
+	peak, okPeak := cgroup2MemoryPeak(root, cgroupsPath)
+	usec, okCPU := field(filepath.Join(dir, "cpu.stat"), "usage_usec")
+	oom, okOOM := field(filepath.Join(dir, "memory.events"), "oom_kill")
+	return cgroupUsage{maxRSS: peak, cpu: time.Duration(usec) * time.Microsecond, oomKilled: oom > 0}, okPeak && okCPU && okOOM
 }
 
 // cgroup2Root is where runc's cgroup v2 manager puts a container's cgroup: here, joined with its
