@@ -16,8 +16,9 @@ import (
 
 // BenchmarkStartTable is the issue's measurement table in one run: `true` through plain containerd (no
 // hardening), through Runtime.Run cold under runc and under crun, and warm (from the pool, under the
-// runtime's default OCI runtime, which TOOLPOOL_TEST_RUNTIME_BINARY sets), each at concurrency 1, 4 and
-// 16. It reports p50/p95 of one call (Run, or the plain client's create to delete) and calls/s over the
+// runtime's default OCI runtime, which TOOLPOOL_TEST_RUNTIME_BINARY sets, and under crun), each at
+// concurrency 1, 4 and 16. At concurrency 1 it also reports the p50 of each step of Run
+// (sandbox.Outcome.Steps; a warm row mixes the steps of its cold calls in). It reports p50/p95 of one call (Run, or the plain client's create to delete) and calls/s over the
 // whole batch, removal included; warm reports the share of calls that found a ready container and the
 // memory the pool held at the end. Every runtime shares one containerd, so the rows compete alike for the
 // host.
@@ -51,8 +52,10 @@ func BenchmarkStartTable(b *testing.B) {
 		b.Log("crun is not installed: no cold-crun row (scripts/deps.sh installs it)")
 	}
 	pool := containerd.PoolConfig{MaxSize: 16, Fillers: 4, InitBinary: probe, InitPath: probePath}
-	modes = append(modes, mode{name: "warm", rt: newRT("warm", containerd.Config{Pool: pool}), warm: true},
-		mode{name: "warm-grouped", rt: newRT("warm-grouped", containerd.Config{Pool: pool, ShimGroups: 2}), warm: true})
+	// No row with ShimGroups: containerd 1.6's runc shim loses a race when a group's last container goes
+	// while the next one starts its task ("remove pre-existing socket", "dial unix ...: no such file"),
+	// which failed calls in this benchmark (docs/deploy.md).
+	modes = append(modes, mode{name: "warm", rt: newRT("warm", containerd.Config{Pool: pool}), warm: true})
 	if _, err := exec.LookPath("crun"); err == nil {
 		modes = append(modes, mode{name: "warm-crun", rt: newRT("warm-crun", containerd.Config{Pool: pool, RuntimeBinary: "crun"}), warm: true})
 	}
