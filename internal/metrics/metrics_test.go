@@ -298,7 +298,8 @@ func TestObserveRuntime(t *testing.T) {
 		{"not started", context.Background(), fakeRuntime{err: fmt.Errorf("create container: %w", sandbox.ErrNotStarted)}},
 		{"failed while running", context.Background(), fakeRuntime{out: sandbox.Outcome{CleanupTime: time.Millisecond}, err: errors.New("wait task: eof")}},
 		{"cancelled is no failure", cancelled, fakeRuntime{err: context.Canceled}},
-		{"warm", context.Background(), fakeRuntime{out: sandbox.Outcome{SandboxTime: 3 * time.Millisecond, Warm: true}}},
+		{"warm", context.Background(), fakeRuntime{out: sandbox.Outcome{SandboxTime: 3 * time.Millisecond, Warm: true,
+			Steps: []sandbox.Step{{Name: "claim", Took: time.Millisecond}, {Name: "start", Took: 2 * time.Millisecond}, {Name: "a new step"}}}}},
 		{"warm again", context.Background(), fakeRuntime{out: sandbox.Outcome{SandboxTime: 4 * time.Millisecond, Warm: true}}},
 		{"cold, pool empty", context.Background(), fakeRuntime{out: sandbox.Outcome{SandboxTime: 200 * time.Millisecond, ColdReason: "empty"}}},
 		{"cold, no pool", context.Background(), fakeRuntime{out: sandbox.Outcome{SandboxTime: 200 * time.Millisecond}}},
@@ -314,6 +315,9 @@ func TestObserveRuntime(t *testing.T) {
 	mustSample(t, reg, "toolpool_sandbox_errors_total", map[string]string{"stage": "start"}, 1)
 	mustSample(t, reg, "toolpool_sandbox_errors_total", map[string]string{"stage": "run"}, 1)
 	mustSample(t, reg, "toolpool_sandbox_cleanup_seconds", nil, 2)
+	mustSample(t, reg, "toolpool_sandbox_step_seconds", map[string]string{"step": "claim"}, 1)
+	mustSample(t, reg, "toolpool_sandbox_step_seconds", map[string]string{"step": "start"}, 1)
+	mustSample(t, reg, "toolpool_sandbox_step_seconds", map[string]string{"step": metrics.Overflow}, 1)
 	mustSample(t, reg, "toolpool_sandbox_starts_total", map[string]string{"path": "warm", "cold_reason": ""}, 2)
 	mustSample(t, reg, "toolpool_sandbox_starts_total", map[string]string{"path": "cold", "cold_reason": "empty"}, 1)
 	mustSample(t, reg, "toolpool_sandbox_starts_total", map[string]string{"path": "cold", "cold_reason": "none"}, 1)
@@ -397,4 +401,16 @@ func TestWorkerUpGauges(t *testing.T) {
 	mustSample(t, reg, "toolpool_nats_connected", nil, 1)
 	mustSample(t, reg, "toolpool_containerd_up", nil, 0)
 	mustSample(t, reg, "toolpool_build_info", nil, 1)
+}
+
+// TestObserveCleanupSteps checks that a removal's steps, which the runtime reports after Run returned,
+// reach toolpool_sandbox_step_seconds.
+func TestObserveCleanupSteps(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := metrics.NewWorker(reg, metrics.Options{})
+	m.ObserveCleanup(30*time.Millisecond, []sandbox.Step{{Name: "delete_task", Took: 20 * time.Millisecond},
+		{Name: "delete_container", Took: 10 * time.Millisecond}}, nil)
+	mustSample(t, reg, "toolpool_sandbox_cleanup_seconds", nil, 1)
+	mustSample(t, reg, "toolpool_sandbox_step_seconds", map[string]string{"step": "delete_task"}, 1)
+	mustSample(t, reg, "toolpool_sandbox_step_seconds", map[string]string{"step": "delete_container"}, 1)
 }

@@ -20,6 +20,7 @@ type WorkerMetrics struct {
 	cleanup       prometheus.Histogram
 	sandboxErrors *prometheus.CounterVec
 	sandboxStarts *prometheus.CounterVec
+	sandboxSteps  *prometheus.HistogramVec
 	egress        *egressMetrics
 }
 
@@ -40,12 +41,29 @@ func NewWorker(reg prometheus.Registerer, opts Options) *WorkerMetrics {
 	m.sandboxStarts = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "sandbox_starts_total",
 		Help: "Containers started for calls, by path: warm (claimed from the warm pool) or cold (created for the call), and for cold, why: none (the worker has no pool), empty, mounts, limits, profiles, broken, disabled, draining, runtime, or other."},
 		[]string{"path", "cold_reason"})
+	m.sandboxSteps = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: "sandbox_step_seconds",
+		Help:    "Each step of running a call's container and of removing it afterwards (sandbox.Outcome.Steps), by step: claim, create_container, create_task, bind_workspace, limits, request, wait, start, run, drain_io, usage, workspace_size; delete_task, delete_container, slot; or other.",
+		Buckets: stepBuckets}, []string{"step"})
 	m.egress = newEgressMetrics(reg)
 	m.sandboxErrors.WithLabelValues("start")
 	m.sandboxErrors.WithLabelValues("run")
 	m.sandboxStarts.WithLabelValues("warm", "")
-	reg.MustRegister(m.slots, m.cleanup, m.sandboxErrors, m.sandboxStarts)
+	reg.MustRegister(m.slots, m.cleanup, m.sandboxErrors, m.sandboxStarts, m.sandboxSteps)
 	return m
+}
+
+// stepBuckets are finer than durationBuckets: most steps of a warm call take well under 5 ms.
+var stepBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+
+// steps are the values of sandbox_step_seconds's step label (sandbox.Outcome.Steps and the removal's steps
+// of the containerd runtime); any other name counts as Overflow.
+var steps = setOf("claim", "create_container", "create_task", "bind_workspace", "limits", "request", "wait", "start", "run",
+	"drain_io", "usage", "workspace_size", "delete_task", "delete_container", "slot")
+
+func (m *WorkerMetrics) observeSteps(list []sandbox.Step) {
+	for _, s := range list {
+		m.sandboxSteps.WithLabelValues(oneOf(s.Name, Overflow, steps)).Observe(s.Took.Seconds())
+	}
 }
 
 // coldReasons are the values of sandbox_starts_total's cold_reason label (sandbox.Outcome.ColdReason of
@@ -158,8 +176,8 @@ func (s *slotCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(s.desc, prometheus.GaugeValue, float64(max(capacity-busy, 0)), "free")
 }
 
-// ObserveRuntime returns next, timing each container's cleanup (toolpool_sandbox_cleanup_seconds),
-// counting its starts, warm and cold apart (toolpool_sandbox_starts_total), and counting the runtime's own failures
+// ObserveRuntime returns next, timing each container's cleanup (toolpool_sandbox_cleanup_seconds) and
+// each step of its Run (toolpool_sandbox_step_seconds, from Outcome.Steps), counting its starts, warm and cold apart (toolpool_sandbox_starts_total), and counting the runtime's own failures
 // (toolpool_sandbox_errors_total): stage "start" for a sandbox.ErrNotStarted, "run" for any other error. A Run that ends because ctx was cancelled is not a failure.
 // It passes spec, ctx and the results through unchanged.
 func ObserveRuntime(next sandbox.Runtime, m *WorkerMetrics) sandbox.Runtime {
@@ -172,9 +190,10 @@ type observedRuntime struct {
 }
 
 // ObserveCleanup records one container's removal, which a runtime may finish after Run returns (pass it
-// as the runtime's cleanup hook): its duration, and a failure as stage "cleanup".
-func (m *WorkerMetrics) ObserveCleanup(took time.Duration, err error) {
+// as the runtime's cleanup hook): its duration, its steps, and a failure as stage "cleanup".
+func (m *WorkerMetrics) ObserveCleanup(took time.Duration, steps []sandbox.Step, err error) {
 	m.cleanup.Observe(took.Seconds())
+	m.observeSteps(steps)
 	if err != nil {
 		m.sandboxErrors.WithLabelValues("cleanup").Inc()
 	}
@@ -182,6 +201,7 @@ func (m *WorkerMetrics) ObserveCleanup(took time.Duration, err error) {
 
 func (o *observedRuntime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Outcome, error) {
 	out, err := o.next.Run(ctx, spec)
+	o.m.observeSteps(out.Steps)
 	if out.CleanupTime > 0 {
 		o.m.cleanup.Observe(out.CleanupTime.Seconds())
 	}

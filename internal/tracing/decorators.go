@@ -210,7 +210,9 @@ func (d decoded) Call() (*call.Call, error) {
 // TraceRuntime returns next with a span "sandbox" around each Run and, under it, spans "sandbox.create"
 // (creating and starting the container), "sandbox.run" (the process's life) and "sandbox.cleanup"
 // (killing and removing the container), laid out from the Outcome's SandboxTime, RunTime and CleanupTime
-// with explicit timestamps, since the runtime reports them only when Run returns. The phases are placed
+// with explicit timestamps, since the runtime reports them only when Run returns. The sandbox span carries
+// each step the runtime timed (Outcome.Steps) as toolpool.sandbox.step.<name>_ms, and
+// toolpool.sandbox.warm. The phases are placed
 // back to back from the start of Run, and the parent span ends no earlier than the last of them. With
 // tracing off only the no-op parent span is made.
 func TraceRuntime(next sandbox.Runtime) sandbox.Runtime { return tracedRuntime{next} }
@@ -237,6 +239,10 @@ func (t tracedRuntime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Outc
 	if out.Signal != "" {
 		span.SetAttributes(attribute.String("toolpool.sandbox.signal", out.Signal))
 	}
+	for _, step := range out.Steps {
+		span.SetAttributes(attribute.Float64("toolpool.sandbox.step."+step.Name+"_ms", float64(step.Took.Microseconds())/1000))
+	}
+	span.SetAttributes(attribute.Bool("toolpool.sandbox.warm", out.Warm))
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())

@@ -134,6 +134,24 @@ func TestTraceRuntimePhases(t *testing.T) {
 	}
 }
 
+// TestTraceRuntimeSteps checks that the steps the runtime timed are attributes of the sandbox span.
+func TestTraceRuntimeSteps(t *testing.T) {
+	exp := record(t)
+	out := sandbox.Outcome{Warm: true, Steps: []sandbox.Step{{Name: "claim", Took: 250 * time.Microsecond}, {Name: "request", Took: 2 * time.Millisecond}}}
+	if _, err := tracing.TraceRuntime(fakeRuntime{out: out}).Run(context.Background(), sandbox.Spec{ID: "c_1"}); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, kv := range byName(t, exp.GetSpans())["sandbox"].Attributes {
+		got[string(kv.Key)] = kv.Value.Emit()
+	}
+	for k, want := range map[string]string{"toolpool.sandbox.step.claim_ms": "0.25", "toolpool.sandbox.step.request_ms": "2", "toolpool.sandbox.warm": "true"} {
+		if got[k] != want {
+			t.Errorf("attribute %s = %q, want %q (all: %v)", k, got[k], want, got)
+		}
+	}
+}
+
 // countingDelivery counts how often its call is decoded.
 type countingDelivery struct {
 	queue.Delivery

@@ -838,6 +838,7 @@ func (w *Worker) run(ctx context.Context, c *call.Call, claim uint64) (runOutcom
 		spec.Stdout, spec.Stderr = capt.stdout(), capt.stderr()
 	}
 	out, err := w.runtime.Run(ctx, spec)
+	w.logSteps(ctx, c.ID, out)
 	var streams map[string]*call.Stream
 	var stored []string
 	if capt != nil {
@@ -868,6 +869,18 @@ func (w *Worker) run(ctx context.Context, c *call.Call, claim uint64) (runOutcom
 			spec.Runtime, w.cfg.ID, err)}}, nil
 	}
 	return runOutcome{tool: tool, out: out, timeout: timeout, streams: streams, stored: stored, egress: egressConns}, err
+}
+
+// logSteps logs, at debug level, how long each step of the call's sandbox took (sandbox.Outcome.Steps).
+func (w *Worker) logSteps(ctx context.Context, id string, out sandbox.Outcome) {
+	if len(out.Steps) == 0 || !w.log.Enabled(ctx, slog.LevelDebug) {
+		return
+	}
+	attrs := make([]any, 0, len(out.Steps))
+	for _, s := range out.Steps {
+		attrs = append(attrs, slog.Float64(s.Name+"_ms", float64(s.Took.Microseconds())/1000))
+	}
+	w.log.DebugContext(ctx, "sandbox steps", "call_id", id, "warm", out.Warm, slog.Group("steps", attrs...))
 }
 
 type runOutcome struct {

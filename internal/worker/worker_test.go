@@ -877,3 +877,63 @@ func TestDeniedGlobsReachTheRunner(t *testing.T) {
 		})
 	}
 }
+// TestLogsSandboxSteps checks that the steps the runtime timed reach the worker's debug log, named and in
+// milliseconds, with the call's id.
+func TestLogsSandboxSteps(t *testing.T) {
+	st := queuetest.NewStore()
+	rt := &fakeRuntime{outcome: &sandbox.Outcome{Warm: true, WorkspaceBytes: -1,
+		Steps: []sandbox.Step{{Name: "claim", Took: 250 * time.Microsecond}, {Name: "start", Took: 3 * time.Millisecond}}}}
+	reg, err := tools.NewRegistry()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &recordingHandler{}
+	w, err := New(testConfig(t), rt, st, reg, slog.New(logs), WithLeases(newFakeLeases()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newCall("run_shell", shellArgs)
+	st.Put(call.NewResult(c, call.StatusQueued))
+	w.Handle(context.Background(), &fakeDelivery{c: c})
+	want := fmt.Sprintf("call_id=%s warm=true steps=[claim_ms=0.25 start_ms=3]", c.ID)
+	got := logs.find("sandbox steps")
+	if got != want {
+		t.Fatalf("the log's sandbox steps are %q, want %q", got, want)
+	}
+}
+
+// recordingHandler keeps what is logged at any level, as message and attributes.
+type recordingHandler struct {
+	mu      sync.Mutex
+	records []slog.Record
+}
+
+func (h *recordingHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *recordingHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.records = append(h.records, r.Clone())
+	return nil
+}
+
+func (h *recordingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *recordingHandler) WithGroup(string) slog.Handler      { return h }
+
+// find returns the attributes of the first record with message msg, "" when there is none.
+func (h *recordingHandler) find(msg string) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, r := range h.records {
+		if r.Message != msg {
+			continue
+		}
+		var attrs []string
+		r.Attrs(func(a slog.Attr) bool {
+			attrs = append(attrs, a.String())
+			return true
+		})
+		return strings.Join(attrs, " ")
+	}
+	return ""
+}

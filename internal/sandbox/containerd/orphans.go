@@ -66,7 +66,7 @@ func (r *Runtime) RemoveOrphansOf(ctx context.Context, gone OwnerGone) (int, err
 		if err != nil {
 			task = nil
 		}
-		if err := r.remove(ctx, c, task); err != nil {
+		if err := r.remove(ctx, c, task, nil); err != nil {
 			errs = append(errs, err)
 		}
 	}

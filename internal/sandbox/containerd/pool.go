@@ -27,8 +27,8 @@ import (
 )
 
 // PoolConfig configures the warm pool: containers created ahead of their calls (container, shim and the
-// OCI runtime's create done, the first process waiting to start), each used by exactly one call and then
-// destroyed. A call claims one and binds what could not be bound ahead: its workspace (mounted into the
+// OCI runtime's create done, and the first process, the init, started and waiting on its standard input
+// for its call), each used by exactly one call and then destroyed. A call claims one and binds what could not be bound ahead: its workspace (mounted into the
 // container's /workspace slot by propagation), its argv, environment, working directory and stdin (read by
 // the init, sandboxinit.Main, which then executes the program), and its memory, pids and CPU limits (a
 // cgroup update). docs/security.md says what the pool changes and what it does not.
@@ -176,6 +176,8 @@ type slot struct {
 	hostDir   string         // the propagation slot: bound at /workspace, the workspace is mounted on it
 	container containerd.Container
 	task      containerd.Task
+	exitCh    <-chan containerd.ExitStatus // the init's exit (Wait before Start, at creation)
+	stopWait  context.CancelFunc           // ends the wait for exitCh once the container is removed
 	callIO    cio.IO
 	stdin     *lateStdin
 	stdout    *lateWriter
@@ -516,9 +518,11 @@ func (r *Runtime) fillSlot(ctx context.Context, key profileKey) {
 }
 
 // createSlot creates a pooled container for profile key: a container with the same hardened spec as a
-// cold call's, whose process is the init (waiting on its stdin for the call), whose /workspace is a
-// read-only bind of a fresh slot directory that receives mounts from the host (rslave) and whose task is
-// created but not started. The caller owns the result.
+// cold call's, whose process is the init, whose /workspace is a read-only bind of a fresh slot directory
+// that receives mounts from the host (rslave), and whose task is started: the init runs, as the sandbox
+// user with nothing of any call, blocked on its standard input until a call sends its request. Starting
+// it here takes the OCI runtime's start and the init's own start-up off the call's path. The caller owns
+// the result.
 func (r *Runtime) createSlot(ctx context.Context, key profileKey) (_ *slot, retErr error) {
 	id := "pool-" + randomHex(8)
 	if err := r.begin(id, true); err != nil {
@@ -566,6 +570,17 @@ func (r *Runtime) createSlot(ctx context.Context, key profileKey) (_ *slot, retE
 	if err != nil {
 		return nil, fmt.Errorf("create task %s: %w", id, err)
 	}
+	// Wait before Start, on a context that lives as long as the container: removal ends it.
+	waitCtx, stopWait := context.WithCancel(context.WithoutCancel(ctx))
+	s.exitCh, err = s.task.Wait(waitCtx)
+	if err != nil {
+		stopWait()
+		return nil, fmt.Errorf("wait task %s: %w", id, err)
+	}
+	s.stopWait = stopWait
+	if err := s.task.Start(ctx); err != nil {
+		return nil, fmt.Errorf("start init of %s: %w", id, err)
+	}
 	s.created = time.Now()
 	return s, nil
 }
@@ -596,11 +611,21 @@ func (r *Runtime) discardSlot(s *slot) {
 		err := removeSlotDir(s.hostDir)
 		r.end(s.id)
 		if r.cfg.OnCleanup != nil && err != nil {
-			r.cfg.OnCleanup(0, err)
+			r.cfg.OnCleanup(0, nil, err)
 		}
 		return
 	}
-	r.removeLater(context.Background(), s.id, s.container, s.task, func() error { return removeSlotDir(s.hostDir) })
+	r.removeLater(context.Background(), s.id, s.container, s.task, func() error {
+		s.endWait()
+		return removeSlotDir(s.hostDir)
+	})
+}
+
+// endWait ends the wait for the init's exit, once the container is gone (or was never made).
+func (s *slot) endWait() {
+	if s.stopWait != nil {
+		s.stopWait()
+	}
 }
 
 // runWarm runs spec in a pooled container when the pool can serve it. A non-empty reason means that
@@ -626,6 +651,7 @@ func (r *Runtime) runWarm(ctx context.Context, spec sandbox.Spec, lim sandbox.Li
 		}
 	}
 	began := time.Now()
+	clock := stepClock{steps: &out.Steps, last: began}
 	s, reason, expired := r.pool.take(key, began)
 	for _, e := range expired {
 		r.discardSlot(e)
@@ -643,6 +669,7 @@ func (r *Runtime) runWarm(ctx context.Context, spec sandbox.Spec, lim sandbox.Li
 	// From here the container is this call's: it is destroyed when the call is over, whatever happens.
 	bound := false
 	defer func() { r.retireSlot(s, bound) }()
+	clock.done("claim")
 	fallBack := func() (sandbox.Outcome, string, error) {
 		if ctx.Err() != nil {
 			return sandbox.Outcome{WorkspaceBytes: -1}, "", fmt.Errorf("%w: %w", sandbox.ErrNotStarted, ctx.Err())
@@ -661,10 +688,12 @@ func (r *Runtime) runWarm(ctx context.Context, spec sandbox.Spec, lim sandbox.Li
 			return fallBack()
 		}
 		bound, req.Workspace = true, &id
+		clock.done("bind_workspace")
 	}
 	if err := r.updateLimits(ctx, s, lim); err != nil {
 		return fallBack()
 	}
+	clock.done("limits")
 	header, err := sandboxinit.Encode(req)
 	if err != nil {
 		return out, "", fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
@@ -673,21 +702,21 @@ func (r *Runtime) runWarm(ctx context.Context, spec sandbox.Spec, lim sandbox.Li
 	// The live watchers (spec.Stdout, spec.Stderr) see the call's output as under a cold start.
 	s.stdout.set(sandbox.Tee(stdout, spec.Stdout))
 	s.stderr.set(sandbox.Tee(stderr, spec.Stderr))
-	waitCtx, cancelWait := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelWait()
-	exitCh, err := s.task.Wait(waitCtx)
-	if err != nil {
-		return fallBack()
+	select {
+	case <-s.exitCh:
+		return fallBack() // the init died while it waited in the pool: nothing of the call ran
+	default:
 	}
+	// The init is running: the request is all it needs. No call to containerd is on this path.
 	stdinDone := make(chan struct{})
 	s.stdin.provide(&eofSignal{r: io.MultiReader(bytes.NewReader(header), bytes.NewReader(spec.Stdin)), done: stdinDone})
-	if err := s.task.Start(ctx); err != nil {
-		return fallBack()
-	}
-	p := startedCall{task: s.task, exitCh: exitCh, callIO: s.callIO, stdout: stdout, stderr: stderr, at: time.Now()}
+	clock.done("request")
+	p := startedCall{task: s.task, exitCh: s.exitCh, callIO: s.callIO, stdout: stdout, stderr: stderr, at: clock.last}
 	out.SandboxTime = p.at.Sub(began)
 	out.Warm, out.ContainerID = true, s.id
-	go closeStdinAfter(waitCtx, s.task, stdinDone)
+	stdinCtx, cancelStdin := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelStdin()
+	go closeStdinAfter(stdinCtx, s.task, stdinDone)
 	err = r.supervise(ctx, p, spec, lim, &out)
 	if prefix := sandboxinit.FailurePrefix(req.Nonce); bytes.HasPrefix(out.Stderr.Head, []byte(prefix)) {
 		// The init, not the call's program, ended the process: the program never started.
@@ -715,6 +744,7 @@ func (r *Runtime) retireSlot(s *slot, bound bool) {
 	}
 	s.stdin.close()
 	r.removeLater(context.Background(), s.id, s.container, s.task, func() error {
+		s.endWait()
 		return errors.Join(unbindErr, removeSlotDir(s.hostDir))
 	})
 }

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	ctdclient "github.com/containerd/containerd"
+	"github.com/containerd/containerd/api/services/tasks/v1"
+	tasktypes "github.com/containerd/containerd/api/types/task"
 	"github.com/containerd/containerd/namespaces"
 
 	"github.com/toolpool/toolpool/internal/sandbox"
@@ -672,9 +674,32 @@ func TestPoolAdaptsToDemand(t *testing.T) {
 func TestPoolRemoveOrphansSparesPool(t *testing.T) {
 	rt, d, probe := newPooledRuntime(t, containerd.Config{ShimGroups: 1, Pool: containerd.PoolConfig{MaxSize: 2}})
 	ws := workspace(t)
-	// The first calls consume the containers that started the group's shim.
+	// The first container (the one that starts the group's shim) serves a call that outlives the next
+	// ones, so that the group never runs out of containers (its shim would exit, and the next container
+	// start a new one): a warm call is over, and its container removed, before a refill has reached the
+	// shim.
+	if err := rt.WaitWarm(context.Background(), warmSpec(probe, ws, "")); err != nil {
+		t.Fatal(err)
+	}
+	holdCtx, release := context.WithCancel(context.Background())
+	held := make(chan sandbox.Outcome, 1)
+	started := make(chan struct{})
+	hold := warmSpec(probe, ws, "echo holding; sleep 120")
+	hold.Stdout = signalWriter(sync.OnceFunc(func() { close(started) }))
+	go func() {
+		out, _ := rt.Run(holdCtx, hold)
+		held <- out
+	}()
+	<-started
 	for range 3 {
 		runWarm(t, rt, warmSpec(probe, ws, "true"))
+	}
+	if err := rt.WaitWarm(context.Background(), warmSpec(probe, ws, "")); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	if out := <-held; !out.Warm {
+		t.Fatalf("the holding call ran cold (%q)", out.ColdReason)
 	}
 	rt.WaitCleanups()
 	if err := rt.WaitWarm(context.Background(), warmSpec(probe, ws, "")); err != nil {
@@ -685,14 +710,14 @@ func TestPoolRemoveOrphansSparesPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	shims := shimsOf(d.Address(), "toolpool-test")
-	started := false // a shim serves the pool whose own container is gone: what the sweep must spare
+	outlived := false // a shim serves the pool whose own container is gone: what the sweep must spare
 	for _, sh := range shims {
 		f := strings.Fields(sh)
 		if i := slices.Index(f, "-id"); i >= 0 && i+1 < len(f) && !slices.Contains(ids, f[i+1]) {
-			started = true
+			outlived = true
 		}
 	}
-	if !started {
+	if !outlived {
 		t.Fatalf("no grouped shim outlived its first container (shims %q, containers %q): the test proves nothing", shims, ids)
 	}
 	if n, err := rt.RemoveOrphans(context.Background()); err != nil || n != 0 {
@@ -702,6 +727,16 @@ func TestPoolRemoveOrphansSparesPool(t *testing.T) {
 	if out.Stdout.String() != "still here\n" {
 		t.Errorf("after RemoveOrphans: %q %q", out.Stdout.String(), out.Stderr.String())
 	}
+}
+
+// signalWriter calls f on every write, and discards what is written.
+type signalWriter func()
+
+func (f signalWriter) Write(p []byte) (int, error) {
+	if f != nil && len(p) > 0 {
+		f()
+	}
+	return len(p), nil
 }
 
 // Environment of the pool crash helper, TestPoolCrashHelper run as a child process, on top of the crash
@@ -770,6 +805,30 @@ func TestPoolOrphansAfterCrash(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	// The call starts faster than the pool refills: wait for a ready container (a running init) besides it.
+	client, err := ctdclient.New(d.Address())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	for running := 0; running < 2; {
+		list, err := client.TaskService().List(namespaces.WithNamespace(context.Background(), ns), &tasks.ListTasksRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		running = 0
+		for _, task := range list.Tasks {
+			if task.Status == tasktypes.Status_RUNNING {
+				running++
+			}
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("the helper's pool has %d running tasks, want the call's and a ready one", running)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	_ = cmd.Process.Signal(syscall.SIGKILL)
 	_ = cmd.Wait()
 	if len(slotMounts(t, stateDir)) == 0 {
@@ -789,4 +848,52 @@ func TestPoolOrphansAfterCrash(t *testing.T) {
 	}
 	rt.Close()
 	assertNothingLeft(t, d, ns, stateDir)
+}
+
+// TestPoolInitRunsAhead checks that a ready container's init is already running (the OCI runtime's start
+// is off the call's path), and that a call which claims a container whose init died while it waited runs
+// cold ("broken") instead of in the dead container.
+func TestPoolInitRunsAhead(t *testing.T) {
+	rt, d, probe := newPooledRuntime(t, containerd.Config{Pool: containerd.PoolConfig{MaxSize: 1}})
+	ws := workspace(t)
+	spec := warmSpec(probe, ws, "echo ran")
+	if err := rt.WaitWarm(context.Background(), spec); err != nil {
+		t.Fatal(err)
+	}
+	client, err := ctdclient.New(d.Address())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	ctx := namespaces.WithNamespace(context.Background(), "toolpool-test")
+	ids, err := rt.Containers(ctx)
+	if err != nil || len(ids) != 1 {
+		t.Fatalf("containers %v (%v), want the one ready", ids, err)
+	}
+	c, err := client.LoadContainer(ctx, ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, err := c.Task(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := task.Status(ctx); err != nil || st.Status != ctdclient.Running {
+		t.Fatalf("the ready container's task is %q (%v), want running", st.Status, err)
+	}
+	if err := syscall.Kill(int(task.Pid()), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for st, _ := task.Status(ctx); st.Status != ctdclient.Stopped; st, _ = task.Status(ctx) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the killed init's task is still %q", st.Status)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	out, err := rt.Run(context.Background(), spec)
+	if err != nil || out.Warm || out.ColdReason != containerd.ColdBroken || out.Stdout.String() != "ran\n" || out.ExitCode != 0 {
+		t.Fatalf("after its init died: warm %v, cold %q, exit %d, stdout %q (%v); want a cold run (broken) that ran",
+			out.Warm, out.ColdReason, out.ExitCode, out.Stdout.String(), err)
+	}
 }

@@ -73,9 +73,10 @@ type Config struct {
 	Ceiling sandbox.Limits
 	// WorkerID labels the containers this runtime creates, so that cleanup after a crash finds only its own.
 	WorkerID string
-	// OnCleanup, when set, hears how long each container's removal took and whether it failed. Removal
+	// OnCleanup, when set, hears how long each container's removal took, its steps (delete_task,
+	// delete_container, slot for a pooled container's slot directory) and whether it failed. Removal
 	// happens after Run returns, so Outcome.CleanupTime is zero. Called from any goroutine.
-	OnCleanup func(took time.Duration, err error)
+	OnCleanup func(took time.Duration, steps []sandbox.Step, err error)
 }
 
 // DefaultLimits are the limits of a call when neither config nor policy says otherwise.
@@ -336,6 +337,7 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Outcome, 
 // runCold runs spec in a container created for it.
 func (r *Runtime) runCold(ctx context.Context, spec sandbox.Spec, lim sandbox.Limits) (out sandbox.Outcome, err error) {
 	began := time.Now()
+	clock := stepClock{steps: &out.Steps, last: began}
 	out.WorkspaceBytes = -1
 	if err := r.begin(spec.ID, true); err != nil {
 		return out, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
@@ -396,6 +398,7 @@ func (r *Runtime) runCold(ctx context.Context, spec sandbox.Spec, lim sandbox.Li
 	if err != nil {
 		return out, fmt.Errorf("%w: create container %s: %w", sandbox.ErrNotStarted, spec.ID, err)
 	}
+	clock.done("create_container")
 	out.ContainerID = spec.ID
 	var task containerd.Task
 	owned = false
@@ -419,6 +422,7 @@ func (r *Runtime) runCold(ctx context.Context, spec sandbox.Spec, lim sandbox.Li
 	if err != nil {
 		return out, fmt.Errorf("%w: create task %s: %w", startError(err), spec.ID, err)
 	}
+	clock.done("create_task")
 	// Wait before Start, on a context that outlives ctx so that a cancelled call still learns its exit.
 	waitCtx, cancelWait := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWait()
@@ -426,10 +430,12 @@ func (r *Runtime) runCold(ctx context.Context, spec sandbox.Spec, lim sandbox.Li
 	if err != nil {
 		return out, fmt.Errorf("%w: wait task %s: %w", sandbox.ErrNotStarted, spec.ID, err)
 	}
+	clock.done("wait")
 	if err := task.Start(ctx); err != nil {
 		return out, fmt.Errorf("%w: start task %s: %w", startError(err), spec.ID, err)
 	}
-	p := startedCall{task: task, exitCh: exitCh, callIO: callIO, stdout: stdout, stderr: stderr, at: time.Now()}
+	clock.done("start")
+	p := startedCall{task: task, exitCh: exitCh, callIO: callIO, stdout: stdout, stderr: stderr, at: clock.last}
 	out.SandboxTime = p.at.Sub(began)
 	if spec.Stdin != nil {
 		go closeStdinAfter(waitCtx, task, stdinDone)
@@ -482,11 +488,14 @@ func (r *Runtime) supervise(ctx context.Context, p startedCall, spec sandbox.Spe
 		err = errors.Join(ctx.Err(), err)
 	}
 	stopWatch()
-	out.RunTime = time.Since(p.at)
+	clock := stepClock{steps: &out.Steps, last: p.at}
+	clock.done("run")
+	out.RunTime = clock.last.Sub(p.at)
 	// containerd's Delete cancels the IO copy before waiting for it, which drops whatever the FIFOs still
 	// hold. The shim closes its end once every writer in the container is gone, so wait for our copy to
 	// reach EOF first: that is what keeps the output of a killed process.
 	r.drain(p.callIO)
+	clock.done("drain_io")
 	out.Stdout, out.Stderr = p.stdout.Captured(), p.stderr.Captured()
 	if status.Error() != nil {
 		err = errors.Join(err, fmt.Errorf("wait task %s: %w", spec.ID, status.Error()))
@@ -494,7 +503,8 @@ func (r *Runtime) supervise(ctx context.Context, p startedCall, spec sandbox.Spe
 	code := status.ExitCode()
 	out.ExitCode = int(code)
 	out.Signal = signalName(code)
-	r.collectUsage(ctx, p.task, out)
+	r.collectUsage(ctx, p.task, spec.Runtime, out)
+	clock.done("usage")
 	if !out.OOMKilled && !out.TimedOut && !out.QuotaExceeded && ctx.Err() == nil && out.Signal == "SIGKILL" &&
 		out.MaxRSSBytes >= lim.MemoryBytes-lim.MemoryBytes/16 {
 		// The cgroup's OOM counter is missing (an old kernel or shim): a SIGKILL nobody sent, at the
@@ -508,8 +518,26 @@ func (r *Runtime) supervise(ctx context.Context, p startedCall, spec sandbox.Spe
 		} else if errors.Is(merr, sandbox.ErrTreeTooDeep) {
 			out.WorkspaceBytes, out.QuotaExceeded = n, true
 		}
+		clock.done("workspace_size")
 	}
 	return err
+}
+
+// stepClock times consecutive steps (of a Run, into its Outcome's Steps; of a removal): each step took the
+// time since the previous one ended (or since last, for the first).
+type stepClock struct {
+	steps *[]sandbox.Step
+	last  time.Time
+}
+
+// done records that step name ended now. A nil clock times nothing.
+func (c *stepClock) done(name string) {
+	if c == nil {
+		return
+	}
+	now := time.Now()
+	*c.steps = append(*c.steps, sandbox.Step{Name: name, Took: now.Sub(c.last)})
+	c.last = now
 }
 
 // watchWorkspace measures dir until stop is called and closes the returned channel once it is over quota
@@ -552,13 +580,16 @@ const maxPendingCleanups = 32
 func (r *Runtime) removeLater(ctx context.Context, id string, container containerd.Container, task containerd.Task, then func() error) {
 	remove := func() {
 		began := time.Now()
-		err := r.remove(ctx, container, task)
+		var steps []sandbox.Step
+		clock := stepClock{steps: &steps, last: began}
+		err := r.remove(ctx, container, task, &clock)
 		if then != nil {
 			err = errors.Join(err, then())
+			clock.done("slot")
 		}
 		r.end(id)
 		if r.cfg.OnCleanup != nil {
-			r.cfg.OnCleanup(time.Since(began), err)
+			r.cfg.OnCleanup(time.Since(began), steps, err)
 		}
 	}
 	select {
@@ -679,8 +710,17 @@ func (r *Runtime) drain(callIO cio.IO) {
 	}
 }
 
-// collectUsage reads the container's cgroup: peak memory, CPU time, and whether the OOM killer struck.
-func (r *Runtime) collectUsage(ctx context.Context, task containerd.Task, out *sandbox.Outcome) {
+// collectUsage reads the container's cgroup: peak memory, CPU time, and whether the OOM killer struck. A
+// runc container's cgroup is read from its files (cgroupFileUsage), which spares a round trip through
+// containerd and the shim on every call's path; other runtimes' (and a layout it does not know) are asked
+// of the shim.
+func (r *Runtime) collectUsage(ctx context.Context, task containerd.Task, runtime string, out *sandbox.Outcome) {
+	if be, err := r.backendFor(runtime); err == nil && be.runc {
+		if u, ok := cgroupFileUsage(cgroup2Root, r.cgroupsPath(task.ID())); ok {
+			out.MaxRSSBytes, out.CPUTime, out.OOMKilled = u.maxRSS, u.cpu, u.oomKilled
+			return
+		}
+	}
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	m, err := task.Metrics(mctx)
@@ -720,6 +760,54 @@ func (r *Runtime) collectUsage(ctx context.Context, task containerd.Task, out *s
 	}
 }
 
+// cgroupUsage is what a call's cgroup says of it when the call is over.
+type cgroupUsage struct {
+	maxRSS    int64
+	cpu       time.Duration
+	oomKilled bool
+}
+
+// cgroupFileUsage reads the usage of the cgroup at cgroupsPath from its files below root (where runc puts
+// it): cgroup v1's memory and cpuacct hierarchies (memory.max_usage_in_bytes, cpuacct.usage,
+// memory.oom_control), which a hybrid host uses too, or else cgroup v2's (memory.peak, cpu.stat,
+// memory.events). ok is false when a file it needs is missing or unreadable (another layout, cgroup v2
+// before Linux 5.19 keeps no peak): ask the shim then.
+func cgroupFileUsage(root, cgroupsPath string) (u cgroupUsage, ok bool) {
+	readInt := func(file string) (int64, bool) {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return 0, false
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		return n, err == nil && n >= 0
+	}
+	// field reads "key value" lines; a missing key (an older kernel's memory.oom_control) is 0.
+	field := func(file, key string) (int64, bool) {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return 0, false
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if k, v, found := strings.Cut(l, " "); found && k == key {
+				n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				return n, err == nil
+			}
+		}
+		return 0, true
+	}
+	mem := filepath.Join(root, "memory", cgroupsPath)
+	if peak, ok := readInt(filepath.Join(mem, "memory.max_usage_in_bytes")); ok {
+		cpu, okCPU := readInt(filepath.Join(root, "cpuacct", cgroupsPath, "cpuacct.usage"))
+		oom, okOOM := field(filepath.Join(mem, "memory.oom_control"), "oom_kill")
+		return cgroupUsage{maxRSS: peak, cpu: time.Duration(cpu), oomKilled: oom > 0}, okCPU && okOOM
+	}
+	dir := filepath.Join(root, cgroupsPath)
+	peak, okPeak := cgroup2MemoryPeak(root, cgroupsPath)
+	usec, okCPU := field(filepath.Join(dir, "cpu.stat"), "usage_usec")
+	oom, okOOM := field(filepath.Join(dir, "memory.events"), "oom_kill")
+	return cgroupUsage{maxRSS: peak, cpu: time.Duration(usec) * time.Microsecond, oomKilled: oom > 0}, okPeak && okCPU && okOOM
+}
+
 // cgroup2Root is where runc's cgroup v2 manager puts a container's cgroup: here, joined with its
 // cgroupsPath (an absolute one, as cgroupsPath returns, is not relative to runc's own cgroup).
 const cgroup2Root = "/sys/fs/cgroup"
@@ -740,8 +828,8 @@ func cgroup2MemoryPeak(root, cgroupsPath string) (peak int64, ok bool) {
 }
 
 // remove deletes the task (killing it if it still runs) and the container with its snapshot, on a fresh
-// bounded context.
-func (r *Runtime) remove(ctx context.Context, container containerd.Container, task containerd.Task) error {
+// bounded context, timing both on clock.
+func (r *Runtime) remove(ctx context.Context, container containerd.Container, task containerd.Task, clock *stepClock) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	var errs []error
@@ -766,9 +854,11 @@ func (r *Runtime) remove(ctx context.Context, container containerd.Container, ta
 			}
 		}
 	}
+	clock.done("delete_task")
 	if err := container.Delete(cctx, containerd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
 		errs = append(errs, fmt.Errorf("delete container %s: %w", container.ID(), err))
 	}
+	clock.done("delete_container")
 	return errors.Join(errs...)
 }
 

@@ -1,6 +1,6 @@
 // Package sandboxinit is the first process of a pooled container: a container created ahead of its call
-// (namespaces, mounts, cgroup and seccomp set up, the process waiting to start) learns what to run only when
-// a call claims it. Main runs inside that container, as the sandbox user with no capabilities, reads the
+// (namespaces, mounts, cgroup and seccomp set up, and this init started, blocked on its standard input)
+// learns what to run only when a call claims it. Main runs inside that container, as the sandbox user with no capabilities, reads the
 // call's Request from its standard input, binds what the runtime could not bind ahead (working directory,
 // resource limits, standard input) and then replaces itself with the call's program, which becomes the
 // container's pid 1 exactly as in a container created for the call.

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolpool/toolpool/internal/sandbox"
 	"github.com/toolpool/toolpool/internal/sandbox/containerd"
 )
 
@@ -198,7 +199,7 @@ func NewRuntimeOn(t testing.TB, cfg containerd.Config) *containerd.Runtime {
 		errs []error
 	}
 	if cfg.OnCleanup == nil {
-		cfg.OnCleanup = func(_ time.Duration, err error) {
+		cfg.OnCleanup = func(_ time.Duration, _ []sandbox.Step, err error) {
 			if err != nil {
 				removal.Lock()
 				removal.errs = append(removal.errs, err)
