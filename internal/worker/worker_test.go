@@ -877,6 +877,7 @@ func TestDeniedGlobsReachTheRunner(t *testing.T) {
 		})
 	}
 }
+
 // TestLogsSandboxSteps checks that the steps the runtime timed reach the worker's debug log, named and in
 // milliseconds, with the call's id.
 func TestLogsSandboxSteps(t *testing.T) {
