@@ -68,7 +68,8 @@ func exercised(t *testing.T) map[string]*prometheus.Registry {
 	w := metrics.NewWorker(wreg, metrics.Options{})
 	finalWrites(metrics.ObserveWorkerStore(&fakeStore{}, w).Update)
 	metrics.InstrumentHandler(4, func(context.Context, queue.Delivery) {}, w)(ctx, fakeDelivery{})
-	rt := metrics.ObserveRuntime(fakeRuntime{out: sandbox.Outcome{CleanupTime: 40 * time.Millisecond},
+	rt := metrics.ObserveRuntime(fakeRuntime{out: sandbox.Outcome{CleanupTime: 40 * time.Millisecond,
+		Steps: []sandbox.Step{{Name: "claim", Took: time.Millisecond}}},
 		err: sandbox.ErrNotStarted}, w)
 	if _, err := rt.Run(ctx, sandbox.Spec{ID: "c_1"}); err == nil {
 		t.Fatal("the fake runtime's error was lost")
