@@ -247,6 +247,15 @@ func TestCommands(t *testing.T) {
 			answers: map[string]answer{"PUT /v1/workspaces/repo": {403, `{"id":"c_1","tool":"workspace_clone","status":"denied",` +
 				`"error":{"type":"policy_denied","message":"denied by rule domain-not-allowed: evil.example is not on the domain allowlist"}}`}},
 			code: 1, stderr: []string{"workspace_clone was denied: denied by rule domain-not-allowed", "call c_1"}, noStdout: true},
+		{name: "an operation that waits for approval says how to approve it", args: []string{"ws", "restore", "repo", "s1"},
+			answers: map[string]answer{"POST /v1/workspaces/repo/restore": {202, `{"id":"c_2","tool":"workspace_restore","status":"pending_approval",` +
+				`"decision":{"action":"ask","rule":"kind-action","reason":"needs approval by rule kind-action"}}`}},
+			code: 0, stdout: []string{"workspace_restore waits for a person's approval (needs approval by rule kind-action)",
+				"toolpool approvals approve c_2", "toolpool get c_2 --wait 1m"}},
+		{name: "an operation no worker took in time exits 1 saying so", args: []string{"ws", "rm", "repo"},
+			answers: map[string]answer{"DELETE /v1/workspaces/repo": {200, `{"id":"c_3","tool":"workspace_delete","status":"expired",` +
+				`"error":{"type":"timeout","message":"no worker took the call before its deadline"}}`}},
+			code: 1, stderr: []string{"workspace_delete ended expired: no worker took the call before its deadline (call c_3)"}, noStdout: true},
 
 		// audit
 		{name: "audit prints the events of the last hour", args: []string{"audit"},

@@ -149,7 +149,8 @@ func cmdWorkspace(c *client, args []string, stdout io.Writer) error {
 }
 
 // wsDo sends a workspace request and prints the answer. An operation policy denied (403, answered with
-// its call's envelope) is an error that says why.
+// its call's envelope) is an error that says why. An operation that waits for a person's approval, or is
+// still running, is answered with its call's envelope too: wsDo says what to run next instead.
 func (c *client) wsDo(ctx context.Context, method, path string, body any, stdout io.Writer) error {
 	var v json.RawMessage
 	code, err := c.do(ctx, method, path, body, &v)
@@ -157,8 +158,29 @@ func (c *client) wsDo(ctx context.Context, method, path string, body any, stdout
 		return err
 	}
 	var res call.Result
-	if code == http.StatusForbidden && json.Unmarshal(v, &res) == nil && res.Error != nil {
+	if json.Unmarshal(v, &res) != nil || res.ID == "" || res.Status == "" {
+		return printWorkspace(stdout, v) // a workspace, not a call's envelope
+	}
+	switch {
+	case code == http.StatusForbidden && res.Error != nil:
 		return fmt.Errorf("%s was denied: %s (HTTP 403 %s, call %s)", res.Tool, res.Error.Message, res.Error.Type, res.ID)
+	case res.Status == call.StatusPendingApproval:
+		why := "policy asks"
+		if res.Decision != nil && res.Decision.Reason != "" {
+			why = res.Decision.Reason
+		}
+		_, err := fmt.Fprintf(stdout, "%s waits for a person's approval (%s): an approver runs `toolpool approvals approve %s`; "+
+			"`toolpool get %s --wait 1m` then prints the result\n", res.Tool, why, res.ID, res.ID)
+		return err
+	case !res.Status.Terminal():
+		_, err := fmt.Fprintf(stdout, "%s is %s: `toolpool get %s --wait 1m` prints the result\n", res.Tool, res.Status, res.ID)
+		return err
+	case res.Status != call.StatusOK:
+		msg := string(res.Status)
+		if res.Error != nil {
+			msg = res.Error.Message
+		}
+		return fmt.Errorf("%s ended %s: %s (call %s)", res.Tool, res.Status, msg, res.ID)
 	}
 	return printWorkspace(stdout, v)
 }
