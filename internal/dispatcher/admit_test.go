@@ -207,6 +207,13 @@ func TestAdmitCarriesDeniedGlobs(t *testing.T) {
 	if c.ArgsDigest != call.ArgsDigest(json.RawMessage(`{"pattern":"SECRET"}`)) {
 		t.Errorf("digest %s is not of the arguments as sent", c.ArgsDigest)
 	}
+	shell, _, rerr := s.admit(context.Background(), principal{tenant: "t1"}, &callRequest{Tool: "run_shell", Args: json.RawMessage(`{"command":"ls"}`)})
+	if rerr != nil {
+		t.Fatal(rerr.msg)
+	}
+	if shell.Limits.DeniedGlobs != nil {
+		t.Errorf("a run_shell call, whose runner applies no globs, carries %d of them", len(shell.Limits.DeniedGlobs))
+	}
 	bad := DefaultConfig()
 	bad.Tenants = []Tenant{{Name: "t", Tokens: []Token{{Token: "abc"}}, Posture: "reckless"}}
 	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "not one of interactive, autonomous, read-only") {

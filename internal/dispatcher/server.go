@@ -432,7 +432,9 @@ func (s *Server) admit(ctx context.Context, p principal, req *callRequest) (*cal
 	c.Deadline = c.CreatedAt.Add(queueTimeout)
 	c.Limits, c.Decision.Clamped = s.limits(p.tenant, req, tool, dec.Limits)
 	c.Limits.Runtime = p.runtime
-	c.Limits.DeniedGlobs = dec.Limits.DeniedGlobs
+	if tool.TakesDeniedGlobs() { // the others' calls would carry them to no use, in every message and record
+		c.Limits.DeniedGlobs = dec.Limits.DeniedGlobs
+	}
 	return c, dec, nil
 }
 

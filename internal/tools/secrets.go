@@ -33,11 +33,17 @@ type callPolicy struct {
 	DeniedGlobs []string `json:"denied_globs,omitempty"`
 }
 
-// WithPolicy returns args with the denied globs the runner must apply, for the tools that read or write
-// files in the container; other tools' arguments are returned as they are. args must have passed
-// Validate.
+// TakesDeniedGlobs reports whether the tool's in-container runner applies policy's denied globs: the
+// built-in tools that read or write files in the container. Others (run_shell, web_fetch, custom tools)
+// ignore them, so a call of theirs need not carry them.
+func (t *Tool) TakesDeniedGlobs() bool {
+	return !t.Custom && t.spec != nil && t.spec.run != nil && !t.spec.egress
+}
+
+// WithPolicy returns args with the denied globs the runner must apply, for the tools that take them
+// (TakesDeniedGlobs); other tools' arguments are returned as they are. args must have passed Validate.
 func (t *Tool) WithPolicy(args json.RawMessage, deniedGlobs []string) (json.RawMessage, error) {
-	if t.Custom || t.spec == nil || t.spec.run == nil || t.spec.egress || len(deniedGlobs) == 0 {
+	if !t.TakesDeniedGlobs() || len(deniedGlobs) == 0 {
 		return args, nil
 	}
 	var m map[string]json.RawMessage
