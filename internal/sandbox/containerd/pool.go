@@ -708,10 +708,11 @@ func (r *Runtime) runWarm(ctx context.Context, spec sandbox.Spec, lim sandbox.Li
 	default:
 	}
 	// The init is running: the request is all it needs. No call to containerd is on this path.
+	cpuBefore := usageBefore(cgroup2Root, r.cgroupsPath(s.id))
 	stdinDone := make(chan struct{})
 	s.stdin.provide(&eofSignal{r: io.MultiReader(bytes.NewReader(header), bytes.NewReader(spec.Stdin)), done: stdinDone})
 	clock.done("request")
-	p := startedCall{task: s.task, exitCh: s.exitCh, callIO: s.callIO, stdout: stdout, stderr: stderr, at: clock.last}
+	p := startedCall{task: s.task, exitCh: s.exitCh, callIO: s.callIO, stdout: stdout, stderr: stderr, at: clock.last, cpuBefore: cpuBefore}
 	out.SandboxTime = p.at.Sub(began)
 	out.Warm, out.ContainerID = true, s.id
 	stdinCtx, cancelStdin := context.WithCancel(context.WithoutCancel(ctx))

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -895,5 +896,43 @@ func TestPoolInitRunsAhead(t *testing.T) {
 	if err != nil || out.Warm || out.ColdReason != containerd.ColdBroken || out.Stdout.String() != "ran\n" || out.ExitCode != 0 {
 		t.Fatalf("after its init died: warm %v, cold %q, exit %d, stdout %q (%v); want a cold run (broken) that ran",
 			out.Warm, out.ColdReason, out.ExitCode, out.Stdout.String(), err)
+	}
+}
+
+// TestPoolUsageIsTheCalls checks that a warm call's CPU time is its own: the pooled init's start-up, done
+// while the container waited in the pool, is not counted in it.
+func TestPoolUsageIsTheCalls(t *testing.T) {
+	rt, _, probe := newPooledRuntime(t, containerd.Config{Pool: containerd.PoolConfig{MaxSize: 1}})
+	spec := warmSpec(probe, workspace(t), "true")
+	if err := rt.WaitWarm(context.Background(), spec); err != nil {
+		t.Fatal(err)
+	}
+	ids, err := rt.Containers(namespaces.WithNamespace(context.Background(), "toolpool-test"))
+	if err != nil || len(ids) != 1 {
+		t.Fatalf("containers %v (%v), want the one ready", ids, err)
+	}
+	time.Sleep(500 * time.Millisecond) // the init is blocked on its stdin by now: its CPU time stands still
+	cg, err := ctrtest.ContainerCgroup("toolpool-test", ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before time.Duration
+	for _, dir := range cg.Existing {
+		if b, err := os.ReadFile(filepath.Join(dir, "cpuacct.usage")); err == nil {
+			n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+			before = time.Duration(n)
+		} else if b, err := os.ReadFile(filepath.Join(dir, "cpu.stat")); err == nil {
+			v, _, _ := strings.Cut(strings.TrimPrefix(string(b), "usage_usec "), "\n")
+			n, _ := strconv.ParseInt(v, 10, 64)
+			before = time.Duration(n) * time.Microsecond
+		}
+	}
+	if before <= 0 {
+		t.Fatalf("no CPU time read for the ready container's cgroup (%s)", cg)
+	}
+	out := runWarm(t, rt, spec)
+	t.Logf("the init used %v while it waited; the call's CPU time %v", before, out.CPUTime)
+	if out.CPUTime >= before {
+		t.Errorf("the warm call's CPU time %v counts the init's %v from before the call", out.CPUTime, before)
 	}
 }

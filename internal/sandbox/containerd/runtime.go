@@ -460,6 +460,9 @@ type startedCall struct {
 	callIO         cio.IO
 	stdout, stderr *sandbox.CapWriter
 	at             time.Time // when it started
+	// cpuBefore is the CPU time the container had used before the call was handed to it: a pooled
+	// container's init, started ahead. The call's usage does not count it.
+	cpuBefore time.Duration
 }
 
 // supervise waits for a started call's process to end, or ends it (killing every process of the
@@ -504,6 +507,7 @@ func (r *Runtime) supervise(ctx context.Context, p startedCall, spec sandbox.Spe
 	out.ExitCode = int(code)
 	out.Signal = signalName(code)
 	r.collectUsage(ctx, p.task, spec.Runtime, out)
+	out.CPUTime = max(out.CPUTime-p.cpuBefore, 0)
 	clock.done("usage")
 	if !out.OOMKilled && !out.TimedOut && !out.QuotaExceeded && ctx.Err() == nil && out.Signal == "SIGKILL" &&
 		out.MaxRSSBytes >= lim.MemoryBytes-lim.MemoryBytes/16 {
@@ -814,6 +818,34 @@ const cgroup2Root = "/sys/fs/cgroup"
 
 // cgroupsPath is the cgroup of call id's container: /<namespace>/<id>, below every hierarchy.
 func (r *Runtime) cgroupsPath(id string) string { return "/" + r.cfg.Namespace + "/" + id }
+
+// usageBefore readies a pooled container's cgroup for its call, whose usage must not count what the init
+// did while it waited: it resets cgroup v1's peak memory to the current usage, and returns the CPU time
+// used so far (0 when the layout is not v1's or v2's, or unreadable). Under cgroup v2 the peak, which only
+// a reader's own descriptor can reset, still counts the init's start-up.
+func usageBefore(root, cgroupsPath string) time.Duration {
+	mem := filepath.Join(root, "memory", cgroupsPath)
+	if err := os.WriteFile(filepath.Join(mem, "memory.max_usage_in_bytes"), []byte("0"), 0); err == nil {
+		if b, err := os.ReadFile(filepath.Join(root, "cpuacct", cgroupsPath, "cpuacct.usage")); err == nil {
+			if n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && n > 0 {
+				return time.Duration(n)
+			}
+		}
+		return 0
+	}
+	b, err := os.ReadFile(filepath.Join(root, cgroupsPath, "cpu.stat"))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "usage_usec "); ok {
+			if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil && n > 0 {
+				return time.Duration(n) * time.Microsecond
+			}
+		}
+	}
+	return 0
+}
 
 // cgroup2MemoryPeak reads memory.peak, the most memory the cgroup at cgroupsPath below the cgroup v2 mount
 // root has used since it was created; ok is false when the file is missing (kernels before 5.19) or
