@@ -134,7 +134,7 @@ func Connect(ctx context.Context, cfg Config, opts ...Option) (_ *Conn, retErr e
 		return nil, fmt.Errorf("open jetstream: %w", err)
 	}
 	if cfg.Provision {
-		err = provision(ctx, js, &cfg)
+		err = whileClusterForms(ctx, provisionWait, func() error { return provision(ctx, js, &cfg) })
 	} else {
 		err = bind(ctx, js, &cfg)
 	}
@@ -308,6 +308,46 @@ func provision(ctx context.Context, js jetstream.JetStream, cfg *Config) error {
 		return explainCreate("object store "+cfg.outputBucket(), cfg.Replicas, err)
 	}
 	return provisionState(ctx, js, *cfg)
+}
+
+// provisionWait bounds how long Connect repeats a provision that a NATS cluster still forming refused.
+const provisionWait = 30 * time.Second
+
+// whileClusterForms runs try until it succeeds, fails for another reason than a cluster whose peers are
+// still joining or electing (clusterForming), or wait or ctx runs out; it returns try's last error. On a
+// fresh cluster, or one whose server just restarted, JetStream refuses to place a stream for a moment
+// ("no suitable peers for placement, peer offline"). try must be safe to repeat: provision creates or
+// updates.
+func whileClusterForms(ctx context.Context, wait time.Duration, try func() error) error {
+	deadline := time.Now().Add(wait)
+	for pause := 100 * time.Millisecond; ; pause = min(2*pause, 2*time.Second) {
+		err := try()
+		if err == nil || !clusterForming(err) || time.Now().Add(pause).After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(pause):
+		}
+	}
+}
+
+// clusterForming reports whether err is JetStream saying it cannot place or serve a stream for now: a
+// peer offline (10005 with "peer offline"; without it, the cluster has too few servers for the
+// replicas, which waiting does not change) or the JetStream system temporarily unavailable (10008).
+func clusterForming(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch apiErr.ErrorCode {
+	case 10005:
+		return strings.Contains(apiErr.Description, "peer offline")
+	case 10008:
+		return true
+	}
+	return false
 }
 
 // explainCreate wraps a failure to create a JetStream object, saying what to change when the cause is a
