@@ -532,9 +532,17 @@ func isWrongSequence(err error) bool {
 		(apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
+// waitRereads are the delays of Wait's first reads after its first; waitPoll spaces those that follow.
+var waitRereads, waitPoll = []time.Duration{5 * time.Millisecond, 20 * time.Millisecond, 100 * time.Millisecond, 500 * time.Millisecond}, 2 * time.Second
+
 // Wait returns the call's record once done(record) is true, or the latest record when ctx ends (with ctx's
 // error). It listens to the one key's updates with a core subscription (no server state beyond the
 // interest) and reads the record again on each, so it costs nothing for other calls' updates.
+//
+// The server routes a published update to core subscribers before its stream stores it, so an update
+// routed just before the subscription and stored just after the first read rings no bell. Wait reads
+// again soon after it starts (waitRereads) to see such an update within milliseconds; later, a poll
+// every waitPoll backs up notifications lost to a reconnect.
 func (c *Conn) Wait(ctx context.Context, id string, done func(*call.Result) bool) (*call.Result, error) {
 	bell := make(chan struct{}, 1)
 	sub, err := c.nc.Subscribe("$KV."+c.cfg.Bucket+"."+id, func(*nats.Msg) {
@@ -553,13 +561,18 @@ func (c *Conn) Wait(ctx context.Context, id string, done func(*call.Result) bool
 		return nil, err
 	}
 	latest := rec.Result
-	// A notification can be missed (a reconnect); poll as a backstop.
-	poll := time.NewTicker(2 * time.Second)
-	defer poll.Stop()
-	for !done(latest) {
+	reread := time.NewTimer(waitRereads[0])
+	defer reread.Stop()
+	for n := 1; !done(latest); {
 		select {
 		case <-bell:
-		case <-poll.C:
+		case <-reread.C:
+			next := waitPoll
+			if n < len(waitRereads) {
+				next = waitRereads[n]
+				n++
+			}
+			reread.Reset(next)
 		case <-ctx.Done():
 			return latest, ctx.Err()
 		}
