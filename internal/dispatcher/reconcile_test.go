@@ -55,6 +55,21 @@ func exhaust(t *testing.T, conn *jetstream.Conn, c *call.Call) {
 			break
 		}
 	}
+	// The server sends the advisory when it would deliver the call a fourth time, which it only does for
+	// a pending fetch: keep fetching until the advisory can be read (offered, and put back at once).
+	deadline := time.Now().Add(30 * time.Second)
+	for in := false; !in; {
+		if err := conn.Exhausted(context.Background(), 10, 0, func(_ context.Context, q queue.Stuck) bool {
+			in = in || (q.Call != nil && q.Call.ID == c.ID)
+			return false
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no max-deliveries advisory for call %s after 30s", c.ID)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	stop()
 	<-done
 }
