@@ -47,9 +47,9 @@ all: build
 deps:
 	@bash scripts/deps.sh
 
-## build: static binaries in bin/ (the worker binary is also the in-container tool runner)
+## build: static binaries in bin/ (the worker mounts toolpool-runner and toolpool-init, found beside it, into the calls' containers)
 build:
-	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $(BIN)/ ./cmd/dispatcher ./cmd/worker ./cmd/toolpool
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $(BIN)/ ./cmd/dispatcher ./cmd/worker ./cmd/toolpool-runner ./cmd/toolpool-init ./cmd/toolpool
 
 ## gvisor: build gVisor's runsc and its shim from the Go module proxy into /usr/local, unless installed (a few minutes)
 gvisor:

@@ -109,7 +109,7 @@ done
 # --- the rendered configs against the real binaries ----------------------------------------------------
 if [ "${TOOLPOOL_HELM_SKIP_BINARIES:-}" != 1 ]; then
   step "rendered configs: loaded by bin/dispatcher and bin/worker"
-  CGO_ENABLED=0 $GO build -o "$WORK/bin/" ./cmd/dispatcher ./cmd/worker
+  CGO_ENABLED=0 $GO build -o "$WORK/bin/" ./cmd/dispatcher ./cmd/worker ./cmd/toolpool-runner ./cmd/toolpool-init
   for dir in "$WORK"/*.configmaps; do
     name=$(basename "$dir" .configmaps)
     # The dispatcher reads its config and policy before it connects to NATS: reaching the connection

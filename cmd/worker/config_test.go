@@ -61,3 +61,28 @@ func TestLoadConfigPool(t *testing.T) {
 		})
 	}
 }
+
+// TestSandboxBinaries checks where the worker finds toolpool-runner and toolpool-init: as configured,
+// else beside its executable, and an error that says how to fix it when one is missing.
+func TestSandboxBinaries(t *testing.T) {
+	dir := t.TempDir()
+	runner, initBin := filepath.Join(dir, "r"), filepath.Join(dir, "i")
+	for _, p := range []string{runner, initBin} {
+		if err := os.WriteFile(p, nil, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := config{RunnerBinary: runner, InitBinary: initBin}
+	if r, i, err := cfg.sandboxBinaries(); err != nil || r != runner || i != initBin {
+		t.Fatalf("configured: %q %q %v", r, i, err)
+	}
+	cfg = config{InitBinary: initBin} // the test binary has no toolpool-runner beside it
+	_, _, err := cfg.sandboxBinaries()
+	if err == nil || !strings.Contains(err.Error(), "find toolpool-runner") || !strings.Contains(err.Error(), "runner_binary") {
+		t.Fatalf("missing runner: %v", err)
+	}
+	cfg = config{RunnerBinary: runner, InitBinary: dir}
+	if _, _, err = cfg.sandboxBinaries(); err == nil || !strings.Contains(err.Error(), "toolpool-init") || !strings.Contains(err.Error(), "not a regular file") {
+		t.Fatalf("init a directory: %v", err)
+	}
+}

@@ -2,8 +2,10 @@
 //
 //	worker [flags]                     run the worker
 //	worker import-image --file F.tar   import an OCI image tarball into the worker's containerd
-//	worker tool-runner TOOL            (inside a call's container) run a built-in tool on /workspace
-//	worker egress-forward -- CMD...    (inside a call's container) run CMD behind the egress forwarder
+//
+// The programs that run inside the calls' containers are binaries of their own, which the worker finds
+// beside its executable (runner_binary, init_binary): toolpool-runner, the built-in tools and the egress
+// forwarder, and toolpool-init, the warm pool's init.
 package main
 
 import (
@@ -52,7 +54,12 @@ type config struct {
 	// is installed and works on this host, runc otherwise); empty leaves the shim's default, runc.
 	RuntimeBinary string `yaml:"runtime_binary"`
 	// Pool is the warm pool of runc containers created ahead of their calls.
-	Pool          poolConfig    `yaml:"pool"`
+	Pool poolConfig `yaml:"pool"`
+	// RunnerBinary is toolpool-runner (cmd/toolpool-runner), mounted read-only in the calls' containers
+	// as the built-in tools' runner; InitBinary is toolpool-init (cmd/toolpool-init), the warm pool's
+	// init. Empty: the file of that name beside the worker's executable.
+	RunnerBinary  string        `yaml:"runner_binary"`
+	InitBinary    string        `yaml:"init_binary"`
 	DataDir       string        `yaml:"data_dir"`
 	WorkspacesDir string        `yaml:"workspaces_dir"`
 	Slots         int           `yaml:"slots"`
@@ -100,7 +107,7 @@ type workspacesConfig struct {
 	ArchiveMaxBytes int64         `yaml:"archive_max_bytes"`
 }
 
-// poolConfig is the worker's part of containerd.PoolConfig (the init is the worker's own binary).
+// poolConfig is the worker's part of containerd.PoolConfig (the init is toolpool-init, InitBinary).
 type poolConfig struct {
 	// MaxSize is the most ready containers at once; 0 turns the pool off.
 	MaxSize int `yaml:"max_size"`
@@ -152,6 +159,36 @@ func (c *config) validate() error {
 	return errors.Join(errs...)
 }
 
+// sandboxBinaries returns the host paths of toolpool-runner and toolpool-init: as configured, or beside
+// the worker's executable. Each must be a regular file.
+func (c *config) sandboxBinaries() (runner, init string, err error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", "", fmt.Errorf("find the worker's executable: %w", err)
+	}
+	find := func(configured, name, key string) (string, error) {
+		p := configured
+		if p == "" {
+			p = filepath.Join(filepath.Dir(self), name)
+		}
+		fi, err := os.Stat(p)
+		if err == nil && !fi.Mode().IsRegular() {
+			err = errors.New("not a regular file")
+		}
+		if err != nil {
+			return "", fmt.Errorf("find %s, which runs inside the calls' containers: %w: build it beside the worker (make build puts bin/%s next to bin/worker) or set %s", name, err, name, key)
+		}
+		return filepath.Abs(p)
+	}
+	if runner, err = find(c.RunnerBinary, "toolpool-runner", "runner_binary"); err != nil {
+		return "", "", err
+	}
+	if init, err = find(c.InitBinary, "toolpool-init", "init_binary"); err != nil {
+		return "", "", err
+	}
+	return runner, init, nil
+}
+
 // gvisorConfig offers the sandbox runtime "gvisor": gVisor's runsc under containerd's runc shim
 // (docs/security.md).
 type gvisorConfig struct {
@@ -189,17 +226,9 @@ func parseLevel(s string) (slog.Level, error) {
 func main() {
 	if len(os.Args) > 1 {
 		switch os.Args[1] {
-		case tools.RunnerCommand:
-			if len(os.Args) != 3 {
-				fmt.Fprintln(os.Stderr, "usage: worker tool-runner TOOL < args.json")
-				os.Exit(2)
-			}
-			os.Exit(tools.RunnerMain(context.Background(), os.Args[2], tools.WorkspaceDir, os.Stdin, os.Stdout))
-		case sandboxinit.Command:
-			// A pooled container's first process: it reads its call's spec and executes it.
-			os.Exit(sandboxinit.Main(os.Stderr))
-		case tools.ForwardCommand:
-			os.Exit(tools.ForwardMain(context.Background(), os.Args[2:], tools.ForwarderAddr, tools.EgressSocket, os.Stderr))
+		case tools.RunnerCommand, tools.ForwardCommand, sandboxinit.Command:
+			fmt.Fprintf(os.Stderr, "worker: %s is no longer the worker's: the worker mounts toolpool-runner and toolpool-init, built beside it (make build), into the calls' containers\n", os.Args[1])
+			os.Exit(2)
 		case "import-image":
 			os.Exit(importImage(os.Args[2:]))
 		}
@@ -362,18 +391,18 @@ func run(args []string) (retErr error) {
 		address = daemon.Address()
 		log.Info("started private containerd", "address", address)
 	}
-	runner, err := os.Executable()
+	runner, initBinary, err := cfg.sandboxBinaries()
 	if err != nil {
-		return fmt.Errorf("find own binary for the tool runner: %w", err)
+		return err
 	}
-	// The tool runner (this binary, mounted at tools.RunnerPath) is also the warm pool's init, so that a
-	// tool call, which mounts it there, can run in a pooled container.
+	// Every pooled container carries the tool runner too, so that a tool call, which mounts it, can run
+	// in one.
 	rt, err := containerd.New(ctx, containerd.Config{
 		Address: address, Namespace: cfg.Namespace, RuntimeName: cfg.Runtime, RuntimeBinary: cfg.RuntimeBinary,
 		Runtimes: cfg.Runtimes, GVisor: cfg.gvisor(),
 		StateDir: filepath.Join(cfg.DataDir, "sandbox"), UID: cfg.UID, GID: cfg.GID, WorkerID: cfg.ID, OnCleanup: wm.ObserveCleanup,
 		Pool: containerd.PoolConfig{MaxSize: cfg.Pool.MaxSize, MemoryBytes: cfg.Pool.MemoryBytes, MaxAge: cfg.Pool.MaxAge,
-			InitBinary: runner, InitPath: tools.RunnerPath},
+			InitBinary: initBinary, InitPath: sandboxinit.Path, Mounts: []sandbox.Mount{{Source: runner, Destination: tools.RunnerPath}}},
 	})
 	if err != nil {
 		return err

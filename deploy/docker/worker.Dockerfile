@@ -1,8 +1,9 @@
 # syntax=docker/dockerfile:1
 # toolpool worker: the static worker binary with containerd and runc from Debian.
 #
-# The worker runs as root: it starts containerd (or talks to the node's) and runc containers. It is also the
-# in-container tool runner, mounted read-only into every call's container. The calls' containers see this
+# The worker runs as root: it starts containerd (or talks to the node's) and runc containers. Beside it,
+# toolpool-runner (the built-in tools) and toolpool-init (the warm pool's init) are mounted read-only into
+# the calls' containers. The calls' containers see this
 # image's /usr, /bin, /lib and a few /etc entries read-only as their root filesystem, so the programs an
 # agent may run (git, python3, ...) are the ones installed here: add yours with EXTRA_PACKAGES.
 #
@@ -21,7 +22,7 @@ COPY cmd/ cmd/
 COPY internal/ internal/
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} \
-    go build -trimpath -buildvcs=false -ldflags "-s -w" -o /out/worker ./cmd/worker
+    go build -trimpath -buildvcs=false -ldflags "-s -w" -o /out/ ./cmd/worker ./cmd/toolpool-runner ./cmd/toolpool-init
 
 FROM ${BASE_IMAGE}
 # The tools the calls' containers can run. bash, coreutils, grep, sed and findutils come with the base.
@@ -34,7 +35,8 @@ RUN set -eux; \
     # Debian's containerd package ships a systemd unit and a config for the node's daemon: the worker
     # writes its own config for its private containerd and needs neither.
     rm -f /etc/containerd/config.toml
-COPY --from=build /out/worker /usr/local/bin/worker
+# The worker finds toolpool-runner and toolpool-init beside itself and mounts them into the calls' containers.
+COPY --from=build /out/worker /out/toolpool-runner /out/toolpool-init /usr/local/bin/
 COPY deploy/docker/worker-entrypoint.sh /usr/local/bin/toolpool-worker-entrypoint
 ARG BASE_IMAGE
 ARG VERSION=dev

@@ -44,12 +44,16 @@ func Binaries(t testing.TB, pkgs ...string) string {
 	return binDir
 }
 
-// All builds toolpool's three binaries (dispatcher, worker, toolpool) and nats-server from the module's
+// Stack lists the packages of the binaries a dispatcher and a worker need: the two, and the programs the
+// worker mounts into the calls' containers (toolpool-runner, toolpool-init), which it finds beside itself.
+var Stack = []string{"github.com/toolpool/toolpool/cmd/dispatcher", "github.com/toolpool/toolpool/cmd/worker",
+	"github.com/toolpool/toolpool/cmd/toolpool-runner", "github.com/toolpool/toolpool/cmd/toolpool-init"}
+
+// All builds toolpool's binaries (Stack and the toolpool CLI) and nats-server from the module's
 // dependency, once per test process, and returns the directory that holds them.
 func All(t testing.TB) string {
 	t.Helper()
-	return Binaries(t, "github.com/toolpool/toolpool/cmd/dispatcher", "github.com/toolpool/toolpool/cmd/worker",
-		"github.com/toolpool/toolpool/cmd/toolpool", "github.com/nats-io/nats-server/v2")
+	return Binaries(t, append(Stack, "github.com/toolpool/toolpool/cmd/toolpool", "github.com/nats-io/nats-server/v2")...)
 }
 
 // ProcessesWith lists the pids of the processes whose command line contains s.

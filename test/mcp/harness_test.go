@@ -85,7 +85,7 @@ func npmInstall() error {
 // start starts the dispatcher or the worker binary.
 func start(t testing.TB, name string, args ...string) *testproc.Proc {
 	t.Helper()
-	bin := testproc.Binaries(t, "github.com/toolpool/toolpool/cmd/dispatcher", "github.com/toolpool/toolpool/cmd/worker")
+	bin := testproc.Binaries(t, testproc.Stack...)
 	return testproc.Start(t, filepath.Join(bin, name), nil, args...)
 }
 

@@ -49,11 +49,19 @@ type PoolConfig struct {
 	// A call of another profile runs cold ("profiles").
 	MaxProfiles int
 	// InitBinary is the host path of a static binary that runs sandboxinit.Main for its
-	// sandboxinit.Command sub-command (the worker's own), mounted read-only at InitPath (under /.toolpool)
-	// in every pooled container. A Spec that mounts InitBinary at InitPath itself (the tool runner) is
-	// still served by the pool; a Spec with any other extra mount or with TrustedCAs runs cold ("mounts").
+	// sandboxinit.Command sub-command (toolpool-init), mounted read-only at InitPath (under /.toolpool)
+	// in every pooled container.
 	InitBinary string
 	InitPath   string
+	// Mounts are more read-only files every pooled container carries (the tool runner), each at a clean
+	// path under /.toolpool. A Spec whose extra mounts are all among these (or the init's) is served by
+	// the pool; a Spec with any other extra mount, a writable one, or TrustedCAs runs cold ("mounts").
+	Mounts []sandbox.Mount
+}
+
+// aheadMounts are the mounts of every pooled container: the init's, then Mounts.
+func (c *PoolConfig) aheadMounts() []sandbox.Mount {
+	return append([]sandbox.Mount{{Source: c.InitBinary, Destination: c.InitPath}}, c.Mounts...)
 }
 
 func (c *PoolConfig) validate() error {
@@ -62,15 +70,29 @@ func (c *PoolConfig) validate() error {
 		return nil
 	case c.MemoryBytes < 0 || c.MaxAge < 0 || c.Fillers < 0 || c.MaxProfiles < 0:
 		return errors.New("pool: sizes and durations must not be negative")
-	case !filepath.IsAbs(c.InitBinary):
-		return fmt.Errorf("pool: init binary %q must be an absolute path", c.InitBinary)
-	case !strings.HasPrefix(c.InitPath, toolpoolDir+"/") || path.Clean(c.InitPath) != c.InitPath:
-		return fmt.Errorf("pool: init path %q must be a clean path under %s", c.InitPath, toolpoolDir)
 	}
-	if fi, err := os.Stat(c.InitBinary); err != nil {
-		return fmt.Errorf("pool: init binary: %w", err)
-	} else if !fi.Mode().IsRegular() {
-		return fmt.Errorf("pool: init binary %s is not a regular file", c.InitBinary)
+	seen := map[string]bool{}
+	for i, m := range c.aheadMounts() {
+		what := "init"
+		if i > 0 {
+			what = fmt.Sprintf("mount %d", i)
+		}
+		switch {
+		case !filepath.IsAbs(m.Source):
+			return fmt.Errorf("pool: %s: binary %q must be an absolute path", what, m.Source)
+		case !strings.HasPrefix(m.Destination, toolpoolDir+"/") || path.Clean(m.Destination) != m.Destination:
+			return fmt.Errorf("pool: %s: path %q must be a clean path under %s", what, m.Destination, toolpoolDir)
+		case m.Writable:
+			return fmt.Errorf("pool: %s: %s must be read-only", what, m.Destination)
+		case seen[m.Destination]:
+			return fmt.Errorf("pool: %s: a second mount at %s", what, m.Destination)
+		}
+		seen[m.Destination] = true
+		if fi, err := os.Stat(m.Source); err != nil {
+			return fmt.Errorf("pool: %s: %w", what, err)
+		} else if !fi.Mode().IsRegular() {
+			return fmt.Errorf("pool: %s: %s is not a regular file", what, m.Source)
+		}
 	}
 	return nil
 }
@@ -224,8 +246,10 @@ func (r *Runtime) startPool(ctx context.Context, started time.Time) error {
 	if err := setupSlotsDir(dir); err != nil {
 		return err
 	}
-	if err := ensureMountPoint(r.rootfs.path, cfg.InitPath, false); err != nil {
-		return err
+	for _, m := range cfg.aheadMounts() {
+		if err := ensureMountPoint(r.rootfs.path, m.Destination, false); err != nil {
+			return err
+		}
 	}
 	mctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	p := &pool{cfg: cfg, dir: dir, stop: stop, wake: make(chan struct{}, 1), profiles: map[profileKey]*profile{},
@@ -293,8 +317,9 @@ func (r *Runtime) profileOf(spec sandbox.Spec, lim sandbox.Limits) (profileKey, 
 	if len(spec.TrustedCAs) > 0 {
 		return profileKey{}, ColdMounts
 	}
+	ahead := r.pool.cfg.aheadMounts()
 	for _, m := range spec.Mounts {
-		if m.Source != r.pool.cfg.InitBinary || m.Destination != r.pool.cfg.InitPath || m.Writable {
+		if !slices.Contains(ahead, m) {
 			return profileKey{}, ColdMounts
 		}
 	}
@@ -586,13 +611,12 @@ func (r *Runtime) createSlot(ctx context.Context, key profileKey) (_ *slot, retE
 }
 
 // slotSpec returns the spec options of pooled container id: those of a cold call (hardenedSpec, through
-// callMounts), whose process is the init in "/", whose extra mount is the init binary and whose
+// callMounts), whose process is the init in "/", whose extra mounts are the init binary and Mounts and whose
 // workspace is the slot directory hostDir, read-only and a slave of the host's mount, so that the
 // workspace the host mounts there at claim time appears in the container and nothing mounted in the
 // container could go back.
 func (r *Runtime) slotSpec(id string, lim sandbox.Limits, rootPath string, base []specs.Mount, hostDir string) ([]oci.SpecOpts, error) {
-	mounts, err := callMounts(base, sandbox.Spec{WorkspaceDir: hostDir,
-		Mounts: []sandbox.Mount{{Source: r.pool.cfg.InitBinary, Destination: r.pool.cfg.InitPath}}}, lim)
+	mounts, err := callMounts(base, sandbox.Spec{WorkspaceDir: hostDir, Mounts: r.pool.cfg.aheadMounts()}, lim)
 	if err != nil {
 		return nil, err
 	}

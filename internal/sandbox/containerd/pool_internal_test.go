@@ -3,8 +3,11 @@ package containerd
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,14 +21,15 @@ import (
 )
 
 // TestSlotSpecMatchesCold generates the OCI spec of a pooled container and of a cold call that mounts the
-// same init binary, and checks that they differ only where the pool must: the process (the init, in /,
+// same init binary and runner, and checks that they differ only where the pool must: the process (the init, in /,
 // with the base environment) and the workspace mount (the slot: read-only, a slave of the host's). Every
 // hardened default (capabilities, seccomp, namespaces, masked paths, devices, limits, mount flags,
 // propagation) is therefore the same.
 func TestSlotSpecMatchesCold(t *testing.T) {
-	init := sandbox.Mount{Source: "/usr/local/bin/worker", Destination: "/.toolpool/runner"}
+	init := sandbox.Mount{Source: "/usr/local/bin/toolpool-init", Destination: "/.toolpool/init"}
+	runner := sandbox.Mount{Source: "/usr/local/bin/toolpool-runner", Destination: "/.toolpool/runner"}
 	r := &Runtime{cfg: Config{Namespace: "ns", UID: 65532, GID: 65532, Defaults: DefaultLimits,
-		Pool: PoolConfig{InitBinary: init.Source, InitPath: init.Destination}}}
+		Pool: PoolConfig{InitBinary: init.Source, InitPath: init.Destination, Mounts: []sandbox.Mount{runner}}}}
 	r.pool = &pool{cfg: r.cfg.Pool}
 	r.backends, r.def, _ = backends(r.cfg)
 	lim := r.slotLimits(profileKey{tmp: DefaultLimits.TmpBytes})
@@ -42,7 +46,7 @@ func TestSlotSpecMatchesCold(t *testing.T) {
 
 	ws, slotDir := t.TempDir(), t.TempDir()
 	spec := sandbox.Spec{ID: "c1", Argv: []string{"/bin/sh", "-c", "true"}, Env: []string{"A=1"}, Cwd: "/workspace/sub",
-		WorkspaceDir: ws, Mounts: []sandbox.Mount{init}}
+		WorkspaceDir: ws, Mounts: []sandbox.Mount{init, runner}}
 	mounts, err := callMounts(base, spec, lim)
 	if err != nil {
 		t.Fatal(err)
@@ -160,5 +164,42 @@ func TestPlanBudget(t *testing.T) {
 	keys := p.toCreate(now)
 	if len(keys) != 3 || slices.ContainsFunc(keys, func(k profileKey) bool { return k != busy.key }) {
 		t.Errorf("creations %v, want three for the busy profile", keys)
+	}
+}
+
+// TestPoolConfigValidate checks that the pool refuses ahead mounts it could not carry safely: each file
+// is a regular file on the host, read-only, at its own clean path under /.toolpool.
+func TestPoolConfigValidate(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "bin")
+	if err := os.WriteFile(file, nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	base := func() PoolConfig { return PoolConfig{MaxSize: 1, InitBinary: file, InitPath: "/.toolpool/init"} }
+	tests := []struct {
+		name    string
+		edit    func(*PoolConfig)
+		wantErr string
+	}{
+		{name: "init only", edit: func(*PoolConfig) {}},
+		{name: "init and runner", edit: func(c *PoolConfig) { c.Mounts = []sandbox.Mount{{Source: file, Destination: "/.toolpool/runner"}} }},
+		{name: "pool off checks nothing", edit: func(c *PoolConfig) { c.MaxSize, c.InitBinary = 0, "" }},
+		{name: "relative init", edit: func(c *PoolConfig) { c.InitBinary = "bin" }, wantErr: "init: binary \"bin\" must be an absolute path"},
+		{name: "missing init", edit: func(c *PoolConfig) { c.InitBinary = filepath.Join(dir, "none") }, wantErr: "no such file"},
+		{name: "directory", edit: func(c *PoolConfig) { c.Mounts = []sandbox.Mount{{Source: dir, Destination: "/.toolpool/runner"}} }, wantErr: "mount 1: " + dir + " is not a regular file"},
+		{name: "outside /.toolpool", edit: func(c *PoolConfig) { c.Mounts = []sandbox.Mount{{Source: file, Destination: "/usr/bin/runner"}} }, wantErr: "clean path under /.toolpool"},
+		{name: "not clean", edit: func(c *PoolConfig) { c.Mounts = []sandbox.Mount{{Source: file, Destination: "/.toolpool/../etc/x"}} }, wantErr: "clean path under /.toolpool"},
+		{name: "writable", edit: func(c *PoolConfig) { c.Mounts = []sandbox.Mount{{Source: file, Destination: "/.toolpool/runner", Writable: true}} }, wantErr: "must be read-only"},
+		{name: "two at one path", edit: func(c *PoolConfig) { c.Mounts = []sandbox.Mount{{Source: file, Destination: "/.toolpool/init"}} }, wantErr: "a second mount at /.toolpool/init"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := base()
+			tt.edit(&c)
+			err := c.validate()
+			if (err == nil) != (tt.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Fatalf("validate: %v, want %q", err, tt.wantErr)
+			}
+		})
 	}
 }

@@ -276,11 +276,23 @@ func (l *lockedBuffer) String() string {
 // TestPoolColdReasons checks which calls the pool does not serve, and that they run cold and say why.
 func TestPoolColdReasons(t *testing.T) {
 	// No ceiling on open files: a pooled container has the default (1024), and a call may ask for more.
-	rt, _, probe := newPooledRuntime(t, containerd.Config{Pool: containerd.PoolConfig{MaxSize: 1, MaxProfiles: 2}})
+	// A second read-only file every pooled container carries (as the worker's carry the tool runner).
+	extra := filepath.Join(t.TempDir(), "extra")
+	if err := os.WriteFile(extra, []byte("extra file\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rt, _, probe := newPooledRuntime(t, containerd.Config{Pool: containerd.PoolConfig{MaxSize: 1, MaxProfiles: 2,
+		Mounts: []sandbox.Mount{{Source: extra, Destination: "/.toolpool/extra"}}}})
 	ws := workspace(t)
 	other := filepath.Join(t.TempDir(), "f")
 	if err := os.WriteFile(other, nil, 0o644); err != nil {
 		t.Fatal(err)
+	}
+	// A call that mounts the pool's extra file where the pool has it is served warm, and reads it.
+	withExtra := warmSpec(probe, ws, "cat /.toolpool/extra")
+	withExtra.Mounts = append(withExtra.Mounts, sandbox.Mount{Source: extra, Destination: "/.toolpool/extra"})
+	if out := runWarm(t, rt, withExtra); out.Stdout.String() != "extra file\n" {
+		t.Fatalf("a warm call with the pool's extra mount read %q", out.Stdout.String())
 	}
 	if err := rt.WaitWarm(context.Background(), warmSpec(probe, ws, "")); err != nil {
 		t.Fatal(err)
@@ -295,6 +307,12 @@ func TestPoolColdReasons(t *testing.T) {
 			s.Mounts = append(s.Mounts, sandbox.Mount{Source: other, Destination: "/.toolpool/egress.sock"})
 		}, want: containerd.ColdMounts},
 		{name: "the init binary writable", edit: func(s *sandbox.Spec) { s.Mounts[0].Writable = true }, want: containerd.ColdMounts},
+		{name: "the pool's extra file at another path", edit: func(s *sandbox.Spec) {
+			s.Mounts = append(s.Mounts, sandbox.Mount{Source: extra, Destination: "/.toolpool/elsewhere"})
+		}, want: containerd.ColdMounts},
+		{name: "the pool's extra file writable", edit: func(s *sandbox.Spec) {
+			s.Mounts = append(s.Mounts, sandbox.Mount{Source: extra, Destination: "/.toolpool/extra", Writable: true})
+		}, want: containerd.ColdMounts},
 		// (Not even a certificate: the cold path refuses it, as it would without a pool.)
 		{name: "trusted CAs", edit: func(s *sandbox.Spec) { s.TrustedCAs = []byte("x") }, want: containerd.ColdMounts, wantErr: sandbox.ErrNotStarted},
 		{name: "more open files than a pooled container has", edit: func(s *sandbox.Spec) { s.Limits.NoFile = 2049 }, want: containerd.ColdLimits},

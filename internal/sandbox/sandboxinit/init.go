@@ -23,8 +23,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Command is the sub-command of the worker's binary that runs Main.
+// Command is the sub-command of toolpool-init (cmd/toolpool-init) that runs Main.
 const Command = "sandbox-init"
+
+// Path is where the worker mounts toolpool-init in each pooled container.
+const Path = "/.toolpool/init"
 
 // magic opens every request, so that a container whose standard input is not the runtime's (a bug) fails
 // instead of running garbage.
