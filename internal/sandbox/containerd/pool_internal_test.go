@@ -189,7 +189,9 @@ func TestPoolConfigValidate(t *testing.T) {
 		{name: "directory", edit: func(c *PoolConfig) { c.Mounts = []sandbox.Mount{{Source: dir, Destination: "/.toolpool/runner"}} }, wantErr: "mount 1: " + dir + " is not a regular file"},
 		{name: "outside /.toolpool", edit: func(c *PoolConfig) { c.Mounts = []sandbox.Mount{{Source: file, Destination: "/usr/bin/runner"}} }, wantErr: "clean path under /.toolpool"},
 		{name: "not clean", edit: func(c *PoolConfig) { c.Mounts = []sandbox.Mount{{Source: file, Destination: "/.toolpool/../etc/x"}} }, wantErr: "clean path under /.toolpool"},
-		{name: "writable", edit: func(c *PoolConfig) { c.Mounts = []sandbox.Mount{{Source: file, Destination: "/.toolpool/runner", Writable: true}} }, wantErr: "must be read-only"},
+		{name: "writable", edit: func(c *PoolConfig) {
+			c.Mounts = []sandbox.Mount{{Source: file, Destination: "/.toolpool/runner", Writable: true}}
+		}, wantErr: "must be read-only"},
 		{name: "two at one path", edit: func(c *PoolConfig) { c.Mounts = []sandbox.Mount{{Source: file, Destination: "/.toolpool/init"}} }, wantErr: "a second mount at /.toolpool/init"},
 	}
 	for _, tt := range tests {
