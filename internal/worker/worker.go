@@ -306,12 +306,11 @@ var (
 // dispatcher queues a call before it records it, so the first deliveries may simply be early.
 const adoptAfter = 3
 
-// recordWait is how long a delivery that found no record waits for the dispatcher to write it, polling
-// every recordPoll, before it is handed back to the queue.
-const (
-	recordWait = 500 * time.Millisecond
-	recordPoll = 25 * time.Millisecond
-)
+// recordPolls are the delays between the reads of a delivery that found no record, waiting for the
+// dispatcher to write it (which it does right after it queued the call, so most often within a few
+// milliseconds), before the delivery is handed back to the queue: about half a second in all.
+var recordPolls = []time.Duration{2 * time.Millisecond, 4 * time.Millisecond, 8 * time.Millisecond, 16 * time.Millisecond,
+	32 * time.Millisecond, 64 * time.Millisecond, 125 * time.Millisecond, 250 * time.Millisecond}
 
 // process claims the call, runs it and records its final result. It returns how to settle the delivery and
 // the final result when this worker recorded one.
@@ -325,11 +324,11 @@ func (w *Worker) process(ctx context.Context, c *call.Call, attempt uint64) (set
 	rec, err := w.store.Get(storeCtx, c.ID)
 	// The dispatcher records a call right after it is queued: a delivery that beats the record waits a
 	// moment for it rather than go back to the queue for a redelivery.
-	for waited := time.Duration(0); errors.Is(err, queue.ErrNotFound) && attempt < adoptAfter && waited < recordWait; waited += recordPoll {
+	for i := 0; errors.Is(err, queue.ErrNotFound) && attempt < adoptAfter && i < len(recordPolls); i++ {
 		select {
 		case <-ctx.Done():
 			return settleRetry, nil
-		case <-time.After(recordPoll):
+		case <-time.After(recordPolls[i]):
 		}
 		rec, err = w.store.Get(storeCtx, c.ID)
 	}

@@ -938,3 +938,54 @@ func (h *recordingHandler) find(msg string) string {
 	}
 	return ""
 }
+
+// TestRecordWaitSchedule: a delivery that beats its record reads again soon (the dispatcher records a
+// call right after it queues it) and keeps reading for about half a second, with fewer reads as it waits;
+// a record written at the last read is found, and one written later leaves the delivery to the queue.
+func TestRecordWaitSchedule(t *testing.T) {
+	var total time.Duration
+	for i, d := range recordPolls {
+		if i > 0 && d < recordPolls[i-1] {
+			t.Errorf("poll %d (%s) is shorter than the one before", i, d)
+		}
+		total += d
+	}
+	if recordPolls[0] > 5*time.Millisecond || total < 400*time.Millisecond || total > 600*time.Millisecond {
+		t.Fatalf("first read again after %s, %s in all; want at most 5ms, about 500ms", recordPolls[0], total)
+	}
+	for _, tt := range []struct {
+		name     string
+		recordAt int // the read (1-based) before which the record appears
+		want     string
+	}{
+		{"at the last read", 1 + len(recordPolls), "ack"},
+		{"after the last read", 2 + len(recordPolls), "nak"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			st := queuetest.NewStore()
+			rt := &fakeRuntime{}
+			w := newTestWorker(t, rt, st)
+			c := newCall("run_shell", shellArgs)
+			var mu sync.Mutex
+			gets := 0
+			st.FailWith(func(op queuetest.Op, id string) error {
+				if op != queuetest.OpGet || id != c.ID {
+					return nil
+				}
+				mu.Lock()
+				gets++
+				n := gets
+				mu.Unlock()
+				if n == tt.recordAt {
+					st.Put(call.NewResult(c, call.StatusQueued))
+				}
+				return nil
+			})
+			d := &fakeDelivery{c: c}
+			w.Handle(context.Background(), d)
+			if d.settlement() != tt.want {
+				t.Fatalf("settled %q after %d reads, want %q", d.settlement(), gets, tt.want)
+			}
+		})
+	}
+}
