@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/containerd/containerd"
@@ -725,7 +726,8 @@ func (r *Runtime) runWarm(ctx context.Context, spec sandbox.Spec, lim sandbox.Li
 	stdout, stderr := sandbox.NewCapWriter(lim.OutputBytes), sandbox.NewCapWriter(lim.OutputBytes)
 	// The live watchers (spec.Stdout, spec.Stderr) see the call's output as under a cold start.
 	s.stdout.set(sandbox.Tee(stdout, spec.Stdout))
-	s.stderr.set(sandbox.Tee(stderr, spec.Stderr))
+	ack := &ackFilter{ack: []byte(sandboxinit.Ack(req.Nonce)), next: sandbox.Tee(stderr, spec.Stderr)}
+	s.stderr.set(ack)
 	select {
 	case <-s.exitCh:
 		return fallBack() // the init died while it waited in the pool: nothing of the call ran
@@ -743,6 +745,11 @@ func (r *Runtime) runWarm(ctx context.Context, spec sandbox.Spec, lim sandbox.Li
 	defer cancelStdin()
 	go closeStdinAfter(stdinCtx, s.task, stdinDone)
 	err = r.supervise(ctx, p, spec, lim, &out)
+	if !ack.taken() {
+		// The init ended before it took the request (it died while it waited, and the claim saw no exit
+		// yet): nothing of the call ran.
+		return fallBack()
+	}
 	if prefix := sandboxinit.FailurePrefix(req.Nonce); bytes.HasPrefix(out.Stderr.Head, []byte(prefix)) {
 		// The init, not the call's program, ended the process: the program never started.
 		msg := strings.TrimSpace(strings.TrimPrefix(out.Stderr.String(), prefix))
@@ -758,6 +765,49 @@ func (r *Runtime) runWarm(ctx context.Context, spec sandbox.Spec, lim sandbox.Li
 	}
 	return out, "", err
 }
+
+// ackFilter passes a pooled container's standard error on to next without the init's acknowledgement
+// (sandboxinit.Ack) at its head, and records whether it came. Writes come from one goroutine; taken is
+// read once they are over.
+type ackFilter struct {
+	ack   []byte
+	next  io.Writer
+	seen  int  // bytes of ack matched so far
+	done  bool // the head is decided: ack matched whole, or not there
+	found atomic.Bool
+}
+
+func (f *ackFilter) Write(p []byte) (int, error) {
+	n := len(p)
+	if !f.done {
+		k := min(len(f.ack)-f.seen, len(p))
+		if !bytes.Equal(p[:k], f.ack[f.seen:f.seen+k]) {
+			// Not the acknowledgement: what was held back is the stream's own.
+			f.done = true
+			if f.seen > 0 {
+				if _, err := f.next.Write(f.ack[:f.seen]); err != nil {
+					return 0, err
+				}
+			}
+		} else {
+			f.seen += k
+			p = p[k:]
+			if f.seen == len(f.ack) {
+				f.done = true
+				f.found.Store(true)
+			}
+		}
+	}
+	if len(p) > 0 {
+		if _, err := f.next.Write(p); err != nil {
+			return 0, err
+		}
+	}
+	return n, nil
+}
+
+// taken reports whether the init acknowledged its request.
+func (f *ackFilter) taken() bool { return f.found.Load() }
 
 // retireSlot ends a claimed container's life: the workspace is unmounted from its slot at once (so that
 // nothing of the host leads to it through the slot any more), and the container is removed in the

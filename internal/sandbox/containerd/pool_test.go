@@ -900,15 +900,10 @@ func TestPoolInitRunsAhead(t *testing.T) {
 	if st, err := task.Status(ctx); err != nil || st.Status != ctdclient.Running {
 		t.Fatalf("the ready container's task is %q (%v), want running", st.Status, err)
 	}
+	// Claimed at once, before the runtime can have heard of the exit: the call finds out from the init's
+	// missing acknowledgement that it never reached the init (the exit event alone came too late in CI).
 	if err := syscall.Kill(int(task.Pid()), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for st, _ := task.Status(ctx); st.Status != ctdclient.Stopped; st, _ = task.Status(ctx) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the killed init's task is still %q", st.Status)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 	out, err := rt.Run(context.Background(), spec)
 	if err != nil || out.Warm || out.ColdReason != containerd.ColdBroken || out.Stdout.String() != "ran\n" || out.ExitCode != 0 {

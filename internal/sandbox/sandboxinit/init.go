@@ -85,6 +85,12 @@ const WorkspacePath = "/workspace"
 // ExitNoProgram, followed by what failed.
 func FailurePrefix(nonce string) string { return "toolpool-init[" + nonce + "]: " }
 
+// Ack is what the init writes to standard error, first and in one write, as soon as it has read its
+// request: from then on the process is the call's. A container whose standard error does not begin with it
+// ended before it took the call (its init died while it waited), so nothing of the call ran; the runtime
+// removes it from the call's output.
+func Ack(nonce string) string { return FailurePrefix(nonce) + "request taken\n" }
+
 // Encode returns req framed for the init's standard input.
 func Encode(req Request) ([]byte, error) {
 	body, err := json.Marshal(req)
@@ -119,6 +125,9 @@ func Main(stderr io.Writer) int {
 	req, err := readRequest(fdReader(0))
 	if err != nil {
 		fmt.Fprintf(stderr, "toolpool-init: %v\n", err)
+		return ExitFailed
+	}
+	if _, err := io.WriteString(stderr, Ack(req.Nonce)); err != nil {
 		return ExitFailed
 	}
 	fail := func(code int, format string, a ...any) int {

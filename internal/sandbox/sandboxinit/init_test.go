@@ -97,6 +97,29 @@ func TestHostDescriptors(t *testing.T) {
 			if code != c.wantCode || strings.TrimSpace(stdout.String()) != c.wantOut {
 				t.Errorf("exit %d (want %d), stdout %q (want %q), stderr %q", code, c.wantCode, stdout.String(), c.wantOut, stderr.String())
 			}
+			if !strings.HasPrefix(stderr.String(), sandboxinit.Ack("n")) || strings.Count(stderr.String(), sandboxinit.Ack("n")) != 1 {
+				t.Errorf("stderr %q does not begin with the init's acknowledgement, once", stderr.String())
+			}
 		})
+	}
+}
+
+// TestNoAckWithoutRequest: an init that could not read a request writes no acknowledgement, so the
+// runtime knows the call never reached it.
+func TestNoAckWithoutRequest(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(self)
+	cmd.Env = []string{modeEnv + "=init"}
+	cmd.Stdin = strings.NewReader("not a request at all")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err == nil {
+		t.Fatal("the init ran a garbled request")
+	}
+	if strings.Contains(stderr.String(), "request taken") || !strings.Contains(stderr.String(), "not a toolpool init request") {
+		t.Fatalf("stderr %q", stderr.String())
 	}
 }
