@@ -24,7 +24,7 @@ import (
 	"strings"
 
 	"github.com/toolpool/toolpool/internal/call"
-	"github.com/toolpool/toolpool/internal/policy"
+	"github.com/toolpool/toolpool/internal/policy/deniedpath"
 )
 
 // Paths inside a call's container.
@@ -94,7 +94,7 @@ type runEnv struct {
 	cfg  runnerConfig
 	// denied are the call's denied globs (nil: none); wsReal is the workspace's real path, to name an
 	// open file by the kernel's account (see secrets.go).
-	denied *policy.DeniedPaths
+	denied *deniedpath.Set
 	wsReal string
 }
 

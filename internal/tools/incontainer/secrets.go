@@ -11,7 +11,7 @@ import (
 	"strings"
 
 	"github.com/toolpool/toolpool/internal/call"
-	"github.com/toolpool/toolpool/internal/policy"
+	"github.com/toolpool/toolpool/internal/policy/deniedpath"
 )
 
 // Secrets stay out of the file tools' reach inside the container too. The dispatcher's policy decides
@@ -110,8 +110,8 @@ func workspaceReal(workspace string) string {
 }
 
 // compileCallPolicy compiles the denied globs a call carries.
-func compileCallPolicy(p CallPolicy) (*policy.DeniedPaths, error) {
-	d, err := policy.CompileDenied(p.DeniedGlobs)
+func compileCallPolicy(p CallPolicy) (*deniedpath.Set, error) {
+	d, err := deniedpath.Compile(p.DeniedGlobs)
 	if err != nil {
 		return nil, fmt.Errorf("compile the call's policy: %w", err)
 	}
