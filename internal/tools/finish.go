@@ -56,9 +56,9 @@ func (o Outcome) Apply(r *call.Result) {
 }
 
 // Finish turns a finished process of this tool into its Outcome; it is a pure function of run. For runner
-// tools it decodes the RunnerResult on stdout (a missing or broken one is an internal error quoting
-// stderr); for run_shell and custom tools it composes Output from stdout, then "[stderr]" and stderr, then
-// "[exit code N]" when N is not 0, keeping the head and tail of each stream within the cap.
+// tools it decodes the incontainer.RunnerResult on stdout (a missing or broken one is an internal error
+// quoting stderr); for run_shell and custom tools it composes Output from stdout, then "[stderr]" and
+// stderr, then "[exit code N]" when N is not 0, keeping the head and tail of each stream within the cap.
 func (t *Tool) Finish(run Run) Outcome {
 	limit := run.OutputBytes
 	if limit <= 0 {

@@ -67,7 +67,7 @@ type Tool struct {
 	doc      any             // the decoded schema, to describe what an argument must be
 	bare     json.RawMessage // Schema without "$schema", for the vendor formats
 	command  []string
-	shell    bool // Finish composes stdout, stderr and exit code rather than decoding a RunnerResult
+	shell    bool // Finish composes stdout, stderr and exit code rather than decoding an incontainer.RunnerResult
 	spec     *builtin
 }
 
@@ -82,7 +82,8 @@ func (t *Tool) ReadOnly() bool {
 
 // Invocation is how a worker runs one call in its container.
 type Invocation struct {
-	// Argv is the process to run. When Runner is set, Argv is incontainer.RunnerPath, incontainer.RunnerCommand and the tool name.
+	// Argv is the process to run. When Runner is set, Argv is incontainer.RunnerPath,
+	// incontainer.RunnerCommand and the tool name.
 	Argv []string
 	// Stdin is fed to the process, then closed. Runner and custom tools get the JSON arguments.
 	Stdin []byte
@@ -90,7 +91,7 @@ type Invocation struct {
 	Cwd string
 	// Env holds "NAME=value" entries added to the container's environment.
 	Env []string
-	// Runner means Argv[0] is the in-container runner, which writes one RunnerResult to stdout.
+	// Runner means Argv[0] is the in-container runner, which writes one incontainer.RunnerResult to stdout.
 	Runner bool
 	// Egress means the call needs the worker's egress proxy socket mounted at incontainer.EgressSocket.
 	Egress bool
@@ -273,7 +274,8 @@ func (t *Tool) Facts(args json.RawMessage) Facts {
 	return t.spec.facts(incontainer.NormalArgs(args))
 }
 
-// workspacePath returns p (relative to incontainer.WorkspaceDir, or absolute) as a cleaned absolute path, for Facts.
+// workspacePath returns p (relative to incontainer.WorkspaceDir, or absolute) as a cleaned absolute path,
+// for Facts.
 func workspacePath(p string) string {
 	if p == "" {
 		return incontainer.WorkspaceDir

@@ -36,7 +36,7 @@ const (
 	// RunnerCommand is the runner's first argument; the tool name follows it and the JSON arguments are its
 	// stdin.
 	RunnerCommand = "tool-runner"
-	// EgressSocket is the worker's egress proxy, mounted into calls whose Invocation has Egress set.
+	// EgressSocket is the worker's egress proxy, mounted into calls whose tools.Invocation has Egress set.
 	EgressSocket = "/.toolpool/egress.sock"
 )
 
