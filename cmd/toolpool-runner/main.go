@@ -1,5 +1,5 @@
 // Command toolpool-runner runs toolpool's built-in tools inside a call's container. The worker mounts it
-// read-only at /.toolpool/runner (tools.RunnerPath) in each container that needs it; nothing runs it on
+// read-only at /.toolpool/runner (incontainer.RunnerPath) in each container that needs it; nothing runs it on
 // the host.
 //
 //	toolpool-runner tool-runner TOOL          run a built-in tool on /workspace (its arguments on stdin)
@@ -15,7 +15,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/toolpool/toolpool/internal/tools"
+	"github.com/toolpool/toolpool/internal/tools/incontainer"
 )
 
 const usage = "usage: toolpool-runner tool-runner TOOL < args.json | egress-forward -- COMMAND [ARG...]\n" +
@@ -23,10 +23,10 @@ const usage = "usage: toolpool-runner tool-runner TOOL < args.json | egress-forw
 
 func main() {
 	switch {
-	case len(os.Args) == 3 && os.Args[1] == tools.RunnerCommand:
-		os.Exit(tools.RunnerMain(context.Background(), os.Args[2], tools.WorkspaceDir, os.Stdin, os.Stdout))
-	case len(os.Args) >= 2 && os.Args[1] == tools.ForwardCommand:
-		os.Exit(tools.ForwardMain(context.Background(), os.Args[2:], tools.ForwarderAddr, tools.EgressSocket, os.Stderr))
+	case len(os.Args) == 3 && os.Args[1] == incontainer.RunnerCommand:
+		os.Exit(incontainer.RunnerMain(context.Background(), os.Args[2], incontainer.WorkspaceDir, os.Stdin, os.Stdout))
+	case len(os.Args) >= 2 && os.Args[1] == incontainer.ForwardCommand:
+		os.Exit(incontainer.ForwardMain(context.Background(), os.Args[2:], incontainer.ForwarderAddr, incontainer.EgressSocket, os.Stderr))
 	}
 	fmt.Fprintln(os.Stderr, usage)
 	os.Exit(2)

@@ -37,6 +37,7 @@ import (
 	"github.com/toolpool/toolpool/internal/sandbox/sandboxinit"
 	"github.com/toolpool/toolpool/internal/tools"
 	"github.com/toolpool/toolpool/internal/tools/egress"
+	"github.com/toolpool/toolpool/internal/tools/incontainer"
 	"github.com/toolpool/toolpool/internal/tracing"
 	"github.com/toolpool/toolpool/internal/worker"
 	"github.com/toolpool/toolpool/internal/workspace"
@@ -226,7 +227,7 @@ func parseLevel(s string) (slog.Level, error) {
 func main() {
 	if len(os.Args) > 1 {
 		switch os.Args[1] {
-		case tools.RunnerCommand, tools.ForwardCommand, sandboxinit.Command:
+		case incontainer.RunnerCommand, incontainer.ForwardCommand, sandboxinit.Command:
 			fmt.Fprintf(os.Stderr, "worker: %s is no longer the worker's: the worker mounts toolpool-runner and toolpool-init, built beside it (make build), into the calls' containers\n", os.Args[1])
 			os.Exit(2)
 		case "import-image":
@@ -402,7 +403,7 @@ func run(args []string) (retErr error) {
 		Runtimes: cfg.Runtimes, GVisor: cfg.gvisor(),
 		StateDir: filepath.Join(cfg.DataDir, "sandbox"), UID: cfg.UID, GID: cfg.GID, WorkerID: cfg.ID, OnCleanup: wm.ObserveCleanup,
 		Pool: containerd.PoolConfig{MaxSize: cfg.Pool.MaxSize, MemoryBytes: cfg.Pool.MemoryBytes, MaxAge: cfg.Pool.MaxAge,
-			InitBinary: initBinary, InitPath: sandboxinit.Path, Mounts: []sandbox.Mount{{Source: runner, Destination: tools.RunnerPath}}},
+			InitBinary: initBinary, InitPath: sandboxinit.Path, Mounts: []sandbox.Mount{{Source: runner, Destination: incontainer.RunnerPath}}},
 	})
 	if err != nil {
 		return err
@@ -467,7 +468,7 @@ func run(args []string) (retErr error) {
 		// and once it is back, whatever they left is removed.
 		go daemon.Supervise(ctx, removeOrphans)
 	}
-	for _, p := range []string{tools.RunnerPath, tools.EgressSocket} {
+	for _, p := range []string{incontainer.RunnerPath, incontainer.EgressSocket} {
 		if err := rt.EnsureMountPoint(p, false); err != nil {
 			return err
 		}

@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/toolpool/toolpool/internal/call"
+	"github.com/toolpool/toolpool/internal/policy/deniedpath"
 )
 
 // The policy file format (docs/policy.md describes it for operators). Every struct is decoded strictly:
@@ -523,7 +524,7 @@ func (v *validator) limits(at []string, f fileLimits) (limitValues, error) {
 	return limitValues{timeoutMS: f.TimeoutMS, outputBytes: f.OutputBytes, maxFileBytes: f.MaxFileBytes, maxResults: f.MaxResults}, nil
 }
 
-func (v *validator) paths(at []string, f filePaths) (roots []string, denied []glob, err error) {
+func (v *validator) paths(at []string, f filePaths) (roots []string, denied []deniedpath.Glob, err error) {
 	if f.AllowedRoots != nil {
 		roots = []string{}
 		for i, r := range f.AllowedRoots {
@@ -545,7 +546,7 @@ func (v *validator) paths(at []string, f filePaths) (roots []string, denied []gl
 		}
 	}
 	for i, g := range f.DeniedGlobs {
-		cg, err := compileGlob(g)
+		cg, err := deniedpath.CompileGlob(g)
 		if err != nil {
 			return nil, nil, v.errf(join(at, "denied_globs", strconv.Itoa(i)), "%w", err)
 		}

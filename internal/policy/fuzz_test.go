@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"mvdan.cc/sh/v3/syntax"
+
+	"github.com/toolpool/toolpool/internal/policy/deniedpath"
 )
 
 var shellSeeds = []string{
@@ -119,13 +121,13 @@ func FuzzPath(f *testing.F) {
 				t.Fatalf("relative path %q resolved outside the workspace: %q", p, r)
 			}
 		}
-		g, err := compileGlob(pattern)
+		g, err := deniedpath.CompileGlob(pattern)
 		if err != nil || r == "" {
 			return
 		}
-		if g.match(r) {
-			lit := splitAbs(escapeGlob(r))
-			if !globsIntersect(lit, g.segments) {
+		if g.Match(r) {
+			lit := deniedpath.SplitAbs(escapeGlob(r))
+			if !globsIntersect(lit, g.Segments()) {
 				t.Fatalf("%q matches %q, but the intersection test says they cannot meet", r, pattern)
 			}
 		}

@@ -6,10 +6,12 @@ import (
 	"path"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/toolpool/toolpool/internal/policy/deniedpath"
 )
 
 // WorkspaceRoot is where a call's workspace is mounted in its container, and what "~" stands for.
-const WorkspaceRoot = "/workspace"
+const WorkspaceRoot = deniedpath.WorkspaceRoot
 
 // maxPathBytes bounds a path (Linux's PATH_MAX).
 const maxPathBytes = 4096
@@ -104,7 +106,7 @@ func isHarmlessDevice(p string) bool {
 // every layer and must match none of the denied globs.
 type pathRules struct {
 	roots  [][]string // per layer that sets roots
-	denied []glob
+	denied []deniedpath.Glob
 }
 
 func (r pathRules) inRoots(p string) bool {
@@ -124,20 +126,20 @@ func (r pathRules) rootsText() string {
 	return strings.Join(r.roots[len(r.roots)-1], ", ")
 }
 
-func (r pathRules) deniedBy(p string) (glob, bool) {
+func (r pathRules) deniedBy(p string) (deniedpath.Glob, bool) {
 	for _, g := range r.denied {
-		if g.match(p) {
+		if g.Match(p) {
 			return g, true
 		}
 	}
-	return glob{}, false
+	return deniedpath.Glob{}, false
 }
 
 // deniedSources lists the denied globs as written in the policy files.
 func (r pathRules) deniedSources() []string {
 	out := make([]string, 0, len(r.denied))
 	for _, g := range r.denied {
-		out = append(out, g.source)
+		out = append(out, g.Source())
 	}
 	return out
 }

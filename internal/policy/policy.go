@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+
+	"github.com/toolpool/toolpool/internal/policy/deniedpath"
 )
 
 // Policy is a parsed, validated policy: the operator's layer and the tenants' layers. It is immutable
@@ -28,7 +30,7 @@ type layer struct {
 	kinds         map[string]Action
 	limits        limitValues
 	roots         []string // nil when not set
-	denied        []glob
+	denied        []deniedpath.Glob
 	commands      []commandRule
 	tools         map[string]*toolLayer
 	builtinAsks   map[string]Action // builtin_asks: rule name to the action its asks become
@@ -39,7 +41,7 @@ type toolLayer struct {
 	action     Action
 	limits     limitValues
 	roots      []string
-	denied     []glob
+	denied     []deniedpath.Glob
 	domains    []string
 	domainsSet bool
 	ports      []int // nil when not set
@@ -297,8 +299,8 @@ func (e *decideEnv) checkToolPath(p string) (finding, bool) {
 	return finding{}, false
 }
 
-func deniedDetail(p string, g glob) string {
-	return fmt.Sprintf("%s matches the denied pattern %q (secrets and keys stay out of reach); do not read or write it", p, g.source)
+func deniedDetail(p string, g deniedpath.Glob) string {
+	return fmt.Sprintf("%s matches the denied pattern %q (secrets and keys stay out of reach); do not read or write it", p, g.Source())
 }
 
 // effectivePaths combines the layers' roots and denied globs for tool. Within a layer, the tool's roots

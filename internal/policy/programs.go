@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/toolpool/toolpool/internal/policy/deniedpath"
 )
 
 // Knowledge of single programs: their dangerous arguments, and which arguments are paths.
@@ -368,17 +370,17 @@ func (j *shellJudge) gitPathArg(sub, t string) {
 	for _, b := range bases {
 		full := path.Join(b, spec)
 		if wild {
-			segs := splitAbs(path.Clean(b + "/" + spec))
+			segs := deniedpath.SplitAbs(path.Clean(b + "/" + spec))
 			for _, g := range j.env.paths.denied {
-				if pathspecMayMeet(segs, g.segments) {
-					j.add(Ask, RuleDeniedPath, fmt.Sprintf("git matches the pathspec %s itself, and it may match files denied by %q; name the files you need literally", shorten(t), g.source))
+				if pathspecMayMeet(segs, g.Segments()) {
+					j.add(Ask, RuleDeniedPath, fmt.Sprintf("git matches the pathspec %s itself, and it may match files denied by %q; name the files you need literally", shorten(t), g.Source()))
 					return
 				}
 			}
 			continue
 		}
 		for _, g := range j.env.paths.denied {
-			if g.match(full) || icase && g.match(strings.ToLower(full)) || icase && globsMayMeet(splitAbs(escapeGlob(full)), g.segments) {
+			if g.Match(full) || icase && g.Match(strings.ToLower(full)) || icase && globsMayMeet(deniedpath.SplitAbs(escapeGlob(full)), g.Segments()) {
 				j.add(Deny, RuleDeniedPath, deniedDetail(full, g))
 				return
 			}
@@ -785,8 +787,8 @@ func (j *shellJudge) checkUnknownBase(text string, write bool) {
 		}
 	}
 	for _, g := range j.env.paths.denied {
-		if g.segments[len(g.segments)-1] != "**" && j.globsMeet(segs, g.segments) {
-			j.add(Ask, RuleDeniedPath, fmt.Sprintf("the command runs in a directory only known when the line runs, where %s may be a file denied by %q; name the path from the workspace root", shorten(text), g.source))
+		if g.Segments()[len(g.Segments())-1] != "**" && j.globsMeet(segs, g.Segments()) {
+			j.add(Ask, RuleDeniedPath, fmt.Sprintf("the command runs in a directory only known when the line runs, where %s may be a file denied by %q; name the path from the workspace root", shorten(text), g.Source()))
 			return
 		}
 	}
@@ -863,8 +865,8 @@ func (j *shellJudge) checkGlobPattern(w word, pat string, write bool) bool {
 		j.add(Ask, RuleOutsideRoots, fmt.Sprintf("the pattern %s reads under %s, outside the workspace; a person must approve it", shorten(w.text), dir))
 	}
 	for _, g := range rules.denied {
-		if j.globsMeet(segs, g.segments) {
-			j.add(Ask, RuleDeniedPath, fmt.Sprintf("the pattern %s may match files denied by %q; name the files you need literally", shorten(w.text), g.source))
+		if j.globsMeet(segs, g.Segments()) {
+			j.add(Ask, RuleDeniedPath, fmt.Sprintf("the pattern %s may match files denied by %q; name the files you need literally", shorten(w.text), g.Source()))
 			break
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/toolpool/toolpool/internal/tools/incontainer"
 )
 
 // ReadOutputTool is the name of the tool that reads a call's full output by range. The dispatcher answers
@@ -50,12 +52,12 @@ type ReadOutputArgs struct {
 // ParseReadOutput decodes read_output arguments that passed Validate, with their defaults filled in.
 func ParseReadOutput(args json.RawMessage) (ReadOutputArgs, error) {
 	var a struct {
-		CallID string `json:"call_id"`
-		Stream string `json:"stream"`
-		Offset intArg `json:"offset"`
-		Limit  intArg `json:"limit"`
+		CallID string             `json:"call_id"`
+		Stream string             `json:"stream"`
+		Offset incontainer.IntArg `json:"offset"`
+		Limit  incontainer.IntArg `json:"limit"`
 	}
-	if err := json.Unmarshal(normalArgs(args), &a); err != nil {
+	if err := json.Unmarshal(incontainer.NormalArgs(args), &a); err != nil {
 		return ReadOutputArgs{}, fmt.Errorf("decode read_output arguments: %w", err)
 	}
 	if a.Stream == "" {

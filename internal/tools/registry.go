@@ -1,11 +1,11 @@
 // Package tools is toolpool's tool registry: each tool's name, description, kind and JSON Schema, the checks
-// the dispatcher runs on a call's arguments, how a worker runs the call in its container (Plan), and the
-// implementations that run inside that container (RunnerMain), one file per tool.
+// the dispatcher runs on a call's arguments, how a worker runs the call in its container (Plan), and how
+// the finished process becomes the call's result (Finish), one file per built-in tool.
 //
-// The dispatcher side (NewRegistry, Validate, Facts, Plan, Finish, the formats) never touches files or the
-// network. The runner side (RunnerMain) runs inside the call's container, reaches files only through an
-// os.Root opened on the workspace, and reaches the network only through the worker's egress proxy
-// (package egress).
+// None of it touches files or the network. The built-in tools' implementations run inside the call's
+// container, in package incontainer (the toolpool-runner binary); this package shares only its constants
+// and result type, so that the runner links neither the JSON Schema validator nor anything else only the
+// dispatcher and the worker need.
 package tools
 
 import (
@@ -18,19 +18,8 @@ import (
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
-)
 
-// Paths inside a call's container.
-const (
-	// WorkspaceDir is where the tenant's workspace is mounted read-write; it is every call's working directory.
-	WorkspaceDir = "/workspace"
-	// RunnerPath is the in-container runner: the worker's own static binary, mounted read-only.
-	RunnerPath = "/.toolpool/runner"
-	// RunnerCommand is the runner's first argument; the tool name follows it and the JSON arguments are its
-	// stdin.
-	RunnerCommand = "tool-runner"
-	// EgressSocket is the worker's egress proxy, mounted into calls whose Invocation has Egress set.
-	EgressSocket = "/.toolpool/egress.sock"
+	"github.com/toolpool/toolpool/internal/tools/incontainer"
 )
 
 // Kind says what a tool does, for policy and for the read-only and destructive hints of the formats.
@@ -78,7 +67,7 @@ type Tool struct {
 	doc      any             // the decoded schema, to describe what an argument must be
 	bare     json.RawMessage // Schema without "$schema", for the vendor formats
 	command  []string
-	shell    bool // Finish composes stdout, stderr and exit code rather than decoding a RunnerResult
+	shell    bool // Finish composes stdout, stderr and exit code rather than decoding an incontainer.RunnerResult
 	spec     *builtin
 }
 
@@ -93,17 +82,18 @@ func (t *Tool) ReadOnly() bool {
 
 // Invocation is how a worker runs one call in its container.
 type Invocation struct {
-	// Argv is the process to run. When Runner is set, Argv is RunnerPath, RunnerCommand and the tool name.
+	// Argv is the process to run. When Runner is set, Argv is incontainer.RunnerPath,
+	// incontainer.RunnerCommand and the tool name.
 	Argv []string
 	// Stdin is fed to the process, then closed. Runner and custom tools get the JSON arguments.
 	Stdin []byte
-	// Cwd is absolute and under WorkspaceDir.
+	// Cwd is absolute and under incontainer.WorkspaceDir.
 	Cwd string
 	// Env holds "NAME=value" entries added to the container's environment.
 	Env []string
-	// Runner means Argv[0] is the in-container runner, which writes one RunnerResult to stdout.
+	// Runner means Argv[0] is the in-container runner, which writes one incontainer.RunnerResult to stdout.
 	Runner bool
-	// Egress means the call needs the worker's egress proxy socket mounted at EgressSocket.
+	// Egress means the call needs the worker's egress proxy socket mounted at incontainer.EgressSocket.
 	Egress bool
 	// Timeout, when non-zero, is the timeout the call's own arguments asked for (run_shell's timeout_ms);
 	// the worker uses the smaller of it and the call's limit.
@@ -141,8 +131,9 @@ type builtin struct {
 	check func(args json.RawMessage) []string
 	// plan overrides the default runner invocation (run_shell).
 	plan func(args json.RawMessage) (Invocation, error)
-	// run is the in-container implementation; nil for tools that do not use the runner.
-	run func(env *runEnv, args json.RawMessage) (RunnerResult, error)
+	// runner marks the tools the in-container runner implements (incontainer.RunnerTools): a call runs
+	// incontainer.RunnerPath with the tool's name.
+	runner bool
 	// egress marks tools whose runner needs the egress proxy.
 	egress bool
 	// local marks tools the dispatcher answers itself (read_output).
@@ -177,7 +168,7 @@ func NewRegistry(custom ...CustomTool) (*Registry, error) {
 	for _, b := range builtins {
 		t := &Tool{
 			Name: b.name, Description: b.description, Kind: b.kind, Schema: json.RawMessage(b.schema),
-			DefaultTimeout: b.timeout, DefaultOutputBytes: b.outputBytes, shell: b.run == nil && !b.local, Local: b.local, spec: b,
+			DefaultTimeout: b.timeout, DefaultOutputBytes: b.outputBytes, shell: !b.runner && !b.local, Local: b.local, spec: b,
 		}
 		if err := t.compile(); err != nil {
 			return nil, fmt.Errorf("compile built-in tool %q: %w", b.name, err)
@@ -240,7 +231,7 @@ func (r *Registry) Validate(name string, args json.RawMessage) error {
 func (t *Tool) Validate(args json.RawMessage) error {
 	problems := t.validateSchema(args)
 	if len(problems) == 0 && t.spec != nil && t.spec.check != nil {
-		problems = t.spec.check(normalArgs(args))
+		problems = t.spec.check(incontainer.NormalArgs(args))
 	}
 	if len(problems) == 0 {
 		return nil
@@ -251,11 +242,11 @@ func (t *Tool) Validate(args json.RawMessage) error {
 // Plan returns how a worker runs a call of this tool with args, which must have passed Validate. It fails
 // with an *ArgsError when the arguments cannot be run.
 func (t *Tool) Plan(args json.RawMessage) (Invocation, error) {
-	args = normalArgs(args)
+	args = incontainer.NormalArgs(args)
 	switch {
 	case t.Custom:
 		return Invocation{
-			Argv: slices.Clone(t.command), Stdin: args, Cwd: WorkspaceDir, Image: t.Image,
+			Argv: slices.Clone(t.command), Stdin: args, Cwd: incontainer.WorkspaceDir, Image: t.Image,
 		}, nil
 	case t.spec.plan != nil:
 		return t.spec.plan(args)
@@ -266,9 +257,9 @@ func (t *Tool) Plan(args json.RawMessage) (Invocation, error) {
 		}
 	}
 	return Invocation{
-		Argv:   []string{RunnerPath, RunnerCommand, t.Name},
+		Argv:   []string{incontainer.RunnerPath, incontainer.RunnerCommand, t.Name},
 		Stdin:  args,
-		Cwd:    WorkspaceDir,
+		Cwd:    incontainer.WorkspaceDir,
 		Runner: true,
 		Egress: t.spec.egress,
 	}, nil
@@ -280,61 +271,27 @@ func (t *Tool) Facts(args json.RawMessage) Facts {
 	if t.Custom || t.spec.facts == nil {
 		return Facts{}
 	}
-	return t.spec.facts(normalArgs(args))
+	return t.spec.facts(incontainer.NormalArgs(args))
 }
 
-// normalArgs maps absent arguments to an empty object.
-func normalArgs(args json.RawMessage) json.RawMessage {
-	if len(strings.TrimSpace(string(args))) == 0 || string(args) == "null" {
-		return json.RawMessage(`{}`)
-	}
-	return args
-}
-
-// workspacePath returns p (relative to WorkspaceDir, or absolute) as a cleaned absolute path, for Facts.
+// workspacePath returns p (relative to incontainer.WorkspaceDir, or absolute) as a cleaned absolute path,
+// for Facts.
 func workspacePath(p string) string {
 	if p == "" {
-		return WorkspaceDir
+		return incontainer.WorkspaceDir
 	}
 	if path.IsAbs(p) {
 		return path.Clean(p)
 	}
-	return path.Join(WorkspaceDir, p)
+	return path.Join(incontainer.WorkspaceDir, p)
 }
 
 // pathProblem returns why the argument arg (value p) does not name a place inside the workspace, or "".
 func pathProblem(arg, p string) string {
-	if _, err := relPath(p); err != nil {
+	if _, err := incontainer.RelPath(p); err != nil {
 		return fmt.Sprintf("argument %q %s", arg, err.Error())
 	}
 	return ""
-}
-
-// relPath turns a path argument into a cleaned path relative to the workspace ("." for the workspace
-// itself). It refuses absolute paths outside WorkspaceDir and paths whose ".." climbs out.
-func relPath(p string) (string, error) {
-	if strings.IndexByte(p, 0) >= 0 {
-		return "", fmt.Errorf("contains a NUL byte")
-	}
-	if p == "" {
-		return ".", nil
-	}
-	if path.IsAbs(p) {
-		c := path.Clean(p)
-		if c != WorkspaceDir && !strings.HasPrefix(c, WorkspaceDir+"/") {
-			return "", fmt.Errorf("is %q, outside the workspace: use a path relative to %s or under %s/", p, WorkspaceDir, WorkspaceDir)
-		}
-		rel := strings.TrimPrefix(strings.TrimPrefix(c, WorkspaceDir), "/")
-		if rel == "" {
-			return ".", nil
-		}
-		return rel, nil
-	}
-	c := path.Clean(p)
-	if c == ".." || strings.HasPrefix(c, "../") {
-		return "", fmt.Errorf("is %q, which climbs out of the workspace with \"..\": use a path inside %s", p, WorkspaceDir)
-	}
-	return c, nil
 }
 
 // pathFacts returns Facts naming the workspace paths in the string arguments fields; an absent or empty

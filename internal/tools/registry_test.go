@@ -4,11 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/toolpool/toolpool/internal/tools/incontainer"
 )
 
 func mustRegistry(t *testing.T, custom ...CustomTool) *Registry {
@@ -52,6 +55,28 @@ func TestRegistryBuiltins(t *testing.T) {
 }
 
 // TestValidateMessages pins the exact messages a model reads for bad arguments.
+// TestRunnerTools: the tools whose calls the registry plans as runner calls are exactly the tools the
+// in-container runner implements, and each of them is planned as one.
+func TestRunnerTools(t *testing.T) {
+	r := mustRegistry(t)
+	var planned []string
+	for _, b := range builtins {
+		if b.runner {
+			planned = append(planned, b.name)
+		}
+	}
+	slices.Sort(planned)
+	if want := incontainer.RunnerTools(); !slices.Equal(planned, want) {
+		t.Fatalf("the registry's runner tools are %q, the runner implements %q", planned, want)
+	}
+	for _, name := range planned {
+		tool, _ := r.Lookup(name)
+		if tool.Streams() {
+			t.Errorf("%s: Streams() = true for a runner tool", name)
+		}
+	}
+}
+
 func TestValidateMessages(t *testing.T) {
 	r := mustRegistry(t)
 	tests := []struct {
@@ -234,10 +259,10 @@ func TestPlan(t *testing.T) {
 		{"run_shell defaults", "run_shell", `{"command":"ls"}`, Invocation{Argv: []string{"/bin/sh", "-c", "ls"}, Cwd: "/workspace"}},
 		{"run_shell absolute cwd", "run_shell", `{"command":"ls","cwd":"/workspace/a/../b"}`, Invocation{Argv: []string{"/bin/sh", "-c", "ls"}, Cwd: "/workspace/b"}},
 		{"read_file", "read_file", `{"path":"a"}`, Invocation{
-			Argv: []string{RunnerPath, RunnerCommand, "read_file"}, Stdin: []byte(`{"path":"a"}`), Cwd: "/workspace", Runner: true,
+			Argv: []string{incontainer.RunnerPath, incontainer.RunnerCommand, "read_file"}, Stdin: []byte(`{"path":"a"}`), Cwd: "/workspace", Runner: true,
 		}},
 		{"web_fetch needs egress", "web_fetch", `{"url":"https://example.com"}`, Invocation{
-			Argv: []string{RunnerPath, RunnerCommand, "web_fetch"}, Stdin: []byte(`{"url":"https://example.com"}`), Cwd: "/workspace", Runner: true, Egress: true,
+			Argv: []string{incontainer.RunnerPath, incontainer.RunnerCommand, "web_fetch"}, Stdin: []byte(`{"url":"https://example.com"}`), Cwd: "/workspace", Runner: true, Egress: true,
 		}},
 	}
 	for _, tt := range tests {
@@ -351,15 +376,15 @@ func FuzzRelPath(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, p string) {
-		rel, err := relPath(p)
+		rel, err := incontainer.RelPath(p)
 		if err != nil {
 			return
 		}
 		if rel == ".." || strings.HasPrefix(rel, "../") || strings.HasPrefix(rel, "/") || strings.IndexByte(rel, 0) >= 0 {
-			t.Fatalf("relPath(%q) = %q escapes", p, rel)
+			t.Fatalf("RelPath(%q) = %q escapes", p, rel)
 		}
-		if abs := workspacePath(p); abs != WorkspaceDir && !strings.HasPrefix(abs, WorkspaceDir+"/") {
-			t.Fatalf("relPath(%q) accepted, but Facts path %q is outside the workspace", p, abs)
+		if abs := workspacePath(p); abs != incontainer.WorkspaceDir && !strings.HasPrefix(abs, incontainer.WorkspaceDir+"/") {
+			t.Fatalf("RelPath(%q) accepted, but Facts path %q is outside the workspace", p, abs)
 		}
 	})
 }

@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/toolpool/toolpool/internal/tools/incontainer"
 )
 
 const (
@@ -60,10 +62,10 @@ Each call starts from scratch: no shell state (cd, variables, background process
 }
 
 type runShellArgs struct {
-	Command   string            `json:"command"`
-	Cwd       string            `json:"cwd"`
-	TimeoutMS intArg            `json:"timeout_ms"`
-	Env       map[string]string `json:"env"`
+	Command   string             `json:"command"`
+	Cwd       string             `json:"cwd"`
+	TimeoutMS incontainer.IntArg `json:"timeout_ms"`
+	Env       map[string]string  `json:"env"`
 }
 
 func runShellFacts(args json.RawMessage) Facts {
@@ -110,10 +112,10 @@ func planRunShell(args json.RawMessage) (Invocation, error) {
 	if err := json.Unmarshal(args, &a); err != nil {
 		return Invocation{}, &ArgsError{Tool: "run_shell", Problems: []string{err.Error()}}
 	}
-	rel, _ := relPath(a.Cwd) // checked above
+	rel, _ := incontainer.RelPath(a.Cwd) // checked above
 	inv := Invocation{
 		Argv: []string{"/bin/sh", "-c", a.Command},
-		Cwd:  path.Join(WorkspaceDir, rel),
+		Cwd:  path.Join(incontainer.WorkspaceDir, rel),
 	}
 	names := make([]string, 0, len(a.Env))
 	for name := range a.Env {

@@ -15,6 +15,8 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
+
+	"github.com/toolpool/toolpool/internal/tools/incontainer"
 )
 
 // printer renders the schema library's messages where no better sentence exists.
@@ -96,7 +98,7 @@ func (noLoader) Load(url string) (any, error) {
 
 // validateSchema returns every schema violation of args, as sentences for a model.
 func (t *Tool) validateSchema(args json.RawMessage) []string {
-	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(normalArgs(args)))
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(incontainer.NormalArgs(args)))
 	if err != nil {
 		return []string{fmt.Sprintf("arguments are not valid JSON (%v): send a JSON object", err)}
 	}

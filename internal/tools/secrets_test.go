@@ -1,6 +1,7 @@
 package tools
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -9,115 +10,8 @@ import (
 	"testing"
 
 	"github.com/toolpool/toolpool/internal/call"
-	"github.com/toolpool/toolpool/internal/policy"
+	"github.com/toolpool/toolpool/internal/tools/incontainer"
 )
-
-// secretsWorkspace holds secrets under the default policy's denied globs, and links to them.
-func secretsWorkspace(t *testing.T) string {
-	t.Helper()
-	ws := files(t, map[string]string{
-		"a.go":                "package a // SECRET is a word here\n",
-		".env":                "SECRET=1\n",
-		"config/.env":         "SECRET=2\n",
-		"certs/server.key":    "SECRET key\n",
-		".ssh/id_rsa":         "SECRET rsa\n",
-		".docker/config.json": `{"auth": "SECRET"}` + "\n",
-	})
-	for link, target := range map[string]string{"link.txt": ".env", "dirlink": ".ssh", "nested/up.txt": "../config/.env"} {
-		p := filepath.Join(ws, link)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Symlink(target, p); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return ws
-}
-
-func defaultDenied(t *testing.T) []string {
-	t.Helper()
-	d := policy.Default().Decide(context.Background(), policy.Request{Tool: "grep"})
-	if len(d.Limits.DeniedGlobs) == 0 {
-		t.Fatal("the default policy has no denied globs")
-	}
-	return d.Limits.DeniedGlobs
-}
-
-// withPolicy adds the denied globs as the dispatcher does.
-func withPolicy(t *testing.T, tool string, args map[string]any, globs []string) string {
-	t.Helper()
-	reg, err := NewRegistry()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tl, _ := reg.Lookup(tool)
-	raw, err := json.Marshal(args)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := tl.WithPolicy(raw, globs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(out)
-}
-
-// TestSecretsStayOut: with the call's denied globs, no file tool returns a line of a denied file,
-// whether it walks to it, names it through a link, or writes through a link.
-func TestSecretsStayOut(t *testing.T) {
-	globs := defaultDenied(t)
-	tests := []struct {
-		name     string
-		tool     string
-		args     map[string]any
-		wantType string
-		want     []string // fragments of the output
-		dontWant []string
-	}{
-		{name: "grep walk skips denied files", tool: "grep", args: map[string]any{"pattern": "SECRET"},
-			want: []string{"a.go:1:", "not searched: policy denies them"}, dontWant: []string{"SECRET=", "rsa", "auth", "SECRET key"}},
-		{name: "grep of a denied directory", tool: "grep", args: map[string]any{"pattern": "SECRET", "path": ".ssh"}, wantType: call.ErrPolicyDenied},
-		{name: "grep through a link to a secret", tool: "grep", args: map[string]any{"pattern": "SECRET", "path": "link.txt"}, wantType: call.ErrPolicyDenied},
-		{name: "grep through a directory link", tool: "grep", args: map[string]any{"pattern": "SECRET", "path": "dirlink"}, want: []string{"No matches"}, dontWant: []string{"rsa"}},
-		{name: "glob skips denied files", tool: "glob", args: map[string]any{"pattern": "**/*"},
-			want: []string{"a.go", "not looked at"}, dontWant: []string{".env", "id_rsa", "server.key", "config.json"}},
-		{name: "list_files skips denied entries", tool: "list_files", args: map[string]any{"depth": 3},
-			want: []string{"a.go", "not listed: policy denies them"}, dontWant: []string{".env ", "id_rsa", ".ssh/"}},
-		{name: "list_files of a denied directory", tool: "list_files", args: map[string]any{"path": ".ssh"}, wantType: call.ErrPolicyDenied},
-		{name: "list_files hides a denied file", tool: "list_files", args: map[string]any{"path": ".docker"}, want: []string{"1 entries not listed"}, dontWant: []string{"config.json"}},
-		{name: "read_file through a link", tool: "read_file", args: map[string]any{"path": "link.txt"}, wantType: call.ErrPolicyDenied,
-			want: []string{"leads to .env"}, dontWant: []string{"SECRET"}},
-		{name: "read_file through a directory link", tool: "read_file", args: map[string]any{"path": "dirlink/id_rsa"}, wantType: call.ErrPolicyDenied,
-			dontWant: []string{"rsa\n"}},
-		{name: "read_file through a relative link", tool: "read_file", args: map[string]any{"path": "nested/up.txt"}, wantType: call.ErrPolicyDenied},
-		{name: "read_file of an ordinary file", tool: "read_file", args: map[string]any{"path": "a.go"}, want: []string{"package a"}},
-		{name: "edit_file through a link", tool: "edit_file", args: map[string]any{"path": "link.txt", "old_string": "SECRET", "new_string": "x"},
-			wantType: call.ErrPolicyDenied, dontWant: []string{"SECRET=1"}},
-		{name: "write_file through a link", tool: "write_file", args: map[string]any{"path": "link.txt", "content": "x"}, wantType: call.ErrPolicyDenied},
-		{name: "write_file into a linked denied directory", tool: "write_file", args: map[string]any{"path": "dirlink/authorized_keys", "content": "x"}, wantType: call.ErrPolicyDenied},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			ws := secretsWorkspace(t)
-			r := run(t, ws, tt.tool, withPolicy(t, tt.tool, tt.args, globs))
-			wantResult(t, r, tt.wantType, tt.want...)
-			for _, f := range tt.dontWant {
-				if strings.Contains(r.Output, f) {
-					t.Errorf("output holds %q:\n%s", f, r.Output)
-				}
-			}
-			for name, want := range map[string]string{".env": "SECRET=1\n", ".ssh/id_rsa": "SECRET rsa\n"} {
-				if b, err := os.ReadFile(filepath.Join(ws, name)); err != nil || string(b) != want {
-					t.Errorf("%s is now %q (%v); a denied file must not change", name, b, err)
-				}
-			}
-			if _, err := os.Stat(filepath.Join(ws, ".ssh", "authorized_keys")); err == nil {
-				t.Error("a file was written into .ssh")
-			}
-		})
-	}
-}
 
 // TestWithPolicy: only the tools that touch files in the container carry the policy, and a model cannot
 // send the field itself.
@@ -133,7 +27,7 @@ func TestWithPolicy(t *testing.T) {
 			t.Errorf("%s: WithPolicy = %s, %v", name, out, err)
 		}
 		if err := tl.Validate(json.RawMessage(`{"path":"a","pattern":"x","content":"","old_string":"a","new_string":"b","_policy":{}}`)); err == nil {
-			t.Errorf("%s: a request may send %s", name, PolicyArg)
+			t.Errorf("%s: a request may send %s", name, incontainer.PolicyArg)
 		}
 	}
 	for _, name := range []string{"run_shell", "web_fetch"} {
@@ -142,5 +36,27 @@ func TestWithPolicy(t *testing.T) {
 		if out, err := tl.WithPolicy(in, []string{"**/.env"}); err != nil || string(out) != string(in) {
 			t.Errorf("%s: WithPolicy = %s, %v; want the arguments unchanged", name, out, err)
 		}
+	}
+}
+
+// TestWithPolicyReachesTheRunner: the arguments WithPolicy writes are what the runner reads: the denied
+// file stays out, and the policy is not taken for an argument of the tool.
+func TestWithPolicyReachesTheRunner(t *testing.T) {
+	ws := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ws, ".env"), []byte("SECRET=1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tl, _ := mustRegistry(t).Lookup("read_file")
+	args, err := tl.WithPolicy(json.RawMessage(`{"path":".env"}`), []string{"**/.env"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if code := incontainer.RunnerMain(context.Background(), "read_file", ws, bytes.NewReader(args), &out); code != incontainer.RunnerExitOK {
+		t.Fatalf("RunnerMain = %d: %s", code, out.String())
+	}
+	got := tl.Finish(Run{Stdout: out.Bytes()})
+	if got.Error == nil || got.Error.Type != call.ErrPolicyDenied || strings.Contains(got.Output, "SECRET") {
+		t.Errorf("Finish = %+v, want a policy_denied error without the file", got)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/toolpool/toolpool/internal/sandbox"
 	"github.com/toolpool/toolpool/internal/tools"
 	"github.com/toolpool/toolpool/internal/tools/egress"
+	"github.com/toolpool/toolpool/internal/tools/incontainer"
 )
 
 // withEgress gives the call its egress, when it has any: tools that fetch (web_fetch) always, and commands
@@ -29,12 +30,12 @@ func (w *Worker) withEgress(ctx context.Context, c *call.Call, inv tools.Invocat
 	if err != nil {
 		return nil, err
 	}
-	spec.Mounts = append(spec.Mounts, sandbox.Mount{Source: socket, Destination: tools.EgressSocket})
+	spec.Mounts = append(spec.Mounts, sandbox.Mount{Source: socket, Destination: incontainer.EgressSocket})
 	spec.TrustedCAs = w.cfg.Egress.TrustedCAs()
 	if command {
-		spec.Argv = append([]string{tools.RunnerPath, tools.ForwardCommand, "--"}, spec.Argv...)
-		spec.Env = append(tools.ProxyEnv(), spec.Env...) // the call's own env may override them: it only loses network
-		spec.Mounts = append(spec.Mounts, sandbox.Mount{Source: w.cfg.RunnerBinary, Destination: tools.RunnerPath})
+		spec.Argv = append([]string{incontainer.RunnerPath, incontainer.ForwardCommand, "--"}, spec.Argv...)
+		spec.Env = append(incontainer.ProxyEnv(), spec.Env...) // the call's own env may override them: it only loses network
+		spec.Mounts = append(spec.Mounts, sandbox.Mount{Source: w.cfg.RunnerBinary, Destination: incontainer.RunnerPath})
 	}
 	return func() []call.EgressConn {
 		stop()

@@ -15,6 +15,7 @@ import (
 	"github.com/toolpool/toolpool/internal/sandbox"
 	"github.com/toolpool/toolpool/internal/tools"
 	"github.com/toolpool/toolpool/internal/tools/egress"
+	"github.com/toolpool/toolpool/internal/tools/incontainer"
 )
 
 // TestWithEgress: which calls get egress, and how the spec of each is shaped.
@@ -30,7 +31,7 @@ func TestWithEgress(t *testing.T) {
 	}
 	w := &Worker{cfg: Config{EgressDir: filepath.Join(dir, "egress"), Egress: gw, RunnerBinary: "/host/worker"}}
 	shell := tools.Invocation{Argv: []string{"/bin/sh", "-c", "curl x"}, Env: []string{"A=1"}}
-	fetch := tools.Invocation{Argv: []string{tools.RunnerPath, tools.RunnerCommand, "web_fetch"}, Runner: true, Egress: true}
+	fetch := tools.Invocation{Argv: []string{incontainer.RunnerPath, incontainer.RunnerCommand, "web_fetch"}, Runner: true, Egress: true}
 	tests := []struct {
 		name      string
 		inv       tools.Invocation
@@ -40,7 +41,7 @@ func TestWithEgress(t *testing.T) {
 	}{
 		{"a command without network", shell, call.Limits{}, false, shell.Argv},
 		{"a command with network runs behind the forwarder", shell, call.Limits{Network: true}, true,
-			append([]string{tools.RunnerPath, tools.ForwardCommand, "--"}, shell.Argv...)},
+			append([]string{incontainer.RunnerPath, incontainer.ForwardCommand, "--"}, shell.Argv...)},
 		{"web_fetch talks to the socket itself", fetch, call.Limits{}, true, fetch.Argv},
 	}
 	for _, tt := range tests {
@@ -55,13 +56,13 @@ func TestWithEgress(t *testing.T) {
 			if !slices.Equal(spec.Argv, tt.wantArgv) {
 				t.Errorf("argv %q, want %q", spec.Argv, tt.wantArgv)
 			}
-			hasSocket := slices.ContainsFunc(spec.Mounts, func(m sandbox.Mount) bool { return m.Destination == tools.EgressSocket })
+			hasSocket := slices.ContainsFunc(spec.Mounts, func(m sandbox.Mount) bool { return m.Destination == incontainer.EgressSocket })
 			if hasSocket != tt.wantProxy || (len(spec.TrustedCAs) > 0) != tt.wantProxy {
 				t.Errorf("socket mounted %v, CAs %d bytes; want proxy %v", hasSocket, len(spec.TrustedCAs), tt.wantProxy)
 			}
 			wrapped := !tt.inv.Runner && tt.wantProxy
-			hasRunner := slices.Contains(spec.Mounts, sandbox.Mount{Source: "/host/worker", Destination: tools.RunnerPath})
-			if hasRunner != wrapped || slices.Contains(spec.Env, "HTTPS_PROXY=http://"+tools.ForwarderAddr) != wrapped {
+			hasRunner := slices.Contains(spec.Mounts, sandbox.Mount{Source: "/host/worker", Destination: incontainer.RunnerPath})
+			if hasRunner != wrapped || slices.Contains(spec.Env, "HTTPS_PROXY=http://"+incontainer.ForwarderAddr) != wrapped {
 				t.Errorf("runner mounted %v, env %q; want the forwarder %v", hasRunner, spec.Env, wrapped)
 			}
 			if wrapped && spec.Env[len(spec.Env)-1] != "A=1" {

@@ -23,6 +23,7 @@ import (
 	"github.com/toolpool/toolpool/internal/sandbox"
 	"github.com/toolpool/toolpool/internal/tools"
 	"github.com/toolpool/toolpool/internal/tools/egress"
+	"github.com/toolpool/toolpool/internal/tools/incontainer"
 	"github.com/toolpool/toolpool/internal/workspace"
 )
 
@@ -812,7 +813,7 @@ func (w *Worker) run(ctx context.Context, c *call.Call, claim uint64) (runOutcom
 		},
 	}
 	if inv.Runner {
-		spec.Mounts = append(spec.Mounts, sandbox.Mount{Source: w.cfg.RunnerBinary, Destination: tools.RunnerPath})
+		spec.Mounts = append(spec.Mounts, sandbox.Mount{Source: w.cfg.RunnerBinary, Destination: incontainer.RunnerPath})
 	}
 	// Calls hold the workspace shared: they run alongside each other, never alongside a workspace
 	// operation (an upload, snapshot or delete), on this worker or any other sharing the directory.

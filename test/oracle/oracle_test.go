@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/toolpool/toolpool/internal/policy"
+	"github.com/toolpool/toolpool/internal/policy/deniedpath"
 	"github.com/toolpool/toolpool/internal/sandbox"
 	"github.com/toolpool/toolpool/internal/sandbox/containerd"
 	"github.com/toolpool/toolpool/internal/sandbox/containerd/ctrtest"
@@ -117,7 +118,7 @@ func TestOracle(t *testing.T) {
 		all = slices.DeleteFunc(all, func(l oracleLine) bool { return !strings.Contains(l.cmd, f) })
 	}
 	pol := policy.Default()
-	denied, err := policy.CompileDenied(mustDecision(pol, "ls").Limits.DeniedGlobs)
+	denied, err := deniedpath.Compile(mustDecision(pol, "ls").Limits.DeniedGlobs)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package tools
+package incontainer
 
 import (
 	"bufio"
@@ -94,8 +94,8 @@ func TestReadFileLarge(t *testing.T) {
 	})
 	t.Run("byte cap", func(t *testing.T) {
 		r := run(t, ws, "read_file", map[string]any{"path": "big.log", "limit": 10000})
-		if len(r.Output) > readFileOutputBytes+512 {
-			t.Errorf("output %d bytes, cap %d", len(r.Output), readFileOutputBytes)
+		if len(r.Output) > ReadFileOutputBytes+512 {
+			t.Errorf("output %d bytes, cap %d", len(r.Output), ReadFileOutputBytes)
 		}
 		wantResult(t, r, "", "output capped at 256 KiB", "to read on, call read_file with offset=")
 		if !r.Truncated {

@@ -1,9 +1,10 @@
-package tools
+package incontainer
 
 import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"path"
 	"strings"
 	"syscall"
 	"unicode/utf8"
@@ -24,7 +25,7 @@ var ignoredDirs = map[string]bool{
 
 // resolve turns the path argument arg (value p) into a path for e.root, or an invalid_params error.
 func (e *runEnv) resolve(arg, p string) (string, error) {
-	rel, err := relPath(p)
+	rel, err := RelPath(p)
 	if err != nil {
 		return "", toolErr(call.ErrInvalidParams, "%s %s", arg, err.Error())
 	}
@@ -101,4 +102,31 @@ func kindOf(m fs.FileMode) string {
 		return "file"
 	}
 	return "other"
+}
+
+// RelPath turns a path argument into a cleaned path relative to the workspace ("." for the workspace
+// itself). It refuses absolute paths outside WorkspaceDir and paths whose ".." climbs out.
+func RelPath(p string) (string, error) {
+	if strings.IndexByte(p, 0) >= 0 {
+		return "", fmt.Errorf("contains a NUL byte")
+	}
+	if p == "" {
+		return ".", nil
+	}
+	if path.IsAbs(p) {
+		c := path.Clean(p)
+		if c != WorkspaceDir && !strings.HasPrefix(c, WorkspaceDir+"/") {
+			return "", fmt.Errorf("is %q, outside the workspace: use a path relative to %s or under %s/", p, WorkspaceDir, WorkspaceDir)
+		}
+		rel := strings.TrimPrefix(strings.TrimPrefix(c, WorkspaceDir), "/")
+		if rel == "" {
+			return ".", nil
+		}
+		return rel, nil
+	}
+	c := path.Clean(p)
+	if c == ".." || strings.HasPrefix(c, "../") {
+		return "", fmt.Errorf("is %q, which climbs out of the workspace with \"..\": use a path inside %s", p, WorkspaceDir)
+	}
+	return c, nil
 }

@@ -2,175 +2,14 @@ package tools
 
 import (
 	"bytes"
-	"context"
-	"crypto/x509"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"io/fs"
-	"os"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/toolpool/toolpool/internal/call"
-	"github.com/toolpool/toolpool/internal/policy"
+	"github.com/toolpool/toolpool/internal/tools/incontainer"
 )
-
-// maxRunnerStdin bounds the JSON arguments the runner reads (write_file content is the largest).
-const maxRunnerStdin = 64 << 20
-
-// Exit codes of RunnerMain.
-const (
-	// RunnerExitOK: a RunnerResult was written; the tool ran, and may have reported its own failure in it.
-	RunnerExitOK = 0
-	// RunnerExitWrite: the RunnerResult could not be written to stdout.
-	RunnerExitWrite = 1
-	// RunnerExitUsage: the invocation was wrong (unknown tool, unreadable stdin or workspace); a RunnerResult
-	// with an internal error was written.
-	RunnerExitUsage = 2
-)
-
-// RunnerResult is what the in-container runner writes to stdout: one JSON object.
-type RunnerResult struct {
-	// Output is what the model should read, with a hint when it was cut.
-	Output string `json:"output"`
-	// Error is the tool's own failure (not_found, invalid_params, ...); nil on success.
-	Error *call.ErrorInfo `json:"error,omitempty"`
-	// Truncated is true when Output does not hold everything the tool found.
-	Truncated bool `json:"truncated,omitempty"`
-	// OutputBytes is the full size of what the tool found, when Truncated; otherwise len(Output).
-	OutputBytes int64 `json:"output_bytes,omitempty"`
-}
-
-// RunnerOption changes how RunnerMain runs.
-type RunnerOption func(*runnerConfig)
-
-type runnerConfig struct {
-	egressSocket string
-	rootCAs      *x509.CertPool // nil: the system's
-}
-
-// WithEgressSocket makes web_fetch reach the egress proxy at path instead of EgressSocket (tests).
-func WithEgressSocket(path string) RunnerOption {
-	return func(c *runnerConfig) { c.egressSocket = path }
-}
-
-// runEnv is what one tool implementation runs with.
-type runEnv struct {
-	ctx  context.Context
-	root *os.Root
-	cfg  runnerConfig
-	// denied are the call's denied globs (nil: none); wsReal is the workspace's real path, to name an
-	// open file by the kernel's account (see secrets.go).
-	denied *policy.DeniedPaths
-	wsReal string
-}
-
-// RunnerMain runs the built-in tool named tool inside the call's container: it reads the JSON arguments
-// from stdin, reaches files only through an os.Root on workspace (WorkspaceDir in production), and writes
-// exactly one RunnerResult as JSON to stdout. It blocks until the tool is done; cancelling ctx stops the
-// tool at its next check and yields a result with a cancelled error. It returns one of the RunnerExit codes.
-func RunnerMain(ctx context.Context, tool, workspace string, stdin io.Reader, stdout io.Writer, opts ...RunnerOption) int {
-	cfg := runnerConfig{egressSocket: EgressSocket}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	res, code := runTool(ctx, tool, workspace, stdin, cfg)
-	if res.Error == nil && res.OutputBytes == 0 {
-		res.OutputBytes = int64(len(res.Output))
-	}
-	if res.Error != nil && res.Output == "" {
-		res.Output = res.Error.Message
-	}
-	res.Output = strings.ToValidUTF8(res.Output, "\uFFFD")
-	if err := json.NewEncoder(stdout).Encode(res); err != nil {
-		return RunnerExitWrite
-	}
-	return code
-}
-
-func runTool(ctx context.Context, tool, workspace string, stdin io.Reader, cfg runnerConfig) (RunnerResult, int) {
-	b := builtinByName(tool)
-	if b == nil || b.run == nil {
-		var names []string
-		for _, b := range builtins {
-			if b.run != nil {
-				names = append(names, b.name)
-			}
-		}
-		return failResult(call.ErrInternal, "run tool runner: unknown tool %q: the runner runs %s", tool, strings.Join(names, ", ")), RunnerExitUsage
-	}
-	args, err := io.ReadAll(io.LimitReader(stdin, maxRunnerStdin+1))
-	if err != nil {
-		return failResult(call.ErrInternal, "read arguments: %v", err), RunnerExitUsage
-	}
-	if len(args) > maxRunnerStdin {
-		return failResult(call.ErrInvalidParams, "arguments are larger than %d bytes: send less content per call", maxRunnerStdin), RunnerExitOK
-	}
-	args, cp, err := splitPolicy(normalArgs(args))
-	if err != nil {
-		return failResult(call.ErrInternal, "read the call's policy: %v", err), RunnerExitUsage
-	}
-	denied, err := compileCallPolicy(cp)
-	if err != nil {
-		return failResult(call.ErrInternal, "%v", err), RunnerExitUsage
-	}
-	root, err := os.OpenRoot(workspace)
-	if err != nil {
-		return failResult(call.ErrInternal, "open workspace: %v", err), RunnerExitUsage
-	}
-	defer root.Close()
-	res, err := b.run(&runEnv{ctx: ctx, root: root, cfg: cfg, denied: denied, wsReal: workspaceReal(workspace)}, args)
-	if err != nil {
-		if ctx.Err() != nil {
-			return failResult(call.ErrCancelled, "%s stopped: %v", tool, context.Cause(ctx)), RunnerExitOK
-		}
-		return RunnerResult{Error: classify(err)}, RunnerExitOK
-	}
-	return res, RunnerExitOK
-}
-
-func failResult(typ, format string, a ...any) RunnerResult {
-	return RunnerResult{Error: &call.ErrorInfo{Type: typ, Message: fmt.Sprintf(format, a...)}}
-}
-
-// toolError is a failure of the tool itself, with its error type and a message for the model.
-type toolError struct {
-	typ string
-	msg string
-}
-
-func (e *toolError) Error() string { return e.msg }
-
-func toolErr(typ, format string, a ...any) error {
-	return &toolError{typ: typ, msg: fmt.Sprintf(format, a...)}
-}
-
-// classify turns an implementation's error into the ErrorInfo the model reads.
-func classify(err error) *call.ErrorInfo {
-	var te *toolError
-	if errors.As(err, &te) {
-		return &call.ErrorInfo{Type: te.typ, Message: te.msg}
-	}
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return &call.ErrorInfo{Type: call.ErrNotFound, Message: err.Error()}
-	case errors.Is(err, fs.ErrPermission):
-		return &call.ErrorInfo{Type: call.ErrPermissionDenied, Message: err.Error()}
-	}
-	return &call.ErrorInfo{Type: call.ErrInternal, Message: err.Error()}
-}
-
-// decodeArgs decodes args strictly into v; unknown fields are an invalid_params error.
-func decodeArgs(args json.RawMessage, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(args))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return toolErr(call.ErrInvalidParams, "decode arguments: %v", err)
-	}
-	return nil
-}
 
 // Run is what the sandbox reports about a finished process, as plain values.
 type Run struct {
@@ -217,9 +56,9 @@ func (o Outcome) Apply(r *call.Result) {
 }
 
 // Finish turns a finished process of this tool into its Outcome; it is a pure function of run. For runner
-// tools it decodes the RunnerResult on stdout (a missing or broken one is an internal error quoting
-// stderr); for run_shell and custom tools it composes Output from stdout, then "[stderr]" and stderr, then
-// "[exit code N]" when N is not 0, keeping the head and tail of each stream within the cap.
+// tools it decodes the incontainer.RunnerResult on stdout (a missing or broken one is an internal error
+// quoting stderr); for run_shell and custom tools it composes Output from stdout, then "[stderr]" and
+// stderr, then "[exit code N]" when N is not 0, keeping the head and tail of each stream within the cap.
 func (t *Tool) Finish(run Run) Outcome {
 	limit := run.OutputBytes
 	if limit <= 0 {
@@ -234,7 +73,7 @@ func (t *Tool) Finish(run Run) Outcome {
 }
 
 func finishRunner(tool string, run Run, limit int) Outcome {
-	var res RunnerResult
+	var res incontainer.RunnerResult
 	dec := json.NewDecoder(bytes.NewReader(run.Stdout))
 	if err := dec.Decode(&res); err != nil {
 		msg := fmt.Sprintf("run %s: the tool runner exited with code %d without a result (%v)", tool, run.ExitCode, err)
@@ -406,33 +245,4 @@ func cutMiddle(s string, max int, what, hint string) string {
 	}
 	head, tail := stream{head: []byte(s), total: int64(len(s))}.cut(budget)
 	return string(head) + note(len(s)-len(head)-len(tail)) + string(tail)
-}
-
-// intArg is an integer argument that also accepts an integral JSON number written as a float ("10.0"),
-// which the schema accepts as an integer.
-type intArg int64
-
-// or returns n as an int, def when n is not positive (the argument was left out), and at most max.
-func (n intArg) or(def, max int) int {
-	if n < 1 {
-		return def
-	}
-	return int(min(int64(n), int64(max)))
-}
-
-func (n *intArg) UnmarshalJSON(b []byte) error {
-	var f json.Number
-	if err := json.Unmarshal(b, &f); err != nil {
-		return err
-	}
-	if i, err := f.Int64(); err == nil {
-		*n = intArg(i)
-		return nil
-	}
-	x, err := f.Float64()
-	if err != nil || x != float64(int64(x)) {
-		return fmt.Errorf("%s is not an integer", f)
-	}
-	*n = intArg(x)
-	return nil
 }
