@@ -824,21 +824,7 @@ func TestDeliveryBeforeItsRecord(t *testing.T) {
 	rt := &fakeRuntime{}
 	w := newTestWorker(t, rt, st)
 	c := newCall("run_shell", shellArgs)
-	var mu sync.Mutex
-	gets := 0
-	st.FailWith(func(op queuetest.Op, id string) error {
-		if op != queuetest.OpGet || id != c.ID {
-			return nil
-		}
-		mu.Lock()
-		gets++
-		n := gets
-		mu.Unlock()
-		if n == 2 { // the dispatcher records the call after the worker's first read missed it
-			st.Put(call.NewResult(c, call.StatusQueued))
-		}
-		return nil
-	})
+	recordAt(st, c, 2) // the dispatcher records the call after the worker's first read missed it
 	d := &fakeDelivery{c: c}
 	w.Handle(context.Background(), d)
 	if got := st.Result(c.ID); got == nil || got.Status != call.StatusOK || d.settlement() != "ack" || rt.count() != 1 {
@@ -966,26 +952,37 @@ func TestRecordWaitSchedule(t *testing.T) {
 			rt := &fakeRuntime{}
 			w := newTestWorker(t, rt, st)
 			c := newCall("run_shell", shellArgs)
-			var mu sync.Mutex
-			gets := 0
-			st.FailWith(func(op queuetest.Op, id string) error {
-				if op != queuetest.OpGet || id != c.ID {
-					return nil
-				}
-				mu.Lock()
-				gets++
-				n := gets
-				mu.Unlock()
-				if n == tt.recordAt {
-					st.Put(call.NewResult(c, call.StatusQueued))
-				}
-				return nil
-			})
+			gets := recordAt(st, c, tt.recordAt)
 			d := &fakeDelivery{c: c}
 			w.Handle(context.Background(), d)
 			if d.settlement() != tt.want {
-				t.Fatalf("settled %q after %d reads, want %q", d.settlement(), gets, tt.want)
+				t.Fatalf("settled %q after %d reads, want %q", d.settlement(), gets(), tt.want)
 			}
 		})
+	}
+}
+
+// recordAt makes st record c as queued just before the n-th read of its record (the first is 1), as a
+// dispatcher that records the call after a worker looked for it; it returns the count of reads so far.
+func recordAt(st *queuetest.Store, c *call.Call, n int) (reads func() int) {
+	var mu sync.Mutex
+	gets := 0
+	st.FailWith(func(op queuetest.Op, id string) error {
+		if op != queuetest.OpGet || id != c.ID {
+			return nil
+		}
+		mu.Lock()
+		gets++
+		at := gets
+		mu.Unlock()
+		if at == n {
+			st.Put(call.NewResult(c, call.StatusQueued))
+		}
+		return nil
+	})
+	return func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return gets
 	}
 }
