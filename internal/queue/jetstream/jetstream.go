@@ -316,13 +316,13 @@ const provisionWait = 30 * time.Second
 // whileClusterForms runs try until it succeeds, fails for another reason than a cluster whose peers are
 // still joining or electing (clusterForming), or wait or ctx runs out; it returns try's last error. On a
 // fresh cluster, or one whose server just restarted, JetStream refuses to place a stream for a moment
-// ("no suitable peers for placement, peer offline"). try must be safe to repeat: provision creates or
-// updates.
+// ("no suitable peers for placement, peer offline"), or does not answer at all while it has no meta
+// leader (a request that times out). try must be safe to repeat: provision creates or updates.
 func whileClusterForms(ctx context.Context, wait time.Duration, try func() error) error {
 	deadline := time.Now().Add(wait)
 	for pause := 100 * time.Millisecond; ; pause = min(2*pause, 2*time.Second) {
 		err := try()
-		if err == nil || !clusterForming(err) || time.Now().Add(pause).After(deadline) {
+		if err == nil || ctx.Err() != nil || !clusterForming(err) || time.Now().Add(pause).After(deadline) {
 			return err
 		}
 		select {
@@ -337,6 +337,9 @@ func whileClusterForms(ctx context.Context, wait time.Duration, try func() error
 // peer offline (10005 with "peer offline"; without it, the cluster has too few servers for the
 // replicas, which waiting does not change) or the JetStream system temporarily unavailable (10008).
 func clusterForming(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) {
+		return true // no answer: no meta leader yet (whileClusterForms stops when its own ctx ends)
+	}
 	var apiErr *jetstream.APIError
 	if !errors.As(err, &apiErr) {
 		return false

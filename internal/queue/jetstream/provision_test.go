@@ -19,6 +19,8 @@ func TestWhileClusterForms(t *testing.T) {
 	tooFew := fmt.Errorf("create stream s: %w", &jetstream.APIError{Code: 400, ErrorCode: 10005,
 		Description: "no suitable peers for placement"})
 	other := errors.New("connection closed")
+	// What a request gets while the cluster has no meta leader: no answer within the API timeout.
+	noAnswer := fmt.Errorf("create consumer workers_lane1: %w", context.DeadlineExceeded)
 	for _, tt := range []struct {
 		name      string
 		errs      []error // what each try returns; nil ends
@@ -27,6 +29,7 @@ func TestWhileClusterForms(t *testing.T) {
 		want      error
 	}{
 		{"a peer comes online", []error{offline, offline, nil}, 30 * time.Second, 3, nil},
+		{"a meta leader is elected", []error{noAnswer, noAnswer, nil}, 30 * time.Second, 3, nil},
 		{"too few servers for the replicas", []error{tooFew, nil}, 30 * time.Second, 1, tooFew},
 		{"another error", []error{other, nil}, 30 * time.Second, 1, other},
 		{"the peer never comes", []error{offline, offline, offline, offline, offline, offline, offline, offline}, 500 * time.Millisecond, 3, offline},
@@ -42,4 +45,16 @@ func TestWhileClusterForms(t *testing.T) {
 			}
 		})
 	}
+	t.Run("the caller's context ends", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		tries := 0
+		err := whileClusterForms(ctx, 30*time.Second, func() error {
+			tries++
+			cancel()
+			return noAnswer
+		})
+		if !errors.Is(err, context.DeadlineExceeded) || tries != 1 {
+			t.Errorf("after %d tries: %v; want 1 try, the last error", tries, err)
+		}
+	})
 }
