@@ -137,6 +137,8 @@ const (
 	idleAfter = 5 * time.Minute
 	// poolTick is how often the pool resizes, retires old containers and measures its memory.
 	poolTick = time.Second
+	// refillDelay is how long after a claim the pool starts the container that replaces it.
+	refillDelay = 100 * time.Millisecond
 	// defaultSlotBytes is the memory assumed for one ready container until one has been measured.
 	defaultSlotBytes = 16 << 20
 	// labelPool marks pooled containers.
@@ -214,6 +216,8 @@ type pool struct {
 	dir  string // StateDir/slots.<start>: a shared mount whose subdirectories are the slots
 	stop context.CancelFunc
 	wake chan struct{}
+	// after runs f after d (time.AfterFunc; tests record it).
+	after func(d time.Duration, f func()) *time.Timer
 	done sync.WaitGroup // the manager and every creation in progress
 
 	closeOnce sync.Once // closePool's work, which every caller waits for
@@ -253,7 +257,7 @@ func (r *Runtime) startPool(ctx context.Context, started time.Time) error {
 		}
 	}
 	mctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	p := &pool{cfg: cfg, dir: dir, stop: stop, wake: make(chan struct{}, 1), profiles: map[profileKey]*profile{},
+	p := &pool{cfg: cfg, dir: dir, stop: stop, wake: make(chan struct{}, 1), after: time.AfterFunc, profiles: map[profileKey]*profile{},
 		slotBytes: defaultSlotBytes, discarded: map[string]uint64{}}
 	r.pool = p
 	p.done.Add(1)
@@ -347,7 +351,9 @@ func (r *Runtime) slotLimits(key profileKey) sandbox.Limits {
 func (p *pool) take(key profileKey, now time.Time) (s *slot, reason string, expired []*slot) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	defer p.poke()
+	// The replacement is made a moment later, off the claimed call's path: its creation would take the
+	// CPU the call, its result's write and its answer need now.
+	defer p.after(refillDelay, p.poke)
 	if p.disabled != "" {
 		return nil, ColdDisabled, nil
 	}

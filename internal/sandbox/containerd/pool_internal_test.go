@@ -238,3 +238,36 @@ func TestAckFilter(t *testing.T) {
 		})
 	}
 }
+
+// TestRefillWaitsForTheClaimedCall: a claim wakes the pool's manager only refillDelay later, so that the
+// replacement's creation does not take the CPU the claimed call needs at once; the claim itself does not.
+func TestRefillWaitsForTheClaimedCall(t *testing.T) {
+	var delays []time.Duration
+	var later []func()
+	key := profileKey{tmp: 1}
+	p := &pool{cfg: PoolConfig{MaxSize: 1, MaxAge: time.Minute, MaxProfiles: 1}, wake: make(chan struct{}, 1),
+		profiles: map[profileKey]*profile{key: {key: key, ready: []*slot{{id: "s1", created: time.Now()}}}},
+		discarded: map[string]uint64{},
+		after: func(d time.Duration, f func()) *time.Timer {
+			delays, later = append(delays, d), append(later, f)
+			return nil
+		}}
+	s, reason, _ := p.take(key, time.Now())
+	if s == nil || s.id != "s1" || reason != "" {
+		t.Fatalf("take: %v %q", s, reason)
+	}
+	select {
+	case <-p.wake:
+		t.Fatal("the claim woke the manager at once")
+	default:
+	}
+	if len(delays) != 1 || delays[0] != refillDelay || refillDelay < 50*time.Millisecond {
+		t.Fatalf("wake-ups scheduled after %v, want one after refillDelay (%s, at least 50ms)", delays, refillDelay)
+	}
+	later[0]()
+	select {
+	case <-p.wake:
+	default:
+		t.Fatal("the scheduled wake-up did not wake the manager")
+	}
+}

@@ -606,9 +606,16 @@ func (r *Runtime) removeLater(ctx context.Context, id string, container containe
 	go func() {
 		defer r.cleanups.Done()
 		defer func() { <-r.cleanupSlots }()
+		// A moment later, off the call's path: the worker records the result and the dispatcher answers
+		// in the next milliseconds, and the removal (runc kill and delete, the shim's exit) would take
+		// their CPU.
+		time.Sleep(removalDelay)
 		remove()
 	}()
 }
+
+// removalDelay is how long after its call a container's removal starts.
+const removalDelay = 50 * time.Millisecond
 
 // WaitCleanups blocks until every container of a finished call has been removed. Tests use it before
 // they check that nothing is left; Close calls it.
