@@ -218,7 +218,7 @@ type pool struct {
 	wake chan struct{}
 	// after runs f after d (time.AfterFunc; tests record it).
 	after func(d time.Duration, f func()) *time.Timer
-	done sync.WaitGroup // the manager and every creation in progress
+	done  sync.WaitGroup // the manager and every creation in progress
 
 	closeOnce sync.Once // closePool's work, which every caller waits for
 

@@ -246,7 +246,7 @@ func TestRefillWaitsForTheClaimedCall(t *testing.T) {
 	var later []func()
 	key := profileKey{tmp: 1}
 	p := &pool{cfg: PoolConfig{MaxSize: 1, MaxAge: time.Minute, MaxProfiles: 1}, wake: make(chan struct{}, 1),
-		profiles: map[profileKey]*profile{key: {key: key, ready: []*slot{{id: "s1", created: time.Now()}}}},
+		profiles:  map[profileKey]*profile{key: {key: key, ready: []*slot{{id: "s1", created: time.Now()}}}},
 		discarded: map[string]uint64{},
 		after: func(d time.Duration, f func()) *time.Timer {
 			delays, later = append(delays, d), append(later, f)
