@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,8 +19,9 @@ import (
 // Consume pulls calls and runs handle for each in its own goroutine, never more than slots at once. It
 // fetches one call per free slot, so that no buffered message ages toward its ack wait, and it takes turns
 // among the lanes, so that one tenant's flood delays only the tenants of its own lane. An empty message
-// on a lane's bell subject, published with each call, wakes an idle loop at once; redeliveries ring no
-// bell and are found by polling, every 250ms after a call was found and backing off to every 4s when the
+// on a lane's bell subject, published with each call, wakes an idle loop at once, which then fetches from
+// the lanes that rang before the others (a fetch is a round trip, and there are 16 lanes by default);
+// redeliveries ring no bell and are found by polling, every 250ms after a call was found and backing off to every 4s when the
 // queue stays empty. Consume returns when ctx ends, after every handle it started has returned; handle gets
 // ctx too and settles its Delivery (or leaves it to the call's runner elsewhere).
 func (c *Conn) Consume(ctx context.Context, slots int, handle func(context.Context, queue.Delivery)) error {
@@ -36,7 +39,12 @@ const (
 // them). It returns once fetching stopped and every handler returned.
 func (c *Conn) ConsumeWith(fetchCtx, runCtx context.Context, slots int, handle func(context.Context, queue.Delivery)) error {
 	bell := make(chan struct{}, 1)
-	sub, err := c.nc.Subscribe(c.cfg.SubjectPrefix+"_ready.*", func(*nats.Msg) {
+	f := &laneFetcher{conn: c, consumers: make([]jetstream.Consumer, c.cfg.Lanes), rung: make([]bool, c.cfg.Lanes)}
+	prefix := c.cfg.SubjectPrefix + "_ready."
+	sub, err := c.nc.Subscribe(prefix+"*", func(m *nats.Msg) {
+		if l, err := strconv.Atoi(strings.TrimPrefix(m.Subject, prefix)); err == nil {
+			f.ring(l)
+		}
 		select {
 		case bell <- struct{}{}:
 		default:
@@ -53,7 +61,6 @@ func (c *Conn) ConsumeWith(fetchCtx, runCtx context.Context, slots int, handle f
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	f := &laneFetcher{conn: c, consumers: make([]jetstream.Consumer, c.cfg.Lanes)}
 	poll := pollMin
 	for {
 		select {
@@ -87,19 +94,53 @@ func (c *Conn) ConsumeWith(fetchCtx, runCtx context.Context, slots int, handle f
 	}
 }
 
-// laneFetcher takes one message at a time, round-robin over the lanes. Used by one goroutine.
+// laneFetcher takes one message at a time, round-robin over the lanes. Used by one goroutine, but for
+// ring, which the bell subscription calls.
 type laneFetcher struct {
 	conn      *Conn
 	consumers []jetstream.Consumer // by lane, looked up on first use
 	turn      int
+	mu        sync.Mutex
+	rung      []bool // by lane: a bell rang since the lane was last fetched from
 }
 
-// next returns the next message in lane rotation, or nil when no lane has one ready: at most one fetch
-// request per lane.
-func (f *laneFetcher) next(ctx context.Context) (jetstream.Msg, error) {
+// ring notes that lane l's bell rang: a call was queued on it.
+func (f *laneFetcher) ring(l int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if l >= 0 && l < len(f.rung) {
+		f.rung[l] = true
+	}
+}
+
+// order returns the lanes in rotation order from turn, those whose bell rang first.
+func (f *laneFetcher) order() []int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	lanes := len(f.consumers)
-	for i := range lanes {
-		l := (f.turn + i) % lanes
+	order := make([]int, 0, lanes)
+	for pass := range 2 {
+		for i := range lanes {
+			if l := (f.turn + i) % lanes; f.rung[l] == (pass == 0) {
+				order = append(order, l)
+			}
+		}
+	}
+	return order
+}
+
+// tried forgets lane l's bell, before a fetch from it: a bell that rings after this rings again.
+func (f *laneFetcher) tried(l int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rung[l] = false
+}
+
+// next returns the next message in lane rotation, the lanes whose bell rang first, or nil when no lane
+// has one ready: at most one fetch request per lane.
+func (f *laneFetcher) next(ctx context.Context) (jetstream.Msg, error) {
+	for _, l := range f.order() {
+		f.tried(l)
 		cons, err := f.consumer(ctx, l)
 		if err != nil {
 			return nil, err
