@@ -166,8 +166,22 @@ func (r *cancelOnClose) Close() error {
 	return err
 }
 
+// outputLag bounds how long openOutput looks again for an object it did not find. Every object read is
+// named by a record or an operation written after the object, so a miss right after is a replica of a
+// replicated store that has not caught up (direct gets are answered by any replica): seen in a 3-server
+// cluster as "call not found" for a result's stored stdout read the moment its record was final.
+const outputLag = 2 * time.Second
+
 func (c *Conn) openOutput(ctx context.Context, name string, offset int64) (io.ReadCloser, error) {
 	obj, err := c.outs.Get(ctx, name)
+	for wait, deadline := 10*time.Millisecond, time.Now().Add(outputLag); errors.Is(err, jetstream.ErrObjectNotFound) && time.Now().Add(wait).Before(deadline); wait = min(2*wait, 250*time.Millisecond) {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("read output %s: %w", name, ctx.Err())
+		case <-time.After(wait):
+		}
+		obj, err = c.outs.Get(ctx, name)
+	}
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return nil, fmt.Errorf("read output %s: %w", name, queue.ErrNotFound)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,6 +90,31 @@ func TestOpenOutput(t *testing.T) {
 	}
 	if _, err := c.OpenOutput(ctx, "c_x/1/nothing", 0); !errors.Is(err, queue.ErrNotFound) {
 		t.Fatalf("missing object: %v, want queue.ErrNotFound", err)
+	}
+}
+
+// TestOpenOutputWaitsForALaggingReplica: an object that a reader does not find at once (a replica that has
+// not caught up with the write its record names) is found when it appears within a moment; one that never
+// appears is queue.ErrNotFound after that moment.
+func TestOpenOutputWaitsForALaggingReplica(t *testing.T) {
+	c := connect(t)
+	ctx := context.Background()
+	put := make(chan error, 1)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		_, err := c.PutOutput(ctx, "c_y/1/stdout", strings.NewReader("late"))
+		put <- err
+	}()
+	b, err := c.ReadOutput(ctx, "c_y/1/stdout", 0, -1)
+	if perr := <-put; perr != nil {
+		t.Fatal(perr)
+	}
+	if err != nil || string(b) != "late" {
+		t.Fatalf("read %q (%v), want the object written 300ms after the read began", b, err)
+	}
+	began := time.Now()
+	if _, err := c.ReadOutput(ctx, "c_y/1/never", 0, -1); !errors.Is(err, queue.ErrNotFound) || time.Since(began) > 5*time.Second {
+		t.Fatalf("missing object: %v after %s, want queue.ErrNotFound within a few seconds", err, time.Since(began))
 	}
 }
 
