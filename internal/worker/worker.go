@@ -565,7 +565,10 @@ func (w *Worker) guard(ctx context.Context, cancel context.CancelCauseFunc, cl *
 				return
 			}
 			sent := time.Now()
-			rctx, rcancel := context.WithDeadline(ctx, cl.deadline())
+			// Each attempt gets a few heartbeats, not all the time left: a write sent to a server that
+			// then died (a NATS leader killed mid-request) is never answered, and the next attempt, on the
+			// new leader, must come before the deadline.
+			rctx, rcancel := context.WithDeadline(ctx, earliest(cl.deadline(), sent.Add(renewAttempt*w.cfg.Heartbeat)))
 			err := cl.lease.Renew(rctx)
 			rcancel()
 			switch {
@@ -610,7 +613,10 @@ func (w *Worker) guard(ctx context.Context, cancel context.CancelCauseFunc, cl *
 				cancel(errFenced)
 				return
 			}
-			if err := cl.lease.Renew(ctx); errors.Is(err, queue.ErrConflict) {
+			rctx, rcancel := context.WithTimeout(ctx, renewAttempt*w.cfg.Heartbeat)
+			err = cl.lease.Renew(rctx)
+			rcancel()
+			if errors.Is(err, queue.ErrConflict) {
 				cancel(errFenced)
 				return
 			}
@@ -622,6 +628,17 @@ func (w *Worker) guard(ctx context.Context, cancel context.CancelCauseFunc, cl *
 		}
 	}()
 	return func() { stopCtx(); wg.Wait() }
+}
+
+// renewAttempt is how many heartbeats one attempt to renew a lease may take.
+const renewAttempt = 2
+
+// earliest returns the earlier of a and b.
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // spill moves every output field whose JSON encoding is larger than InlineBytes into the output store,

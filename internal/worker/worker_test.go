@@ -87,6 +87,9 @@ type fakeLeases struct {
 	held     map[string]bool
 	renews   int
 	renewErr error
+	// hangFirst makes the first renewal wait for its context to end, as a write sent to a server that
+	// died does.
+	hangFirst bool
 }
 
 func newFakeLeases() *fakeLeases { return &fakeLeases{held: map[string]bool{}} }
@@ -132,8 +135,14 @@ type fakeLease struct {
 	id string
 }
 
-func (l *fakeLease) Renew(context.Context) error {
+func (l *fakeLease) Renew(ctx context.Context) error {
 	l.f.mu.Lock()
+	if l.f.hangFirst {
+		l.f.hangFirst = false
+		l.f.mu.Unlock()
+		<-ctx.Done()
+		return ctx.Err()
+	}
 	defer l.f.mu.Unlock()
 	l.f.renews++
 	if !l.f.held[l.id] {
@@ -804,6 +813,29 @@ func TestLeaseRenewed(t *testing.T) {
 	}
 	if held, _ := leases.LeaseHeld(context.Background(), c.ID); held {
 		t.Fatal("the lease outlived the recorded result")
+	}
+}
+
+// TestLeaseRenewalUnanswered: a renewal that is never answered (sent to a NATS server that then died) is
+// given up after a few heartbeats and tried again, so the call keeps its lease instead of being stopped at
+// the lease's deadline.
+func TestLeaseRenewalUnanswered(t *testing.T) {
+	st := queuetest.NewStore()
+	rt := &fakeRuntime{block: make(chan struct{}), started: make(chan struct{})}
+	leases := newFakeLeases()
+	leases.hangFirst = true
+	w := newTestWorkerWith(t, testConfig(t), rt, st, WithLeases(leases))
+	c := queuedCall(st)
+	_, done := handleBlocked(w, rt, c)
+	for deadline := time.Now().Add(30 * time.Second); leases.renewCount() < 3; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d renewals in 30s after an unanswered one", leases.renewCount())
+		}
+	}
+	close(rt.block)
+	waitDone(t, done, "the call did not finish")
+	if final := st.Result(c.ID); final.Status != call.StatusOK {
+		t.Fatalf("final %s (%+v), want ok: the call was stopped", final.Status, final.Error)
 	}
 }
 
