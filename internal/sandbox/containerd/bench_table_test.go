@@ -46,18 +46,22 @@ func BenchmarkStartTable(b *testing.B) {
 	}
 	plain := plainRunner(b, d)
 	modes := []mode{{name: "plain"}, {name: "cold-runc", rt: newRT("runc", containerd.Config{RuntimeBinary: "runc"})}}
-	if _, err := exec.LookPath("crun"); err == nil {
-		modes = append(modes, mode{name: "cold-crun", rt: newRT("crun", containerd.Config{RuntimeBinary: "crun"})})
+	crun := ""
+	if _, err := exec.LookPath("crun"); err != nil {
+		b.Log("crun is not installed: no crun rows (scripts/deps.sh installs it)")
+	} else if why := containerd.CrunRefusal(context.Background(), "crun"); why != "" {
+		b.Logf("no crun rows: %s", why)
 	} else {
-		b.Log("crun is not installed: no cold-crun row (scripts/deps.sh installs it)")
+		crun = "crun"
+		modes = append(modes, mode{name: "cold-crun", rt: newRT("crun", containerd.Config{RuntimeBinary: crun})})
 	}
 	pool := containerd.PoolConfig{MaxSize: 16, Fillers: 4, InitBinary: probe, InitPath: probePath}
 	// No row with ShimGroups: containerd 1.6's runc shim loses a race when a group's last container goes
 	// while the next one starts its task ("remove pre-existing socket", "dial unix ...: no such file"),
 	// which failed calls in this benchmark (docs/deploy.md).
 	modes = append(modes, mode{name: "warm", rt: newRT("warm", containerd.Config{Pool: pool}), warm: true})
-	if _, err := exec.LookPath("crun"); err == nil {
-		modes = append(modes, mode{name: "warm-crun", rt: newRT("warm-crun", containerd.Config{Pool: pool, RuntimeBinary: "crun"}), warm: true})
+	if crun != "" {
+		modes = append(modes, mode{name: "warm-crun", rt: newRT("warm-crun", containerd.Config{Pool: pool, RuntimeBinary: crun}), warm: true})
 	}
 	for _, m := range modes {
 		for _, conc := range []int{1, 4, 16} {

@@ -37,51 +37,73 @@ func isCrun(binary string) bool { return filepath.Base(binary) == "crun" }
 
 // resolveRuntimeBinary turns the configured OCI runtime into the one the shim runs, and says why when
 // "auto" could not pick crun.
-func resolveRuntimeBinary(handler, binary string) (string, []string) {
+func resolveRuntimeBinary(ctx context.Context, handler, binary string) (string, []string) {
 	if binary != RuntimeBinaryAuto {
 		return binary, nil
 	}
 	if !isRuncShim(handler) {
 		return "", nil
 	}
-	if _, err := exec.LookPath("crun"); err != nil {
+	crun, err := exec.LookPath("crun")
+	if err != nil {
 		return "runc", nil // not installed: runc, nothing to report
 	}
-	if why := crunUnusable(); why != "" {
+	if why := crunRefusal(ctx, crun, hybridControllersFile); why != "" {
 		return "runc", []string{"runtime_binary auto: using runc, not crun: " + why}
 	}
 	return "crun", nil
 }
 
-// crunUnusable says why crun cannot run containers on this host, "" when it can. crun 1.8 refuses a
-// hybrid cgroup layout (v1 controllers plus a v2 hierarchy at /sys/fs/cgroup/unified) in which the v2
-// hierarchy holds a controller ("cgroups in hybrid mode not supported").
-func crunUnusable() string {
-	b, err := os.ReadFile("/sys/fs/cgroup/unified/cgroup.controllers")
+// hybridControllersFile lists the controllers of the v2 hierarchy of a host that mixes cgroup v1 and v2.
+const hybridControllersFile = "/sys/fs/cgroup/unified/cgroup.controllers"
+
+// CrunRefusal says why the crun at binary cannot run containers on this host, "" when it can. crun before
+// 1.9 refuses a hybrid cgroup layout (v1 controllers plus a v2 hierarchy at /sys/fs/cgroup/unified) whose
+// v2 hierarchy holds a controller ("cgroups in hybrid mode not supported"): every container fails to
+// start.
+func CrunRefusal(ctx context.Context, binary string) string {
+	return crunRefusal(ctx, binary, hybridControllersFile)
+}
+
+func crunRefusal(ctx context.Context, binary, controllersFile string) string {
+	b, err := os.ReadFile(controllersFile)
 	if err != nil {
 		return ""
 	}
-	if c := strings.TrimSpace(string(b)); c != "" {
-		return fmt.Sprintf("this host mixes cgroup v1 and v2 and its v2 hierarchy holds the %s controller, which crun before 1.9 refuses; boot the host with cgroup v1 or v2 alone, install crun 1.9 or later, or use runc", c)
+	c := strings.TrimSpace(string(b))
+	if c == "" {
+		return ""
 	}
-	return ""
+	if major, minor, ok := crunVersion(ctx, binary); ok && (major > 1 || major == 1 && minor >= 9) {
+		return ""
+	}
+	return fmt.Sprintf("this host mixes cgroup v1 and v2 and its v2 hierarchy holds the %s controller, which crun before 1.9 refuses; boot the host with cgroup v1 or v2 alone, install crun 1.9 or later, or use runc", c)
+}
+
+// crunVersion runs binary --version; ok is false when its answer names no crun version.
+func crunVersion(ctx context.Context, binary string) (major, minor int, ok bool) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, binary, "--version").Output()
+	m := crunVersionRE.FindStringSubmatch(string(out))
+	if err != nil || m == nil {
+		return 0, 0, false
+	}
+	major, _ = strconv.Atoi(m[1])
+	minor, _ = strconv.Atoi(m[2])
+	return major, minor, true
 }
 
 var crunVersionRE = regexp.MustCompile(`(?m)^crun version (\d+)\.(\d+)(?:\.(\d+))?`)
 
 // crunWarnings checks the crun at binary and returns what an operator should fix.
 func crunWarnings(ctx context.Context, binary string) []string {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, binary, "--version").Output()
-	m := crunVersionRE.FindStringSubmatch(string(out))
-	if err != nil || m == nil {
-		return []string{fmt.Sprintf("cannot tell the version of crun at %s (%v): production needs crun %s or later", binary, err, MinCrunVersion)}
-	}
-	major, _ := strconv.Atoi(m[1])
-	minor, _ := strconv.Atoi(m[2])
-	if major < 1 || major == 1 && minor < 28 {
-		return []string{fmt.Sprintf("crun %s.%s is older than %s: it lacks the fix for CVE-2026-47766 (an image's /dev symlink) and 1.14.1's chdir hardening; the sandbox never lets crun change into the workspace and closes leaked descriptors itself, but use images you trust, or a newer crun, in production", m[1], m[2], MinCrunVersion)}
+	major, minor, ok := crunVersion(ctx, binary)
+	switch {
+	case !ok:
+		return []string{fmt.Sprintf("cannot tell the version of crun at %s: production needs crun %s or later", binary, MinCrunVersion)}
+	case major < 1 || major == 1 && minor < 28:
+		return []string{fmt.Sprintf("crun %d.%d is older than %s: it lacks the fix for CVE-2026-47766 (an image's /dev symlink) and 1.14.1's chdir hardening; the sandbox never lets crun change into the workspace and closes leaked descriptors itself, but use images you trust, or a newer crun, in production", major, minor, MinCrunVersion)}
 	}
 	return nil
 }

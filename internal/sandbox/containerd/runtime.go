@@ -179,6 +179,17 @@ func New(ctx context.Context, cfg Config) (_ *Runtime, retErr error) {
 	if _, err := client.Version(ctx); err != nil {
 		return nil, fmt.Errorf("query containerd version at %s: %w", cfg.Address, err)
 	}
+	var warnings []string
+	cfg.RuntimeBinary, warnings = resolveRuntimeBinary(ctx, RuncHandler, cfg.RuntimeBinary)
+	all, def, err := backends(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if isCrun(cfg.RuntimeBinary) {
+		if why := CrunRefusal(ctx, cfg.RuntimeBinary); why != "" {
+			return nil, fmt.Errorf("check runtime binary %s: %s", cfg.RuntimeBinary, why)
+		}
+	}
 	// A fresh root for every Runtime: a crashed worker's containers may still be running (or, worse, being
 	// created by runc, which writes mount points into its root) on the old one until RemoveOrphans has
 	// removed them, and then it removes the old roots too.
@@ -190,12 +201,6 @@ func New(ctx context.Context, cfg Config) (_ *Runtime, retErr error) {
 	fifos := filepath.Join(cfg.StateDir, "fifo")
 	if err := os.MkdirAll(fifos, 0o700); err != nil {
 		return nil, fmt.Errorf("create fifo dir: %w", err)
-	}
-	var warnings []string
-	cfg.RuntimeBinary, warnings = resolveRuntimeBinary(RuncHandler, cfg.RuntimeBinary)
-	all, def, err := backends(cfg)
-	if err != nil {
-		return nil, err
 	}
 	switch {
 	case def.runc:

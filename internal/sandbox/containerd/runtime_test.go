@@ -536,3 +536,50 @@ func TestLiveOutput(t *testing.T) {
 			len(got), strings.Count(got, "y"), strings.Contains(got, "err\n"), r.out.Stdout.Truncated())
 	}
 }
+
+// TestCrunWhereItRuns: a Runtime told to run crun where crun cannot start containers (crun before 1.9 on a
+// host whose cgroup v2 hierarchy holds a controller beside v1's) is refused at New with the reason and the
+// fix, not at every call with crun's own "cgroups in hybrid mode not supported"; "auto" then picks runc
+// and says why. Where crun can run, both run calls under it.
+func TestCrunWhereItRuns(t *testing.T) {
+	ctrtest.RequirePrograms(t, "crun")
+	ctx := context.Background()
+	why := containerd.CrunRefusal(ctx, "crun")
+	t.Logf("crun refusal on this host: %q", why)
+	d := ctrtest.StartDaemon(t)
+	newRT := func(binary string) (*containerd.Runtime, error) {
+		return containerd.New(ctx, containerd.Config{Address: d.Address(), Namespace: "crun-" + binary, WorkerID: "crun-" + binary,
+			StateDir: filepath.Join(ctrtest.ShortTempDir(t), "state"), UID: ctrtest.SandboxUID, GID: ctrtest.SandboxGID,
+			RuntimeBinary: binary})
+	}
+	explicit, err := newRT("crun")
+	if why != "" {
+		if err == nil || !strings.Contains(err.Error(), why) {
+			t.Fatalf("New with crun on a host that refuses it: %v, want the refusal %q", err, why)
+		}
+	} else {
+		if err != nil {
+			t.Fatalf("New with crun: %v", err)
+		}
+		t.Cleanup(func() { explicit.Close() })
+		out, err := explicit.Run(ctx, sandbox.Spec{ID: newID("crun"), Argv: []string{"/bin/true"}, WorkspaceDir: workspace(t),
+			Limits: sandbox.Limits{Timeout: time.Minute}})
+		if err != nil || out.ExitCode != 0 {
+			t.Fatalf("Run under crun: %v, exit %d", err, out.ExitCode)
+		}
+	}
+	auto, err := newRT(containerd.RuntimeBinaryAuto)
+	if err != nil {
+		t.Fatalf("New with auto: %v", err)
+	}
+	t.Cleanup(func() { auto.Close() })
+	w := strings.Join(auto.Warnings(), "\n")
+	if (why != "") != strings.Contains(w, "using runc, not crun") {
+		t.Fatalf("auto on a host where crun refusal is %q: warnings %q", why, w)
+	}
+	out, err := auto.Run(ctx, sandbox.Spec{ID: newID("auto"), Argv: []string{"/bin/true"}, WorkspaceDir: workspace(t),
+		Limits: sandbox.Limits{Timeout: time.Minute}})
+	if err != nil || out.ExitCode != 0 {
+		t.Fatalf("Run under auto: %v, exit %d", err, out.ExitCode)
+	}
+}

@@ -1,0 +1,57 @@
+package containerd
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// fakeCrun writes an executable that answers --version as a crun of version would ("" answers nothing).
+func fakeCrun(t *testing.T, version string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "crun")
+	script := "#!/bin/sh\n"
+	if version != "" {
+		script += "echo 'crun version " + version + "'\necho 'commit: 0'\n"
+	}
+	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+func TestCrunRefusal(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		controllers *string // nil: no v2 hierarchy at all
+		version     string
+		refused     bool
+	}{
+		{name: "cgroup v1 alone", version: "1.8.1"},
+		{name: "hybrid with an empty v2 hierarchy", controllers: ptr(""), version: "1.8.1"},
+		{name: "hybrid with hugetlb on v2, crun 1.8", controllers: ptr("hugetlb\n"), version: "1.8.1", refused: true},
+		{name: "hybrid with hugetlb on v2, crun 1.9", controllers: ptr("hugetlb\n"), version: "1.9"},
+		{name: "hybrid with hugetlb on v2, crun 1.21", controllers: ptr("hugetlb\n"), version: "1.21.0"},
+		{name: "hybrid, version unknown", controllers: ptr("hugetlb"), version: "", refused: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "cgroup.controllers")
+			if tc.controllers != nil {
+				if err := os.WriteFile(file, []byte(*tc.controllers), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			why := crunRefusal(context.Background(), fakeCrun(t, tc.version), file)
+			if tc.refused != (why != "") {
+				t.Fatalf("refused = %q, want refused %v", why, tc.refused)
+			}
+			if tc.refused && (!strings.Contains(why, "hugetlb") || !strings.Contains(why, "crun 1.9 or later")) {
+				t.Fatalf("refusal %q does not name the controller and the fix", why)
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
