@@ -28,11 +28,11 @@ func TestLoadConfigPool(t *testing.T) {
 		binary  string
 		wantErr string
 	}{
-		{name: "defaults", want: poolConfig{MaxSize: 8, MemoryBytes: 256 << 20, MaxAge: 10 * time.Minute}},
+		{name: "defaults", want: poolConfig{MaxSize: 8, MemoryBytes: 256 << 20, MaxAge: 10 * time.Minute}, binary: "auto"},
 		{name: "file", yaml: "runtime_binary: crun\npool: {max_size: 3, memory_bytes: 1048576, max_age: 30s}\n",
 			want: poolConfig{MaxSize: 3, MemoryBytes: 1 << 20, MaxAge: 30 * time.Second}, binary: "crun"},
-		{name: "flags over the file", yaml: "pool: {max_size: 3}\n", flags: []string{"-pool-size", "0", "-runtime-binary", "auto"},
-			want: poolConfig{MaxSize: 0, MemoryBytes: 256 << 20, MaxAge: 10 * time.Minute}, binary: "auto"},
+		{name: "flags over the file", yaml: "runtime_binary: crun\npool: {max_size: 3}\n", flags: []string{"-pool-size", "0", "-runtime-binary", "runc"},
+			want: poolConfig{MaxSize: 0, MemoryBytes: 256 << 20, MaxAge: 10 * time.Minute}, binary: "runc"},
 		{name: "negative size", flags: []string{"-pool-size", "-1"}, wantErr: "pool.max_size -1 is outside 0..1024"},
 		{name: "negative budget", yaml: "pool: {memory_bytes: -5}\n", wantErr: "pool.memory_bytes -5 is negative"},
 		{name: "negative age", yaml: "pool: {max_age: -1s}\n", wantErr: "pool.max_age -1s is negative"},

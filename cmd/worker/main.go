@@ -51,8 +51,8 @@ type config struct {
 	ContainerdBinary  string `yaml:"containerd_binary"`
 	Namespace         string `yaml:"namespace"`
 	Runtime           string `yaml:"runtime"`
-	// RuntimeBinary is the OCI runtime the runc runtime's shim runs: "runc", "crun", a path, or "auto" (crun when it
-	// is installed and works on this host, runc otherwise); empty leaves the shim's default, runc.
+	// RuntimeBinary is the OCI runtime the runc runtime's shim runs: "runc", "crun", a path, or "auto" (the
+	// default: crun where it is installed, runs containers on this host and is recent enough, runc otherwise).
 	RuntimeBinary string `yaml:"runtime_binary"`
 	// Pool is the warm pool of runc containers created ahead of their calls.
 	Pool poolConfig `yaml:"pool"`
@@ -126,6 +126,8 @@ func defaults() config {
 		Heartbeat: 5 * time.Second, DrainTimeout: 30 * time.Second, LogLevel: "info", WorkspaceQuota: 1 << 30,
 		Metrics: metrics.Options{TenantLabel: true, MaxTenants: metrics.DefaultMaxTenants},
 		Pool:    poolConfig{MaxSize: 8, MemoryBytes: 256 << 20, MaxAge: 10 * time.Minute},
+		// crun where it holds: it starts a container with less CPU than runc (docs/deploy.md).
+		RuntimeBinary: containerd.RuntimeBinaryAuto,
 	}
 }
 
@@ -248,7 +250,7 @@ func loadConfig(fs *flag.FlagSet, args []string) (config, error) {
 	natsURL := fs.String("nats-url", "", "NATS server URL (default nats://127.0.0.1:4222, the dispatcher's embedded server)")
 	ctrd := fs.String("containerd-address", "", "containerd socket; empty starts a private containerd under the data dir")
 	runtimeName := fs.String("runtime", "", "sandbox runtime of calls whose tenant names none: runc (default), gvisor, a name from runtimes, or a containerd runtime handler")
-	runtimeBinary := fs.String("runtime-binary", "", "OCI runtime the shim of the runc runtime runs: runc, crun, a path, or auto (crun when it works here)")
+	runtimeBinary := fs.String("runtime-binary", "", "OCI runtime the shim of the runc runtime runs: runc, crun, a path, or auto (default: crun where it works here and is recent enough, else runc)")
 	poolSize := fs.Int("pool-size", 0, "most runc containers kept ready ahead of calls (default 8; 0: no warm pool)")
 	dataDir := fs.String("data-dir", "", "state directory (default /var/lib/toolpool/worker)")
 	wsDir := fs.String("workspaces", "", "workspaces directory (default DATA_DIR/workspaces)")

@@ -4,4 +4,5 @@ package containerd
 var (
 	RuncVersion = runcVersion
 	RuncTooOld  = runcTooOld
+	CrunVersion = crunVersion
 )

@@ -17,8 +17,8 @@ import (
 	"github.com/toolpool/toolpool/internal/sandbox"
 )
 
-// RuntimeBinaryAuto asks New to pick the OCI runtime: crun when it is installed and works on this host,
-// runc otherwise.
+// RuntimeBinaryAuto asks New to pick the OCI runtime: crun when it is installed, can run containers on
+// this host and is at least MinCrunVersion, runc otherwise (resolveRuntimeBinary).
 const RuntimeBinaryAuto = "auto"
 
 // MinCrunVersion is the oldest crun this release recommends for production: 1.28 fixed CVE-2026-47766 (a
@@ -35,8 +35,10 @@ func isRuncShim(name string) bool { return strings.HasPrefix(name, "io.container
 
 func isCrun(binary string) bool { return filepath.Base(binary) == "crun" }
 
-// resolveRuntimeBinary turns the configured OCI runtime into the one the shim runs, and says why when
-// "auto" could not pick crun.
+// resolveRuntimeBinary turns the configured OCI runtime into the one the shim runs. "auto" is crun where
+// crun holds: installed, able to run containers on this host (CrunRefusal) and at least MinCrunVersion;
+// runc otherwise, with the reason when crun is installed (so that an operator sees what would make calls
+// start faster).
 func resolveRuntimeBinary(ctx context.Context, handler, binary string) (string, []string) {
 	if binary != RuntimeBinaryAuto {
 		return binary, nil
@@ -48,8 +50,14 @@ func resolveRuntimeBinary(ctx context.Context, handler, binary string) (string, 
 	if err != nil {
 		return "runc", nil // not installed: runc, nothing to report
 	}
-	if why := crunRefusal(ctx, crun, hybridControllersFile); why != "" {
-		return "runc", []string{"runtime_binary auto: using runc, not crun: " + why}
+	why := crunRefusal(ctx, crun, hybridControllersFile)
+	if why == "" {
+		if w := crunWarnings(ctx, crun); len(w) > 0 {
+			why = w[0]
+		}
+	}
+	if why != "" {
+		return "runc", []string{"runtime_binary auto: using runc, not crun: " + why + " (set runtime_binary: runc to keep runc without this note)"}
 	}
 	return "crun", nil
 }

@@ -55,3 +55,37 @@ func TestCrunRefusal(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestAutoPicksCrunWhereItHolds: "auto" picks the crun on PATH when it is recent enough (and so able to run
+// on any cgroup layout), and runc with the reason for an old one; runc quietly when there is no crun; other
+// handlers get no binary at all.
+func TestAutoPicksCrunWhereItHolds(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		version, handler, want string
+		note                   bool
+	}{
+		{version: "1.30", handler: RuncHandler, want: "crun"},
+		{version: "1.8.1", handler: RuncHandler, want: "runc", note: true},
+		{version: "none", handler: RuncHandler, want: "runc"},
+		{version: "1.30", handler: "io.containerd.runsc.v1", want: ""},
+	} {
+		t.Run(tc.version+" "+tc.handler, func(t *testing.T) {
+			dir := t.TempDir()
+			if tc.version != "none" {
+				dir = filepath.Dir(fakeCrun(t, tc.version))
+			}
+			t.Setenv("PATH", dir)
+			got, notes := resolveRuntimeBinary(ctx, tc.handler, RuntimeBinaryAuto)
+			if got != tc.want || (len(notes) > 0) != tc.note {
+				t.Fatalf("auto = %q, notes %q; want %q, a note %v", got, notes, tc.want, tc.note)
+			}
+			if tc.note && !strings.Contains(notes[0], "older than "+MinCrunVersion) && !strings.Contains(notes[0], "crun before 1.9 refuses") {
+				t.Fatalf("note %q says neither why crun is not used nor what to do", notes[0])
+			}
+		})
+	}
+	if got, _ := resolveRuntimeBinary(ctx, RuncHandler, "/opt/crun"); got != "/opt/crun" {
+		t.Fatalf("an explicit binary became %q", got)
+	}
+}

@@ -51,8 +51,9 @@ type Config struct {
 	GVisor *GVisorConfig
 	// RuntimeBinary is the OCI runtime the runc shim of RuncRuntime runs (its BinaryName option): "runc",
 	// "crun" or a path; empty means what the shim runs by default ("runc" on PATH, unless containerd's
-	// config says otherwise). RuntimeBinaryAuto picks crun when it is installed and works on this host (see
-	// Warnings), runc otherwise. The other runtimes (gVisor, Runtimes) ignore it.
+	// config says otherwise). RuntimeBinaryAuto picks crun where it holds (installed, able to run containers
+	// here, at least MinCrunVersion), runc otherwise, and says why in Warnings when crun is installed. An
+	// explicit crun that cannot run containers on this host (CrunRefusal) fails New. The other runtimes (gVisor, Runtimes) ignore it.
 	RuntimeBinary string
 	// ShimGroups, when positive, spreads the containers over that many runc shims (the shim's group
 	// annotation) instead of starting one shim per container: a shim is a long-lived process of its own,

@@ -540,7 +540,8 @@ func TestLiveOutput(t *testing.T) {
 // TestCrunWhereItRuns: a Runtime told to run crun where crun cannot start containers (crun before 1.9 on a
 // host whose cgroup v2 hierarchy holds a controller beside v1's) is refused at New with the reason and the
 // fix, not at every call with crun's own "cgroups in hybrid mode not supported"; "auto" then picks runc
-// and says why. Where crun can run, both run calls under it.
+// and says why, as it does for a crun older than MinCrunVersion. Where crun can run, an explicit crun runs
+// calls, and auto runs them under whichever it picked.
 func TestCrunWhereItRuns(t *testing.T) {
 	ctrtest.RequirePrograms(t, "crun")
 	ctx := context.Background()
@@ -573,9 +574,11 @@ func TestCrunWhereItRuns(t *testing.T) {
 		t.Fatalf("New with auto: %v", err)
 	}
 	t.Cleanup(func() { auto.Close() })
+	major, minor, _ := containerd.CrunVersion(ctx, "crun")
+	old := major < 1 || major == 1 && minor < 28 // containerd.MinCrunVersion
 	w := strings.Join(auto.Warnings(), "\n")
-	if (why != "") != strings.Contains(w, "using runc, not crun") {
-		t.Fatalf("auto on a host where crun refusal is %q: warnings %q", why, w)
+	if (why != "" || old) != strings.Contains(w, "using runc, not crun") {
+		t.Fatalf("auto on a host where crun (%d.%d) refusal is %q: warnings %q", major, minor, why, w)
 	}
 	out, err := auto.Run(ctx, sandbox.Spec{ID: newID("auto"), Argv: []string{"/bin/true"}, WorkspaceDir: workspace(t),
 		Limits: sandbox.Limits{Timeout: time.Minute}})
