@@ -202,7 +202,7 @@ func New(cfg Config, rt sandbox.Runtime, store Store, reg *tools.Registry, log *
 		return nil, err
 	}
 	wcfg := cfg.Workspaces
-	wcfg.Dir, wcfg.UID, wcfg.GID = cfg.WorkspacesDir, cfg.UID, cfg.GID
+	wcfg.Dir, wcfg.UID, wcfg.GID, wcfg.Quota = cfg.WorkspacesDir, cfg.UID, cfg.GID, cfg.WorkspaceQuota
 	wsm, err := workspace.New(wcfg)
 	if err != nil {
 		return nil, err

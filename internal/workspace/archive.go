@@ -93,7 +93,8 @@ func openArchive(f *os.File) (archive, error) {
 			return nil, refuse("the zip archive cannot be read: %v", err)
 		}
 		return &zipArchive{files: zr.File}, nil
-	case n >= 262 && string(head[257:262]) == "ustar":
+	case n >= 262 && string(head[257:262]) == "ustar",
+		n == 512 && bytes.Count(head, []byte{0}) == 512: // an empty tar (tar -cf x.tar -T /dev/null): its end blocks
 		return &tarArchive{tr: tar.NewReader(bufio.NewReader(f))}, nil
 	}
 	return nil, refuse("the upload is not a tar, tar.gz or zip archive (its first bytes match none of them)")
@@ -439,9 +440,9 @@ func (c *checker) probe(raw, p string, k byte) error {
 	isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
 	switch {
 	case k == 'd' && !isDir && st.Mode&unix.S_IFMT == unix.S_IFLNK:
-		return refuse("the archive's directory %q would be written through %q, a symlink in the workspace: remove it first", raw, full)
+		return refuse("the archive's entry %q would be written through %q, a symlink in the workspace: remove it first", raw, full)
 	case k == 'd' && !isDir:
-		return refuse("the archive's directory %q would replace the file %q in the workspace: remove it first", raw, full)
+		return refuse("the archive's entry %q needs %q to be a directory, and the workspace has a file there: remove it first", raw, full)
 	case k != 'd' && isDir:
 		return refuse("the archive's entry %q would replace the directory %q in the workspace: remove it first", raw, full)
 	}

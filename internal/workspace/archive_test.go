@@ -280,6 +280,18 @@ func TestUploadRefusesWorkspaceLinks(t *testing.T) {
 
 // TestExtract: a good archive lands whole, owned by the sandbox user, with modes, links and the archive's
 // own "./" prefix handled; zip too.
+// TestEmptyTar: an empty tar (tar -cf x.tar -T /dev/null: only its zero end blocks, no "ustar" magic to
+// sniff) seeds an empty workspace rather than being refused as "not a tar".
+func TestEmptyTar(t *testing.T) {
+	m := newManager(t, Config{})
+	inf, err := m.Create(context.Background(), "t1", "ws", tempArchive(t, make([]byte, 10240)))
+	if err != nil || inf.Files != 0 {
+		t.Fatalf("Create from an empty tar: %+v, %v", inf, err)
+	}
+	_, err = m.Create(context.Background(), "t1", "ws2", tempArchive(t, make([]byte, 100)))
+	wantErr(t, err, call.ErrInvalidParams, "not a tar, tar.gz or zip")
+}
+
 func TestExtract(t *testing.T) {
 	ctx := context.Background()
 	m := newManager(t, Config{})

@@ -54,6 +54,11 @@ type Config struct {
 	MaxBytes int64
 	// Archive bounds each uploaded archive; zero fields take DefaultArchiveLimits'.
 	Archive Limits
+	// Quota is the most disk space one workspace may use, the quota its calls run under (the worker's
+	// workspace_quota); zero means none. A seed, upload or clone that would take a workspace past it is
+	// refused (too_large) with nothing written: a workspace seeded past its quota could take no call
+	// that writes.
+	Quota int64
 	// Now replaces time.Now, for tests.
 	Now func() time.Time
 }
@@ -66,7 +71,7 @@ func (c *Config) Validate() error {
 	switch {
 	case c.Dir == "" || !filepath.IsAbs(c.Dir) || filepath.Clean(c.Dir) != c.Dir:
 		return fmt.Errorf("workspaces dir %q must be a clean absolute path", c.Dir)
-	case c.IdleTTL < 0 || c.MaxWorkspaces < 0 || c.MaxBytes < 0 || c.Archive.Files < 0 || c.Archive.Bytes < 0:
+	case c.IdleTTL < 0 || c.MaxWorkspaces < 0 || c.MaxBytes < 0 || c.Archive.Files < 0 || c.Archive.Bytes < 0 || c.Quota < 0:
 		return errors.New("workspace idle TTL and limits must not be negative")
 	}
 	return nil
@@ -334,6 +339,9 @@ func (m *Manager) Create(ctx context.Context, tenant, name string, f *os.File) (
 			for _, e := range entries {
 				size += e.size
 			}
+			err = m.checkQuota(name, 0, size)
+		}
+		if err == nil {
 			err = m.checkLimits(tenant, 1, size)
 		}
 		if err == nil {
@@ -413,6 +421,9 @@ func (m *Manager) CreateFrom(ctx context.Context, tenant, name string, fill Fill
 	}
 	size, err := m.claimTree(staging.fd, m.cfg.Archive)
 	if err != nil {
+		return Info{}, err
+	}
+	if err := m.checkQuota(name, 0, size); err != nil {
 		return Info{}, err
 	}
 	done, err := m.lockNew(ctx, tenant, name)
@@ -543,6 +554,11 @@ func (m *Manager) Upload(ctx context.Context, tenant, name, dest string, f *os.F
 	for _, e := range entries {
 		size += e.size
 	}
+	if m.cfg.Quota > 0 {
+		if err := m.checkQuota(name, usageOf(fd), size); err != nil {
+			return Info{}, err
+		}
+	}
 	if err := m.checkLimits(tenant, 0, size); err != nil {
 		return Info{}, err
 	}
@@ -668,6 +684,20 @@ func (m *Manager) names(tenant string) ([]string, error) {
 		}
 	}
 	return names, nil
+}
+
+// checkQuota refuses adding bytes to workspace name, which uses used, past Config.Quota. The bytes added
+// are counted whole, as if no file they replace were freed.
+func (m *Manager) checkQuota(name string, used, add int64) error {
+	if m.cfg.Quota <= 0 || used+add <= m.cfg.Quota {
+		return nil
+	}
+	what := fmt.Sprintf("this would put %s into workspace %q", FormatBytes(add), name)
+	if used > 0 {
+		what = fmt.Sprintf("workspace %q uses %s and this would add %s", name, FormatBytes(used), FormatBytes(add))
+	}
+	return &Error{Type: TypeTooLarge, Msg: fmt.Sprintf("%s, over the quota of %s a workspace may use (the worker's workspace_quota): upload less (leave out build outputs and dependencies, or push parts separately after deleting what they replace), or have an operator raise the quota",
+		what, FormatBytes(m.cfg.Quota))}
 }
 
 // checkLimits refuses adding workspaces and bytes that would take the tenant past its limits, naming

@@ -127,6 +127,39 @@ func TestLimits(t *testing.T) {
 	}
 }
 
+// TestQuota: a seed, an upload or a filled tree that would take one workspace past Config.Quota (the quota
+// its calls run under) is refused as too large, naming the quota and what to do, with nothing written; what
+// fits is taken.
+func TestQuota(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t, Config{Quota: 128 << 10})
+	big := makeTar(t, true, file("big", strings.Repeat("x", 200<<10)))
+	_, err := m.Create(ctx, "t1", "seeded", tempArchive(t, big))
+	wantErr(t, err, TypeTooLarge, "over the quota of 128.0 KiB a workspace may use")
+	if _, err := m.Info(ctx, "t1", "seeded"); err == nil {
+		t.Fatal("a refused seed left a workspace")
+	}
+	if _, err := m.Create(ctx, "t1", "ws", tempArchive(t, makeTar(t, false, file("small", strings.Repeat("y", 60<<10))))); err != nil {
+		t.Fatalf("a seed within the quota: %v", err)
+	}
+	more := makeTar(t, false, file("more", strings.Repeat("z", 80<<10)))
+	_, err = m.Upload(ctx, "t1", "ws", "sub", tempArchive(t, more))
+	wantErr(t, err, TypeTooLarge, `workspace "ws" uses`)
+	if inf, _ := m.Info(ctx, "t1", "ws"); inf.Files != 1 {
+		t.Fatalf("a refused upload left %d files, want the seed's 1", inf.Files)
+	}
+	if _, err := m.Upload(ctx, "t1", "ws", "sub", tempArchive(t, makeTar(t, false, file("fits", strings.Repeat("z", 20<<10))))); err != nil {
+		t.Fatalf("an upload within the quota: %v", err)
+	}
+	_, err = m.CreateFrom(ctx, "t1", "cloned", func(_ context.Context, dir string, _ Limits) error {
+		return os.WriteFile(filepath.Join(dir, "blob"), bytes.Repeat([]byte("b"), 200<<10), 0o644)
+	})
+	wantErr(t, err, TypeTooLarge, "over the quota")
+	if _, err := m.Info(ctx, "t1", "cloned"); err == nil {
+		t.Fatal("a refused clone left a workspace")
+	}
+}
+
 // TestSweep: a workspace unused for longer than the idle TTL is removed; one in use (or used recently) is
 // not.
 func TestSweep(t *testing.T) {
