@@ -138,6 +138,7 @@ func BenchmarkStartTable(b *testing.B) {
 				reportPercentiles(b, ms)
 				b.ReportMetric(float64(b.N)/elapsed.Seconds(), "calls/s")
 				if m.warm {
+					m.rt.MeasurePool()
 					b.ReportMetric(100*float64(warmCalls)/float64(b.N), "warm-%")
 					b.ReportMetric(float64(m.rt.PoolStats().MemoryBytes)/(1<<20), "pool-MiB")
 					b.ReportMetric(float64(m.rt.PoolStats().Ready), "pool-ready")

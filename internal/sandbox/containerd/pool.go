@@ -953,10 +953,12 @@ func (r *Runtime) measurePool() {
 	for _, pr := range p.profiles {
 		ready = append(ready, pr.ready...)
 	}
-	p.mu.Unlock()
 	if len(ready) == 0 {
+		p.memBytes = 0 // nothing ready holds nothing; slotBytes keeps the last estimate
+		p.mu.Unlock()
 		return
 	}
+	p.mu.Unlock()
 	var total int64
 	shims := map[int]int{} // shim pid: ready containers it serves
 	for _, s := range ready {
