@@ -37,17 +37,14 @@ func ResolvePath(p string) (string, error) {
 			return "", fmt.Errorf("the path contains the control character %q", c)
 		}
 	}
+	abs, ok := deniedpath.ExpandHome(p)
 	switch {
-	case p == "~":
-		p = WorkspaceRoot
-	case strings.HasPrefix(p, "~/"):
-		p = WorkspaceRoot + p[1:]
-	case strings.HasPrefix(p, "~"):
+	case !ok:
 		return "", fmt.Errorf("the path %q names another user's home: use a path inside %s", p, WorkspaceRoot)
-	case !strings.HasPrefix(p, "/"):
-		p = WorkspaceRoot + "/" + p
+	case !strings.HasPrefix(abs, "/"):
+		abs = WorkspaceRoot + "/" + abs
 	}
-	return path.Clean(p), nil
+	return path.Clean(abs), nil
 }
 
 // within reports whether the clean absolute path p is root or below it, comparing whole components:

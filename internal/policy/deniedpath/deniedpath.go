@@ -13,6 +13,20 @@ import (
 // WorkspaceRoot is where a call's workspace is mounted in its container, and what "~" stands for.
 const WorkspaceRoot = "/workspace"
 
+// ExpandHome turns "~" into the workspace root and "~/x" into the workspace root's x; ok is false for
+// "~name" (another user's home, which a call has none of). Other paths come back as they are.
+func ExpandHome(p string) (expanded string, ok bool) {
+	switch {
+	case p == "~":
+		return WorkspaceRoot, true
+	case strings.HasPrefix(p, "~/"):
+		return WorkspaceRoot + p[1:], true
+	case strings.HasPrefix(p, "~"):
+		return p, false
+	}
+	return p, true
+}
+
 // A Glob is a denied-path pattern with doublestar semantics, normalized to an absolute pattern:
 //   - "**" as a whole segment matches zero or more segments, so "**/.env" matches /workspace/.env and
 //     /tmp/a/.env, and "~/.ssh/**" matches /workspace/.ssh itself and everything below it;
@@ -34,13 +48,9 @@ func CompileGlob(pattern string) (Glob, error) {
 	if strings.IndexByte(pattern, 0) >= 0 {
 		return Glob{}, errors.New("the pattern contains a NUL byte")
 	}
-	abs := pattern
+	abs, ok := ExpandHome(pattern)
 	switch {
-	case abs == "~":
-		abs = WorkspaceRoot
-	case strings.HasPrefix(abs, "~/"):
-		abs = WorkspaceRoot + abs[1:]
-	case strings.HasPrefix(abs, "~"):
+	case !ok:
 		return Glob{}, fmt.Errorf("pattern %q: only \"~\" and \"~/...\" (the workspace root) are supported", pattern)
 	case strings.HasPrefix(abs, "/"):
 	case strings.HasPrefix(abs, "**"):
