@@ -437,7 +437,13 @@ func (r *Runtime) runCold(ctx context.Context, spec sandbox.Spec, lim sandbox.Li
 		return out, fmt.Errorf("%w: wait task %s: %w", sandbox.ErrNotStarted, spec.ID, err)
 	}
 	clock.done("wait")
-	if err := task.Start(ctx); err != nil {
+	// Start on a context the call's cancellation does not end: the process may be running before
+	// containerd answers, so a Start cancelled in flight would report "not started" for a program that
+	// ran, and drop what it printed. A cancelled call is killed by supervise, which keeps its output.
+	startCtx, cancelStart := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	err = task.Start(startCtx)
+	cancelStart()
+	if err != nil {
 		return out, fmt.Errorf("%w: start task %s: %w", startError(err), spec.ID, err)
 	}
 	clock.done("start")

@@ -586,3 +586,63 @@ func TestCrunWhereItRuns(t *testing.T) {
 		t.Fatalf("Run under auto: %v, exit %d", err, out.ExitCode)
 	}
 }
+
+// cancelOnWrite cancels its call the moment the call's program first prints.
+type cancelOnWrite struct {
+	once   sync.Once
+	cancel context.CancelFunc
+}
+
+func (c *cancelOnWrite) Write(p []byte) (int, error) {
+	c.once.Do(c.cancel)
+	return len(p), nil
+}
+
+// TestCancelAsTheProgramStarts: a call cancelled the moment its program prints, which may be before
+// containerd has answered the Start that started it, ends killed with what it printed, and as cancelled,
+// never as "not started" with its output dropped (the program did run). Cold and warm alike.
+func TestCancelAsTheProgramStarts(t *testing.T) {
+	ctrtest.Require(t)
+	for _, warm := range []bool{false, true} {
+		t.Run(fmt.Sprintf("warm=%v", warm), func(t *testing.T) {
+			cfg := containerd.Config{}
+			if warm {
+				if ctrtest.Runtime() != containerd.RuncRuntime {
+					t.Skipf("the pool holds %s containers only", containerd.RuncRuntime)
+				}
+				cfg.Pool = containerd.PoolConfig{MaxSize: 2, InitBinary: buildProbe(t), InitPath: probePath}
+			}
+			rt, _ := ctrtest.NewRuntime(t, cfg)
+			if err := rt.EnsureMountPoint(probePath, false); err != nil {
+				t.Fatal(err)
+			}
+			ws := workspace(t)
+			for i := range 8 {
+				ctx, cancel := context.WithCancel(context.Background())
+				spec := shell(ws, "echo started; sleep 60", time.Minute)
+				spec.Stdout = &cancelOnWrite{cancel: cancel}
+				if warm {
+					spec.Mounts = []sandbox.Mount{{Source: cfg.Pool.InitBinary, Destination: probePath}}
+					rt.Prewarm(spec)
+					waitCtx, stop := context.WithTimeout(context.Background(), time.Minute)
+					if err := rt.WaitWarm(waitCtx, spec); err != nil {
+						t.Fatal(err)
+					}
+					stop()
+				}
+				began := time.Now()
+				out, err := rt.Run(ctx, spec)
+				cancel()
+				if errors.Is(err, sandbox.ErrNotStarted) || !errors.Is(err, context.Canceled) {
+					t.Fatalf("run %d: %v, want the call cancelled after its start", i, err)
+				}
+				if got := out.Stdout.String(); got != "started\n" || out.Warm != warm {
+					t.Fatalf("run %d: stdout %q, warm %v: want what the program printed before it was killed", i, got, out.Warm)
+				}
+				if took := time.Since(began); took > 30*time.Second {
+					t.Fatalf("run %d: took %s: the program was not killed when the call was cancelled", i, took)
+				}
+			}
+		})
+	}
+}
