@@ -1,5 +1,7 @@
 package containerd
 
+import "context"
+
 // MeasurePool measures the pool's memory now (the pool does every few ticks), for a benchmark that reads
 // PoolStats right after a short run.
 func (r *Runtime) MeasurePool() { r.measurePool() }
@@ -8,5 +10,9 @@ func (r *Runtime) MeasurePool() { r.measurePool() }
 var (
 	RuncVersion = runcVersion
 	RuncTooOld  = runcTooOld
-	CrunVersion = crunVersion
 )
+
+// CrunTooOld reports whether the crun at binary is older than MinCrunVersion (or names no version).
+func CrunTooOld(ctx context.Context, binary string) bool {
+	return !crunVersion(ctx, binary).atLeast(minCrun.major, minCrun.minor)
+}

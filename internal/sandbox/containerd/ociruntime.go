@@ -38,28 +38,31 @@ func isCrun(binary string) bool { return filepath.Base(binary) == "crun" }
 // resolveRuntimeBinary turns the configured OCI runtime into the one the shim runs. "auto" is crun where
 // crun holds: installed, able to run containers on this host (CrunRefusal) and at least MinCrunVersion;
 // runc otherwise, with the reason when crun is installed (so that an operator sees what would make calls
-// start faster).
-func resolveRuntimeBinary(ctx context.Context, handler, binary string) (string, []string) {
-	if binary != RuntimeBinaryAuto {
-		return binary, nil
-	}
-	if !isRuncShim(handler) {
-		return "", nil
-	}
-	crun, err := exec.LookPath("crun")
-	if err != nil {
-		return "runc", nil // not installed: runc, nothing to report
-	}
-	why := crunRefusal(ctx, crun, hybridControllersFile)
-	if why == "" {
-		if w := crunWarnings(ctx, crun); len(w) > 0 {
+// start faster). An explicit crun that cannot run containers here is an error: every call would fail.
+func resolveRuntimeBinary(ctx context.Context, handler, binary string) (string, []string, error) {
+	switch {
+	case binary == RuntimeBinaryAuto && !isRuncShim(handler):
+		return "", nil, nil
+	case binary == RuntimeBinaryAuto:
+		crun, err := exec.LookPath("crun")
+		if err != nil {
+			return "runc", nil, nil // not installed: runc, nothing to report
+		}
+		v := crunVersion(ctx, crun)
+		why := v.refusal(hybridControllersFile)
+		if w := v.warnings(crun); why == "" && len(w) > 0 {
 			why = w[0]
 		}
+		if why != "" {
+			return "runc", []string{"runtime_binary auto: using runc, not crun: " + why + " (set runtime_binary: runc to keep runc without this note)"}, nil
+		}
+		return "crun", nil, nil
+	case isCrun(binary):
+		if why := crunVersion(ctx, binary).refusal(hybridControllersFile); why != "" {
+			return "", nil, fmt.Errorf("check runtime binary %s: %s", binary, why)
+		}
 	}
-	if why != "" {
-		return "runc", []string{"runtime_binary auto: using runc, not crun: " + why + " (set runtime_binary: runc to keep runc without this note)"}
-	}
-	return "crun", nil
+	return binary, nil, nil
 }
 
 // hybridControllersFile lists the controllers of the v2 hierarchy of a host that mixes cgroup v1 and v2.
@@ -70,50 +73,66 @@ const hybridControllersFile = "/sys/fs/cgroup/unified/cgroup.controllers"
 // v2 hierarchy holds a controller ("cgroups in hybrid mode not supported"): every container fails to
 // start.
 func CrunRefusal(ctx context.Context, binary string) string {
-	return crunRefusal(ctx, binary, hybridControllersFile)
+	return crunVersion(ctx, binary).refusal(hybridControllersFile)
 }
 
-func crunRefusal(ctx context.Context, binary, controllersFile string) string {
+// crunRelease is a crun's version as its --version reports it; known is false when it named none.
+type crunRelease struct {
+	major, minor int
+	known        bool
+}
+
+// minCrun is MinCrunVersion, as numbers.
+var minCrun = crunRelease{major: 1, minor: 28, known: true}
+
+func (v crunRelease) atLeast(major, minor int) bool {
+	return v.known && (v.major > major || v.major == major && v.minor >= minor)
+}
+
+// refusal says why this crun cannot run containers on a host whose cgroup v2 controllers (of a hybrid
+// layout) are listed in controllersFile, "" when it can.
+func (v crunRelease) refusal(controllersFile string) string {
 	b, err := os.ReadFile(controllersFile)
 	if err != nil {
 		return ""
 	}
 	c := strings.TrimSpace(string(b))
-	if c == "" {
-		return ""
-	}
-	if major, minor, ok := crunVersion(ctx, binary); ok && (major > 1 || major == 1 && minor >= 9) {
+	if c == "" || v.atLeast(1, 9) {
 		return ""
 	}
 	return fmt.Sprintf("this host mixes cgroup v1 and v2 and its v2 hierarchy holds the %s controller, which crun before 1.9 refuses; boot the host with cgroup v1 or v2 alone, install crun 1.9 or later, or use runc", c)
 }
 
-// crunVersion runs binary --version; ok is false when its answer names no crun version.
-func crunVersion(ctx context.Context, binary string) (major, minor int, ok bool) {
+// warnings says what an operator should fix about this crun, at binary.
+func (v crunRelease) warnings(binary string) []string {
+	switch {
+	case !v.known:
+		return []string{fmt.Sprintf("cannot tell the version of crun at %s: production needs crun %s or later", binary, MinCrunVersion)}
+	case !v.atLeast(minCrun.major, minCrun.minor):
+		return []string{fmt.Sprintf("crun %d.%d is older than %s: it lacks the fix for CVE-2026-47766 (an image's /dev symlink) and 1.14.1's chdir hardening; the sandbox never lets crun change into the workspace and closes leaked descriptors itself, but use images you trust, or a newer crun, in production", v.major, v.minor, MinCrunVersion)}
+	}
+	return nil
+}
+
+var crunVersionRE = regexp.MustCompile(`(?m)^crun version (\d+)\.(\d+)(?:\.(\d+))?`)
+
+// crunVersion runs binary --version.
+func crunVersion(ctx context.Context, binary string) crunRelease {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, binary, "--version").Output()
 	m := crunVersionRE.FindStringSubmatch(string(out))
 	if err != nil || m == nil {
-		return 0, 0, false
+		return crunRelease{}
 	}
-	major, _ = strconv.Atoi(m[1])
-	minor, _ = strconv.Atoi(m[2])
-	return major, minor, true
+	major, _ := strconv.Atoi(m[1])
+	minor, _ := strconv.Atoi(m[2])
+	return crunRelease{major: major, minor: minor, known: true}
 }
-
-var crunVersionRE = regexp.MustCompile(`(?m)^crun version (\d+)\.(\d+)(?:\.(\d+))?`)
 
 // crunWarnings checks the crun at binary and returns what an operator should fix.
 func crunWarnings(ctx context.Context, binary string) []string {
-	major, minor, ok := crunVersion(ctx, binary)
-	switch {
-	case !ok:
-		return []string{fmt.Sprintf("cannot tell the version of crun at %s: production needs crun %s or later", binary, MinCrunVersion)}
-	case major < 1 || major == 1 && minor < 28:
-		return []string{fmt.Sprintf("crun %d.%d is older than %s: it lacks the fix for CVE-2026-47766 (an image's /dev symlink) and 1.14.1's chdir hardening; the sandbox never lets crun change into the workspace and closes leaked descriptors itself, but use images you trust, or a newer crun, in production", major, minor, MinCrunVersion)}
-	}
-	return nil
+	return crunVersion(ctx, binary).warnings(binary)
 }
 
 // specOpts are hardenedSpec's options for a container of backend be, with what only the runtime's plumbing

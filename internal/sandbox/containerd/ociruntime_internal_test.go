@@ -2,6 +2,7 @@ package containerd
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -43,7 +44,7 @@ func TestCrunRefusal(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			why := crunRefusal(context.Background(), fakeCrun(t, tc.version), file)
+			why := crunVersion(context.Background(), fakeCrun(t, tc.version)).refusal(file)
 			if tc.refused != (why != "") {
 				t.Fatalf("refused = %q, want refused %v", why, tc.refused)
 			}
@@ -76,7 +77,10 @@ func TestAutoPicksCrunWhereItHolds(t *testing.T) {
 				dir = filepath.Dir(fakeCrun(t, tc.version))
 			}
 			t.Setenv("PATH", dir)
-			got, notes := resolveRuntimeBinary(ctx, tc.handler, RuntimeBinaryAuto)
+			got, notes, err := resolveRuntimeBinary(ctx, tc.handler, RuntimeBinaryAuto)
+			if err != nil {
+				t.Fatal(err)
+			}
 			if got != tc.want || (len(notes) > 0) != tc.note {
 				t.Fatalf("auto = %q, notes %q; want %q, a note %v", got, notes, tc.want, tc.note)
 			}
@@ -85,7 +89,14 @@ func TestAutoPicksCrunWhereItHolds(t *testing.T) {
 			}
 		})
 	}
-	if got, _ := resolveRuntimeBinary(ctx, RuncHandler, "/opt/crun"); got != "/opt/crun" {
-		t.Fatalf("an explicit binary became %q", got)
+	if got, _, err := resolveRuntimeBinary(ctx, RuncHandler, "/opt/runc"); got != "/opt/runc" || err != nil {
+		t.Fatalf("an explicit binary became %q (%v)", got, err)
+	}
+}
+
+// TestMinCrun: the numbers the version check compares with are the documented MinCrunVersion.
+func TestMinCrun(t *testing.T) {
+	if got := fmt.Sprintf("%d.%d", minCrun.major, minCrun.minor); got != MinCrunVersion {
+		t.Fatalf("minCrun is %s, MinCrunVersion %s", got, MinCrunVersion)
 	}
 }

@@ -53,7 +53,8 @@ type Config struct {
 	// "crun" or a path; empty means what the shim runs by default ("runc" on PATH, unless containerd's
 	// config says otherwise). RuntimeBinaryAuto picks crun where it holds (installed, able to run containers
 	// here, at least MinCrunVersion), runc otherwise, and says why in Warnings when crun is installed. An
-	// explicit crun that cannot run containers on this host (CrunRefusal) fails New. The other runtimes (gVisor, Runtimes) ignore it.
+	// explicit crun that cannot run containers on this host (CrunRefusal) fails New. The other runtimes
+	// (gVisor, Runtimes) ignore it.
 	RuntimeBinary string
 	// ShimGroups, when positive, spreads the containers over that many runc shims (the shim's group
 	// annotation) instead of starting one shim per container: a shim is a long-lived process of its own,
@@ -181,15 +182,12 @@ func New(ctx context.Context, cfg Config) (_ *Runtime, retErr error) {
 		return nil, fmt.Errorf("query containerd version at %s: %w", cfg.Address, err)
 	}
 	var warnings []string
-	cfg.RuntimeBinary, warnings = resolveRuntimeBinary(ctx, RuncHandler, cfg.RuntimeBinary)
+	if cfg.RuntimeBinary, warnings, err = resolveRuntimeBinary(ctx, RuncHandler, cfg.RuntimeBinary); err != nil {
+		return nil, err
+	}
 	all, def, err := backends(cfg)
 	if err != nil {
 		return nil, err
-	}
-	if isCrun(cfg.RuntimeBinary) {
-		if why := CrunRefusal(ctx, cfg.RuntimeBinary); why != "" {
-			return nil, fmt.Errorf("check runtime binary %s: %s", cfg.RuntimeBinary, why)
-		}
 	}
 	// A fresh root for every Runtime: a crashed worker's containers may still be running (or, worse, being
 	// created by runc, which writes mount points into its root) on the old one until RemoveOrphans has

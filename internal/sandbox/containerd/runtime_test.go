@@ -574,11 +574,10 @@ func TestCrunWhereItRuns(t *testing.T) {
 		t.Fatalf("New with auto: %v", err)
 	}
 	t.Cleanup(func() { auto.Close() })
-	major, minor, _ := containerd.CrunVersion(ctx, "crun")
-	old := major < 1 || major == 1 && minor < 28 // containerd.MinCrunVersion
+	old := containerd.CrunTooOld(ctx, "crun")
 	w := strings.Join(auto.Warnings(), "\n")
 	if (why != "" || old) != strings.Contains(w, "using runc, not crun") {
-		t.Fatalf("auto on a host where crun (%d.%d) refusal is %q: warnings %q", major, minor, why, w)
+		t.Fatalf("auto on a host where crun is too old: %v, refusal %q: warnings %q", old, why, w)
 	}
 	out, err := auto.Run(ctx, sandbox.Spec{ID: newID("auto"), Argv: []string{"/bin/true"}, WorkspaceDir: workspace(t),
 		Limits: sandbox.Limits{Timeout: time.Minute}})
