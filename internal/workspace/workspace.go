@@ -689,6 +689,18 @@ func (m *Manager) names(tenant string) ([]string, error) {
 // checkQuota refuses adding bytes to workspace name, which uses used, past Config.Quota. The bytes added
 // are counted whole, as if no file they replace were freed.
 func (m *Manager) checkQuota(name string, used, add int64) error {
+	return m.quotaError(name, used, add, "upload less (leave out build outputs and dependencies, or push parts separately after deleting what they replace)")
+}
+
+// checkSnapshotQuota refuses making workspace name from a tree of size bytes (a snapshot restored, a
+// workspace or snapshot forked) past Config.Quota: a quota lowered since the snapshot was taken, say.
+func (m *Manager) checkSnapshotQuota(name string, size int64) error {
+	return m.quotaError(name, 0, size, "pull it (GET /v1/workspaces/{name}/archive, or toolpool ws pull) and push back only the part you need")
+}
+
+// quotaError is the too_large error of putting add bytes into workspace name, which uses used, past
+// Config.Quota (nil when within it); fix says what the caller can do instead.
+func (m *Manager) quotaError(name string, used, add int64, fix string) error {
 	if m.cfg.Quota <= 0 || used+add <= m.cfg.Quota {
 		return nil
 	}
@@ -696,8 +708,8 @@ func (m *Manager) checkQuota(name string, used, add int64) error {
 	if used > 0 {
 		what = fmt.Sprintf("workspace %q uses %s and this would add %s", name, FormatBytes(used), FormatBytes(add))
 	}
-	return &Error{Type: TypeTooLarge, Msg: fmt.Sprintf("%s, over the quota of %s a workspace may use (the worker's workspace_quota): upload less (leave out build outputs and dependencies, or push parts separately after deleting what they replace), or have an operator raise the quota",
-		what, FormatBytes(m.cfg.Quota))}
+	return &Error{Type: TypeTooLarge, Msg: fmt.Sprintf("%s, over the quota of %s a workspace may use (the worker's workspace_quota): %s, or have an operator raise the quota",
+		what, FormatBytes(m.cfg.Quota), fix)}
 }
 
 // checkLimits refuses adding workspaces and bytes that would take the tenant past its limits, naming
@@ -909,6 +921,9 @@ func (m *Manager) Fork(ctx context.Context, tenant, name, snap, to string) (Info
 	}
 	defer unix.Close(src)
 	used := usageOf(src)
+	if err := m.checkSnapshotQuota(to, used); err != nil {
+		return Info{}, err
+	}
 	if err := m.checkLimits(tenant, 1, used); err != nil {
 		return Info{}, err
 	}
@@ -924,27 +939,37 @@ func (m *Manager) Fork(ctx context.Context, tenant, name, snap, to string) (Info
 	return inf, err
 }
 
-// Restore replaces the contents of workspace name with its snapshot snap; the snapshot stays.
+// Restore replaces the contents of workspace name with its snapshot snap; the snapshot stays. It refuses
+// a snapshot over the workspace quota (too_large) and one whose copy would take the tenant past its byte
+// limit (quota_exceeded), changing nothing.
 func (m *Manager) Restore(ctx context.Context, tenant, name, snap string) (Info, error) {
 	if err := checkNames(tenant, name, snap); err != nil {
 		return Info{}, err
 	}
-	l, err := m.lockWorkspace(ctx, tenant, name, true)
+	tl, l, err := m.lockForLimits(ctx, tenant, name)
 	if err != nil {
 		return Info{}, err
 	}
+	defer tl.release()
 	defer l.release()
-	if ok, err := m.exists(tenant, name); err != nil || !ok {
-		if err == nil {
-			err = notFound(name)
-		}
+	cur, err := m.openWorkspace(tenant, name)
+	if err != nil {
 		return Info{}, err
 	}
+	curUsed := usageOf(cur)
+	unix.Close(cur)
 	src, err := m.openSnapshot(tenant, name, snap)
 	if err != nil {
 		return Info{}, err
 	}
 	defer unix.Close(src)
+	used := usageOf(src)
+	if err := m.checkSnapshotQuota(name, used); err != nil {
+		return Info{}, err
+	}
+	if err := m.checkLimits(tenant, 0, max(0, used-curUsed)); err != nil {
+		return Info{}, err
+	}
 	st, err := m.stage(tenant, "restore")
 	if err != nil {
 		return Info{}, err

@@ -160,6 +160,52 @@ func TestQuota(t *testing.T) {
 	}
 }
 
+// TestSnapshotOverLoweredLimits: a snapshot taken under higher limits is neither restored nor forked past
+// the workspace quota or the tenant's byte limit that hold now (an operator lowered them), and the refusal
+// changes nothing.
+func TestSnapshotOverLoweredLimits(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	before := newManager(t, Config{Dir: dir})
+	if _, err := before.Create(ctx, "t1", "ws", tempArchive(t, makeTar(t, false, file("big", strings.Repeat("x", 200<<10))))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := before.Snapshot(ctx, "t1", "ws", "s"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, "t1", "ws", "big")); err != nil {
+		t.Fatal(err)
+	}
+	bigGone := func() {
+		t.Helper()
+		if _, err := os.Lstat(filepath.Join(dir, "t1", "ws", "big")); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("a refused restore changed the workspace: big is back (%v)", err)
+		}
+	}
+
+	quota := newManager(t, Config{Dir: dir, Quota: 128 << 10})
+	_, err := quota.Restore(ctx, "t1", "ws", "s")
+	wantErr(t, err, TypeTooLarge, "over the quota of 128.0 KiB a workspace may use (the worker's workspace_quota): pull it")
+	bigGone()
+	_, err = quota.Fork(ctx, "t1", "ws", "s", "fork")
+	wantErr(t, err, TypeTooLarge, `this would put`)
+	if _, err := quota.Info(ctx, "t1", "fork"); err == nil {
+		t.Fatal("a refused fork left a workspace")
+	}
+
+	// The tenant holds the snapshot (200 KiB) and an empty workspace; a restore would add 200 KiB more.
+	tenant := newManager(t, Config{Dir: dir, MaxBytes: 300 << 10})
+	_, err = tenant.Restore(ctx, "t1", "ws", "s")
+	wantErr(t, err, call.ErrQuota, "over its limit")
+	bigGone()
+	if _, err := newManager(t, Config{Dir: dir, Quota: 256 << 10, MaxBytes: 1 << 20}).Restore(ctx, "t1", "ws", "s"); err != nil {
+		t.Fatalf("a restore within both limits: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "t1", "ws", "big")); err != nil {
+		t.Fatalf("restored workspace: %v", err)
+	}
+}
+
 // TestSweep: a workspace unused for longer than the idle TTL is removed; one in use (or used recently) is
 // not.
 func TestSweep(t *testing.T) {
