@@ -14,8 +14,9 @@ import (
 	"github.com/toolpool/toolpool/internal/sandbox/containerd/ctrtest"
 )
 
-// BenchmarkStartTable is the issue's measurement table in one run: `true` through plain containerd (no
-// hardening), through Runtime.Run cold under runc and under crun, and warm (from the pool, under the
+// BenchmarkStartTable is the issue's measurement table in one run: `true` through runc alone (`runc run`,
+// no containerd: the OCI runtime's own floor), through plain containerd (no hardening), through
+// Runtime.Run cold under runc and under crun, and warm (from the pool, under the
 // runtime's default OCI runtime, which TOOLPOOL_TEST_RUNTIME_BINARY sets, and under crun), each at
 // concurrency 1, 4 and 16. At concurrency 1 it also reports the p50 of each step of Run
 // (sandbox.Outcome.Steps; a warm row mixes the steps of its cold calls in). It reports p50/p95 of one call (Run, or the plain client's create to delete) and calls/s over the
@@ -40,12 +41,13 @@ func BenchmarkStartTable(b *testing.B) {
 			Mounts: []sandbox.Mount{{Source: probe, Destination: probePath}}, Limits: sandbox.Limits{Timeout: time.Minute}}
 	}
 	type mode struct {
-		name string
-		rt   *containerd.Runtime
-		warm bool // rt has a pool
+		name   string
+		direct func() error // runs one call without a Runtime (rt nil)
+		rt     *containerd.Runtime
+		warm   bool // rt has a pool
 	}
-	plain := plainRunner(b, d)
-	modes := []mode{{name: "plain"}, {name: "cold-runc", rt: newRT("runc", containerd.Config{RuntimeBinary: "runc"})}}
+	modes := []mode{{name: "runc-alone", direct: runcAloneRunner(b, d)}, {name: "plain", direct: plainRunner(b, d)},
+		{name: "cold-runc", rt: newRT("runc", containerd.Config{RuntimeBinary: "runc"})}}
 	crun := ""
 	if _, err := exec.LookPath("crun"); err != nil {
 		b.Log("crun is not installed: no crun rows (scripts/deps.sh installs it)")
@@ -72,8 +74,8 @@ func BenchmarkStartTable(b *testing.B) {
 				one := func() (time.Duration, bool) {
 					began := time.Now()
 					if m.rt == nil {
-						if err := plain(); err != nil {
-							b.Errorf("plain containerd: %v", err)
+						if err := m.direct(); err != nil {
+							b.Errorf("%s: %v", m.name, err)
 						}
 						return time.Since(began), false
 					}

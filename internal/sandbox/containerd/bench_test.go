@@ -2,7 +2,10 @@ package containerd_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -66,16 +69,21 @@ func BenchmarkPlainContainerd(b *testing.B) {
 	reportPercentiles(b, ms)
 }
 
-// plainRunner returns a func that runs one `true` through the plain containerd client on d, as
-// BenchmarkPlainContainerd describes. It is safe for concurrent use.
-func plainRunner(b *testing.B, d *containerd.Daemon) func() error {
+// hostViewRoot returns the host-view root a call's container gets, prepared by a Runtime on d.
+func hostViewRoot(b *testing.B, d *containerd.Daemon) string {
 	stateDir := filepath.Join(ctrtest.ShortTempDir(b), "state")
-	// A Runtime on d prepares the same host-view root a call gets.
 	ctrtest.NewRuntimeOn(b, containerd.Config{Address: d.Address(), StateDir: stateDir, Namespace: "toolpool-bench-root"})
 	roots, _ := filepath.Glob(filepath.Join(stateDir, "rootfs.*"))
 	if len(roots) != 1 {
 		b.Fatalf("host-view roots: %v", roots)
 	}
+	return roots[0]
+}
+
+// plainRunner returns a func that runs one `true` through the plain containerd client on d, as
+// BenchmarkPlainContainerd describes. It is safe for concurrent use.
+func plainRunner(b *testing.B, d *containerd.Daemon) func() error {
+	root := hostViewRoot(b, d)
 	client, err := ctdclient.New(d.Address())
 	if err != nil {
 		b.Fatal(err)
@@ -85,7 +93,7 @@ func plainRunner(b *testing.B, d *containerd.Daemon) func() error {
 	return func() error {
 		id := newID("plain")
 		c, err := client.NewContainer(ctx, id, ctdclient.WithNewSpec(
-			oci.WithRootFSPath(roots[0]),
+			oci.WithRootFSPath(root),
 			oci.WithProcessArgs("/bin/true"),
 			oci.WithMounts([]specs.Mount{{Type: "bind", Source: "/usr", Destination: "/usr", Options: []string{"rbind", "ro"}}}),
 		))
@@ -110,6 +118,46 @@ func plainRunner(b *testing.B, d *containerd.Daemon) func() error {
 			return err
 		}
 		return c.Delete(ctx)
+	}
+}
+
+// runcAloneRunner returns a func that runs one `true` with `runc run` and no containerd: runc's default
+// spec (its namespaces, masked paths and capabilities; no seccomp) on the same host-view root, /usr
+// bind-mounted read-only. It is the floor of the OCI runtime itself, which containerd and its shim add
+// to (BenchmarkStartTable's runc-alone row). It is safe for concurrent use.
+func runcAloneRunner(b *testing.B, d *containerd.Daemon) func() error {
+	dir := ctrtest.ShortTempDir(b)
+	bundle, state := filepath.Join(dir, "bundle"), filepath.Join(dir, "runc")
+	for _, p := range []string{bundle, state} {
+		if err := os.MkdirAll(p, 0o700); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if out, err := exec.Command("runc", "spec", "--bundle", bundle).CombinedOutput(); err != nil {
+		b.Fatalf("runc spec: %v: %s", err, out)
+	}
+	raw, err := os.ReadFile(filepath.Join(bundle, "config.json"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var spec specs.Spec
+	if err := json.Unmarshal(raw, &spec); err != nil {
+		b.Fatal(err)
+	}
+	spec.Root = &specs.Root{Path: hostViewRoot(b, d), Readonly: true}
+	spec.Process.Args, spec.Process.Terminal = []string{"/bin/true"}, false
+	spec.Mounts = append(spec.Mounts, specs.Mount{Type: "bind", Source: "/usr", Destination: "/usr", Options: []string{"rbind", "ro"}})
+	if raw, err = json.Marshal(&spec); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), raw, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	return func() error {
+		if out, err := exec.Command("runc", "--root", state, "run", "--bundle", bundle, newID("runc")).CombinedOutput(); err != nil {
+			return fmt.Errorf("runc run: %w: %s", err, out)
+		}
+		return nil
 	}
 }
 
