@@ -209,7 +209,8 @@ type QueueState struct {
 
 // State reads the queue's depth and the age of its oldest waiting call from JetStream: per lane, the
 // undelivered count of its consumer and the first message past what the consumer delivered. It costs two
-// API calls per lane with calls waiting, one per idle lane.
+// API calls per lane with calls waiting, one per idle lane. It is a gauge: a consumer counts a message a
+// moment after its publish was acknowledged, so a call published just before may not be counted yet.
 func (c *Conn) State(ctx context.Context) (QueueState, error) {
 	s, err := c.js.Stream(ctx, c.cfg.Stream)
 	if err != nil {

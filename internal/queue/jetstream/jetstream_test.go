@@ -215,9 +215,22 @@ func TestStateCountsOnlyWaitingCalls(t *testing.T) {
 	if err := c.Publish(ctx, &call.Call{ID: call.NewID(), Tenant: "t2"}); err != nil {
 		t.Fatal(err)
 	}
-	st, err := c.State(ctx)
-	if err != nil || st.Pending != 4 || st.OldestAge <= 0 {
-		t.Fatalf("before consuming: %+v %v", st, err)
+	// A consumer's pending count follows the stream's new messages asynchronously, a moment after the
+	// publish is acknowledged: State is a gauge, eventually exact.
+	stateReaches := func(what string, pending uint64) jetstream.QueueState {
+		t.Helper()
+		var st jetstream.QueueState
+		var err error
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if st, err = c.State(ctx); err == nil && st.Pending == pending {
+				return st
+			}
+		}
+		t.Fatalf("%s: %+v %v, want %d pending", what, st, err, pending)
+		return st
+	}
+	if st := stateReaches("before consuming", 4); st.OldestAge <= 0 {
+		t.Fatalf("before consuming: %+v, want the oldest call's age", st)
 	}
 	// Take one call and hold it unacked: it is running, no longer waiting.
 	got := make(chan struct{})
@@ -232,10 +245,7 @@ func TestStateCountsOnlyWaitingCalls(t *testing.T) {
 		})
 	}()
 	<-got
-	st, err = c.State(ctx)
-	if err != nil || st.Pending != 3 {
-		t.Fatalf("with one running: %+v %v", st, err)
-	}
+	stateReaches("with one running", 3)
 	stop()
 	close(release)
 	<-done
