@@ -43,6 +43,11 @@ func FuzzShellDecide(f *testing.F) {
 		if !okA || !okB {
 			return
 		}
+		fa, errA := newParser().Parse(strings.NewReader(pa), "")
+		fb, errB := newParser().Parse(strings.NewReader(pb), "")
+		if errA != nil || errB != nil {
+			return
+		}
 		da, db := decideShell(p, pa), decideShell(p, pb)
 		floor := da.Action.Stricter(db.Action)
 		for _, compound := range []string{
@@ -51,7 +56,10 @@ func FuzzShellDecide(f *testing.F) {
 			"{ " + pa + "\n} || { " + pb + "\n}",
 			"{ " + pa + "\n} | { " + pb + "\n}",
 		} {
-			if _, err := newParser().Parse(strings.NewReader(compound), ""); err != nil {
+			f, err := newParser().Parse(strings.NewReader(compound), "")
+			if err != nil || !joins(f, len(fa.Stmts), len(fb.Stmts)) {
+				// Not the two parts side by side: a printed part that ends in a backslash (the printer
+				// writes an escaped form feed as an escaped newline) joins the next line to its last word.
 				continue
 			}
 			dc := decideShell(p, compound)
@@ -81,6 +89,24 @@ func reprint(src string) (string, bool) {
 	}
 	out := strings.TrimRight(b.String(), "\n")
 	return out, strings.TrimSpace(out) != ""
+}
+
+// joins reports whether f, a compound built of two parts of na and nb statements, holds them side by side:
+// na+nb statements (A newline B), or one binary command of two blocks of na and nb ({ A } && { B }).
+func joins(f *syntax.File, na, nb int) bool {
+	if len(f.Stmts) == na+nb {
+		return true
+	}
+	if len(f.Stmts) != 1 {
+		return false
+	}
+	bin, ok := f.Stmts[0].Cmd.(*syntax.BinaryCmd)
+	if !ok {
+		return false
+	}
+	x, okX := bin.X.Cmd.(*syntax.Block)
+	y, okY := bin.Y.Cmd.(*syntax.Block)
+	return okX && okY && len(x.Stmts) == na && len(y.Stmts) == nb
 }
 
 func checkDecision(t *testing.T, cmd string, d Decision) {
