@@ -689,13 +689,17 @@ func (m *Manager) names(tenant string) ([]string, error) {
 // checkQuota refuses adding bytes to workspace name, which uses used, past Config.Quota. The bytes added
 // are counted whole, as if no file they replace were freed.
 func (m *Manager) checkQuota(name string, used, add int64) error {
-	return m.quotaError(name, used, add, "upload less (leave out build outputs and dependencies, or push parts separately after deleting what they replace)")
+	return m.quotaError(name, used, add, "upload less (leave out build outputs and dependencies, or push parts separately after deleting what they replace), or have an operator raise the quota")
 }
 
-// checkSnapshotQuota refuses making workspace name from a tree of size bytes (a snapshot restored, a
-// workspace or snapshot forked) past Config.Quota: a quota lowered since the snapshot was taken, say.
-func (m *Manager) checkSnapshotQuota(name string, size int64) error {
-	return m.quotaError(name, 0, size, "pull it (GET /v1/workspaces/{name}/archive, or toolpool ws pull) and push back only the part you need")
+// checkCopyQuota refuses making workspace name a copy of workspace from (snapshot snap of it, when not
+// empty), a tree of size bytes, past Config.Quota: a quota lowered since the tree was made, say.
+func (m *Manager) checkCopyQuota(name string, size int64, from, snap string) error {
+	fix := fmt.Sprintf("pull workspace %q (GET /v1/workspaces/%s/archive, or toolpool ws pull %s) and push only the part you need into a new workspace, or have an operator raise the quota", from, from, from)
+	if snap != "" {
+		fix = fmt.Sprintf("snapshot %q of workspace %q was taken under a higher quota and stays as it was; have an operator raise the quota to restore or fork it", snap, from)
+	}
+	return m.quotaError(name, 0, size, fix)
 }
 
 // quotaError is the too_large error of putting add bytes into workspace name, which uses used, past
@@ -708,7 +712,7 @@ func (m *Manager) quotaError(name string, used, add int64, fix string) error {
 	if used > 0 {
 		what = fmt.Sprintf("workspace %q uses %s and this would add %s", name, FormatBytes(used), FormatBytes(add))
 	}
-	return &Error{Type: TypeTooLarge, Msg: fmt.Sprintf("%s, over the quota of %s a workspace may use (the worker's workspace_quota): %s, or have an operator raise the quota",
+	return &Error{Type: TypeTooLarge, Msg: fmt.Sprintf("%s, over the quota of %s a workspace may use (the worker's workspace_quota): %s",
 		what, FormatBytes(m.cfg.Quota), fix)}
 }
 
@@ -921,7 +925,7 @@ func (m *Manager) Fork(ctx context.Context, tenant, name, snap, to string) (Info
 	}
 	defer unix.Close(src)
 	used := usageOf(src)
-	if err := m.checkSnapshotQuota(to, used); err != nil {
+	if err := m.checkCopyQuota(to, used, name, snap); err != nil {
 		return Info{}, err
 	}
 	if err := m.checkLimits(tenant, 1, used); err != nil {
@@ -964,7 +968,7 @@ func (m *Manager) Restore(ctx context.Context, tenant, name, snap string) (Info,
 	}
 	defer unix.Close(src)
 	used := usageOf(src)
-	if err := m.checkSnapshotQuota(name, used); err != nil {
+	if err := m.checkCopyQuota(name, used, name, snap); err != nil {
 		return Info{}, err
 	}
 	if err := m.checkLimits(tenant, 0, max(0, used-curUsed)); err != nil {

@@ -185,13 +185,19 @@ func TestSnapshotOverLoweredLimits(t *testing.T) {
 
 	quota := newManager(t, Config{Dir: dir, Quota: 128 << 10})
 	_, err := quota.Restore(ctx, "t1", "ws", "s")
-	wantErr(t, err, TypeTooLarge, "over the quota of 128.0 KiB a workspace may use (the worker's workspace_quota): pull it")
+	wantErr(t, err, TypeTooLarge, `over the quota of 128.0 KiB a workspace may use (the worker's workspace_quota): snapshot "s" of workspace "ws" was taken under a higher quota`)
 	bigGone()
 	_, err = quota.Fork(ctx, "t1", "ws", "s", "fork")
 	wantErr(t, err, TypeTooLarge, `this would put`)
 	if _, err := quota.Info(ctx, "t1", "fork"); err == nil {
 		t.Fatal("a refused fork left a workspace")
 	}
+	// A workspace over a lowered quota is not forked either; the message says how to take part of it.
+	if _, err := before.Create(ctx, "t1", "live", tempArchive(t, makeTar(t, false, file("big", strings.Repeat("x", 200<<10))))); err != nil {
+		t.Fatal(err)
+	}
+	_, err = quota.Fork(ctx, "t1", "live", "", "fork")
+	wantErr(t, err, TypeTooLarge, `pull workspace "live"`)
 
 	// The tenant holds the snapshot (200 KiB) and an empty workspace; a restore would add 200 KiB more.
 	tenant := newManager(t, Config{Dir: dir, MaxBytes: 300 << 10})
