@@ -412,6 +412,7 @@ func (w *Worker) process(ctx context.Context, c *call.Call, attempt uint64) (set
 	cause := context.Cause(runCtx)
 	switch {
 	case errors.Is(cause, errFenced):
+		w.log.WarnContext(ctx, "the call's lease was taken while it ran: the call was stopped and nothing is recorded", "call_id", c.ID)
 		_ = lease.Release(storeCtx)
 		return settleLeave, nil // the record belongs to another writer now; it settles the call
 	case errors.Is(cause, errLeaseLapsed) || cl.lapsed():
@@ -432,6 +433,11 @@ func (w *Worker) process(ctx context.Context, c *call.Call, attempt uint64) (set
 	s, res := w.recordClaimed(storeCtx, r, cl)
 	stopGuard()
 	if res == nil {
+		if s == settleRetry {
+			// The record kept moving under this claim, or could not be written: the next delivery judges
+			// the call by its record and lease.
+			w.log.WarnContext(ctx, "could not record the result of a call that ran: offering the delivery again", "call_id", c.ID, "status", r.Status)
+		}
 		w.dropOutputs(storeCtx, stored)
 	}
 	_ = lease.Release(storeCtx)
