@@ -278,8 +278,6 @@ func TestUploadRefusesWorkspaceLinks(t *testing.T) {
 	}
 }
 
-// TestExtract: a good archive lands whole, owned by the sandbox user, with modes, links and the archive's
-// own "./" prefix handled; zip too.
 // TestEmptyTar: an empty tar (tar -cf x.tar -T /dev/null: only its zero end blocks, no "ustar" magic to
 // sniff) seeds an empty workspace rather than being refused as "not a tar".
 func TestEmptyTar(t *testing.T) {
@@ -292,6 +290,8 @@ func TestEmptyTar(t *testing.T) {
 	wantErr(t, err, call.ErrInvalidParams, "not a tar, tar.gz or zip")
 }
 
+// TestExtract: a good archive lands whole, owned by the sandbox user, with modes, links and the archive's
+// own "./" prefix handled; zip too.
 func TestExtract(t *testing.T) {
 	ctx := context.Background()
 	m := newManager(t, Config{})

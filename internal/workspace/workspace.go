@@ -960,19 +960,24 @@ func (m *Manager) Restore(ctx context.Context, tenant, name, snap string) (Info,
 	if err != nil {
 		return Info{}, err
 	}
-	curUsed := usageOf(cur)
+	var curUsed int64
+	if m.cfg.MaxBytes > 0 { // only the tenant's byte limit needs what the replaced tree frees
+		curUsed = usageOf(cur)
+	}
 	unix.Close(cur)
 	src, err := m.openSnapshot(tenant, name, snap)
 	if err != nil {
 		return Info{}, err
 	}
 	defer unix.Close(src)
-	used := usageOf(src)
-	if err := m.checkCopyQuota(name, used, name, snap); err != nil {
-		return Info{}, err
-	}
-	if err := m.checkLimits(tenant, 0, max(0, used-curUsed)); err != nil {
-		return Info{}, err
+	if m.cfg.Quota > 0 || m.cfg.MaxBytes > 0 {
+		used := usageOf(src)
+		if err := m.checkCopyQuota(name, used, name, snap); err != nil {
+			return Info{}, err
+		}
+		if err := m.checkLimits(tenant, 0, max(0, used-curUsed)); err != nil {
+			return Info{}, err
+		}
 	}
 	st, err := m.stage(tenant, "restore")
 	if err != nil {

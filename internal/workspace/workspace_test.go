@@ -199,8 +199,9 @@ func TestSnapshotOverLoweredLimits(t *testing.T) {
 	_, err = quota.Fork(ctx, "t1", "live", "", "fork")
 	wantErr(t, err, TypeTooLarge, `pull workspace "live"`)
 
-	// The tenant holds the snapshot (200 KiB) and an empty workspace; a restore would add 200 KiB more.
-	tenant := newManager(t, Config{Dir: dir, MaxBytes: 300 << 10})
+	// The tenant holds the snapshot and "live" (200 KiB each) and the emptied ws: a restore would add 200 KiB
+	// more, 600 in all.
+	tenant := newManager(t, Config{Dir: dir, MaxBytes: 500 << 10})
 	_, err = tenant.Restore(ctx, "t1", "ws", "s")
 	wantErr(t, err, call.ErrQuota, "over its limit")
 	bigGone()

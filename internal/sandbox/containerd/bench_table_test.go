@@ -46,7 +46,8 @@ func BenchmarkStartTable(b *testing.B) {
 		rt     *containerd.Runtime
 		warm   bool // rt has a pool
 	}
-	modes := []mode{{name: "runc-alone", direct: runcAloneRunner(b, d)}, {name: "plain", direct: plainRunner(b, d)},
+	root := hostViewRoot(b, d)
+	modes := []mode{{name: "runc-alone", direct: runcAloneRunner(b, root)}, {name: "plain", direct: plainRunner(b, d, root)},
 		{name: "cold-runc", rt: newRT("runc", containerd.Config{RuntimeBinary: "runc"})}}
 	crun := ""
 	if _, err := exec.LookPath("crun"); err != nil {
@@ -73,7 +74,7 @@ func BenchmarkStartTable(b *testing.B) {
 				steps := map[string][]float64{}
 				one := func() (time.Duration, bool) {
 					began := time.Now()
-					if m.rt == nil {
+					if m.direct != nil {
 						if err := m.direct(); err != nil {
 							b.Errorf("%s: %v", m.name, err)
 						}

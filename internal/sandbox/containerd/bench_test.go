@@ -52,7 +52,8 @@ func BenchmarkSandbox(b *testing.B) {
 // the hardening: a container with containerd's default spec on the same host-view root (bind-mounting /usr
 // so that /bin/true exists), a task with no IO, Wait, Start, the exit, and Delete with the container.
 func BenchmarkPlainContainerd(b *testing.B) {
-	run := plainRunner(b, ctrtest.StartDaemon(b))
+	d := ctrtest.StartDaemon(b)
+	run := plainRunner(b, d, hostViewRoot(b, d))
 	if err := run(); err != nil {
 		b.Fatal(err)
 	}
@@ -80,10 +81,9 @@ func hostViewRoot(b *testing.B, d *containerd.Daemon) string {
 	return roots[0]
 }
 
-// plainRunner returns a func that runs one `true` through the plain containerd client on d, as
-// BenchmarkPlainContainerd describes. It is safe for concurrent use.
-func plainRunner(b *testing.B, d *containerd.Daemon) func() error {
-	root := hostViewRoot(b, d)
+// plainRunner returns a func that runs one `true` through the plain containerd client on d, on root (from
+// hostViewRoot), as BenchmarkPlainContainerd describes. It is safe for concurrent use.
+func plainRunner(b *testing.B, d *containerd.Daemon, root string) func() error {
 	client, err := ctdclient.New(d.Address())
 	if err != nil {
 		b.Fatal(err)
@@ -122,10 +122,10 @@ func plainRunner(b *testing.B, d *containerd.Daemon) func() error {
 }
 
 // runcAloneRunner returns a func that runs one `true` with `runc run` and no containerd: runc's default
-// spec (its namespaces, masked paths and capabilities; no seccomp) on the same host-view root, /usr
+// spec (its namespaces, masked paths and capabilities; no seccomp) on root (from hostViewRoot), /usr
 // bind-mounted read-only. It is the floor of the OCI runtime itself, which containerd and its shim add
 // to (BenchmarkStartTable's runc-alone row). It is safe for concurrent use.
-func runcAloneRunner(b *testing.B, d *containerd.Daemon) func() error {
+func runcAloneRunner(b *testing.B, root string) func() error {
 	dir := ctrtest.ShortTempDir(b)
 	bundle, state := filepath.Join(dir, "bundle"), filepath.Join(dir, "runc")
 	for _, p := range []string{bundle, state} {
@@ -144,7 +144,7 @@ func runcAloneRunner(b *testing.B, d *containerd.Daemon) func() error {
 	if err := json.Unmarshal(raw, &spec); err != nil {
 		b.Fatal(err)
 	}
-	spec.Root = &specs.Root{Path: hostViewRoot(b, d), Readonly: true}
+	spec.Root = &specs.Root{Path: root, Readonly: true}
 	spec.Process.Args, spec.Process.Terminal = []string{"/bin/true"}, false
 	spec.Mounts = append(spec.Mounts, specs.Mount{Type: "bind", Source: "/usr", Destination: "/usr", Options: []string{"rbind", "ro"}})
 	if raw, err = json.Marshal(&spec); err != nil {
