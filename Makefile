@@ -17,10 +17,7 @@ GVISOR_PKGS := ./internal/sandbox/containerd/ ./test/e2e/
 # The gVisor tier: the escape suite, the sandbox's runtime and leak tests, and the tools and the whole path end
 # to end, under gVisor (TOOLPOOL_TEST_RUNTIME=gvisor; docs/security.md says what it leaves to the runc tier, and
 # why). make test runs all of it, the escape suite through scripts/escape-results.sh (runc and gVisor side by
-# side): nothing is cut for time. Measured on a shared 2-core host: the escape suite under runc then gVisor
-# 348 s (133 s and 176 s; at load 27 gVisor's alone took 511 s), the rest of the tier 379 s, at load averages
-# of 8 to 21; the cold build of gVisor 9 min 42 s (406 CPU-seconds) at 7 to 13: with make test's 20 minutes
-# warm and 10 of downloads, within CI's 90.
+# side): nothing is cut for time. Its time on 2 cores is in docs/performance.md (make test).
 GVISOR_TESTS := ^(TestEscape|TestRun|TestTimeoutKillsEverything|TestNoLeaks|TestLeakCheckSeesALiveCall|TestToolsInContainers|TestEndToEnd|TestEgress)$$
 # The tests of the runtime choice that need gVisor installed, under the default runtime (runc). make test runs
 # them in its pass over CONTAINER_PKGS.

@@ -2,10 +2,9 @@
 # Installs gVisor's runsc and containerd-shim-runsc-v1, built from source through the Go module proxy, when
 # the pinned version is not installed yet. Idempotent: a second run costs nothing.
 #
-#   scripts/gvisor.sh            build (about 410 to 440 CPU-seconds from a cold Go cache: 4 minutes on an
-#                                idle 2-core host; measured 9 min 42 s at a load average of 7 to 13, and
-#                                39 minutes at 40) and install, unless already there. make test runs this
-#                                first, so that CI always tests gVisor
+#   scripts/gvisor.sh            build (about 7 CPU-minutes from a cold Go cache; docs/performance.md) and
+#                                install, unless already there. make test runs this first, so that CI
+#                                always tests gVisor
 #   scripts/gvisor.sh --check    exit 0 when the pinned version is installed, 1 otherwise; build nothing
 #
 # The binaries go to $PREFIX/lib/toolpool/gvisor-$GVISOR_VERSION/ and are linked from $PREFIX/bin, where
