@@ -1,17 +1,10 @@
-package policy
-
-import (
-	"bytes"
-	"fmt"
-	"path"
-	"slices"
-	"strings"
-	"unicode/utf8"
-
-	"mvdan.cc/sh/v3/syntax"
-)
-
-// How the shell judge works. The command line is parsed with mvdan.cc/sh and every node of the tree is
+// Package shell is policy's shell analyser: it judges a shell command line (run_shell's command, with the
+// environment and working directory the call gives it) against the command rules and path rules of one
+// request, and reports what it looked at. The policy engine (package policy) owns the rules, the posture
+// and the decision, and reaches the analyser through Judge alone; this package never imports it, and
+// reaches the engine's rules through the Rules it is given.
+//
+// How the analyser works. The command line is parsed with mvdan.cc/sh and every node of the tree is
 // visited, so every command the line could run is judged wherever it sits: in a pipeline, a list, the
 // background, a subshell or block, an if/while/for/case, a function body (judged where it is defined), a
 // command or process substitution, an argument, a redirection or a here-document. Command strings that
@@ -41,6 +34,17 @@ import (
 // therefore monotone: "A; B", "A | B" and "A && B" are never judged more leniently than A or B alone.
 // Anything whose meaning is only known at run time (a command name from a variable, eval, source, a
 // non-literal argument of a program that reads files) is at least ask.
+package shell
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"mvdan.cc/sh/v3/syntax"
+)
 
 const (
 	maxCommandBytes = 64 << 10 // longer lines are not parsed: a person judges them
@@ -57,26 +61,9 @@ const (
 // sandbox's HOME.
 var homeDirs = []string{WorkspaceRoot, "/tmp"}
 
-// dialect is a shell language a line may be read in.
-type dialect uint8
-
-const (
-	dialectPOSIX dialect = 1 << iota // dash, busybox ash, posh: /bin/sh on Debian
-	dialectBash                      // bash, and the approximation for ksh and zsh
-
-	dialectsSh = dialectPOSIX | dialectBash // /bin/sh: either
-)
-
-func (d dialect) String() string {
-	if d == dialectPOSIX {
-		return "POSIX sh"
-	}
-	return "bash"
-}
-
 // Seen is what judging a shell command looked at: the programs it judged, the files it judged as
 // written, and why parts of the line run code it cannot read. It is for tests (the differential oracle
-// compares it with what a traced shell did) and for explaining a decision; Decide does not need it.
+// compares it with what a traced shell did) and for explaining a decision; a decision does not need it.
 type Seen struct {
 	// Programs are the base names of every program judged, wrappers and nested commands included.
 	Programs []string
@@ -88,47 +75,70 @@ type Seen struct {
 	Opaque []string
 }
 
-// judgeShell decides a shell command with its environment and working directory for e's tool, and
-// reports what it saw.
-func (e *decideEnv) judgeShell(f Facts) (finding, Seen) {
+// Rules is what the analyser judges a line against: the policy engine's command rules for one request's
+// tenant and tool, and how the engine shapes a finding (its posture and built-in ask settings). Judge
+// calls it from its own goroutine only and does not keep it.
+type Rules interface {
+	// Command is the verdict on one command, given as the words command rules match: the program's base
+	// name, then its literal words ("\x00" for a word only known at run time). listed reports whether a
+	// command rule of some layer names it. The finding is final: Judge does not shape it.
+	Command(argv []string) (f Finding, listed bool)
+	// Forbidden returns the findings of the command rules that deny argv, final as Command's: what a line
+	// that does not parse is still refused for by the words in it.
+	Forbidden(argv []string) []Finding
+	// Shape applies the posture and the built-in ask settings to one of the analyser's own findings.
+	Shape(f Finding) Finding
+}
+
+// Input is one shell command to judge.
+type Input struct {
+	Command string            // the command line
+	Env     map[string]string // the environment the call adds, judged as assignments in the line
+	Cwd     string            // the directory the command starts in, as the model gave it; "" is WorkspaceRoot
+}
+
+// Result is what judging one line found.
+type Result struct {
+	// Finding is the strictest finding, shaped; Found is false when there is none.
+	Finding Finding
+	Found   bool
+	// NoCommand reports a line that runs no command (only assignments or comments) or yields no finding:
+	// the engine judges it by the tool's own action.
+	NoCommand bool
+	Seen      Seen
+}
+
+// Judge judges a shell command with its environment and working directory against rules and paths, and
+// reports what it saw. It never blocks on I/O; calls with different Rules may run concurrently.
+func Judge(rules Rules, paths Paths, in Input) Result {
 	base := WorkspaceRoot
-	if f.Cwd != "" {
-		if p, err := ResolvePath(f.Cwd); err == nil {
-			base = p // a bad cwd is denied as a path of the call (checkToolPath)
+	if in.Cwd != "" {
+		if p, err := ResolvePath(in.Cwd); err == nil {
+			base = p // a bad cwd is denied by the engine as a path of the call
 		}
 	}
-	j := newShellJudge(e, []string{base})
-	if f.Cwd != "" {
+	j := &judge{rules: rules, paths: paths, infos: map[*syntax.CallExpr]*callInfo{}, dirs: []string{base},
+		dialect: dialectBash, seen: newSeenSet()}
+	if in.Cwd != "" {
 		j.checkPathText(base, false) // the command reads its working directory
 	}
-	j.judgeEnv(f.Env)
-	j.line(f.Command)
-	return j.v.best, j.seen.result()
+	j.judgeEnv(in.Env)
+	noCommand := j.line(in.Command)
+	return Result{Finding: j.v.best, Found: j.v.set, NoCommand: noCommand, Seen: j.seen.result()}
 }
 
-func newShellJudge(e *decideEnv, dirs []string) *shellJudge {
-	return &shellJudge{env: e, v: e.newVerdict(), infos: map[*syntax.CallExpr]*callInfo{}, dirs: dirs,
-		dialect: dialectBash, seen: newSeenSet()}
-}
-
-// line judges a whole command line.
-func (j *shellJudge) line(command string) {
+// line judges a whole command line and reports whether it runs no command.
+func (j *judge) line(command string) (noCommand bool) {
 	if len(command) > maxCommandBytes {
 		j.blind(Ask, RuleUnresolved, fmt.Sprintf("the command is %d bytes long and policy reads at most %d; a person must approve it, or put the script in a file", len(command), maxCommandBytes))
-		return
+		return false
 	}
 	j.program(command, 0, dialectsSh)
-	if j.commands == 0 || !j.v.set {
-		if tf := j.env.toolFinding(); tf.action == Deny {
-			j.v.add(tf)
-		} else {
-			j.v.add(finding{action: Allow, rule: RuleNoCommand, detail: "the line runs no command"})
-		}
-	}
+	return j.commands == 0 || !j.v.set
 }
 
 // judgeEnv judges the environment a call adds (run_shell's env argument) like assignments in the line.
-func (j *shellJudge) judgeEnv(env map[string]string) {
+func (j *judge) judgeEnv(env map[string]string) {
 	names := make([]string, 0, len(env))
 	for n := range env {
 		names = append(names, n)
@@ -147,8 +157,10 @@ func (j *shellJudge) judgeEnv(env map[string]string) {
 	}
 }
 
-type shellJudge struct {
-	env      *decideEnv
+// judge is the state of judging one line.
+type judge struct {
+	rules    Rules
+	paths    Paths
 	v        verdict
 	commands int // simple commands seen
 	steps    int // command() calls, bounded by maxSteps
@@ -174,21 +186,39 @@ type callInfo struct {
 	codeWords    []*syntax.Word // words whose value runs as code: sh -c STR, eval ARGS, source FILE
 }
 
-func (j *shellJudge) add(a Action, rule, detail string) {
-	j.v.add(finding{action: a, rule: rule, detail: detail})
+// add adds one of the analyser's own findings, shaped by the rules.
+func (j *judge) add(a Action, rule, detail string) {
+	j.v.add(j.rules.Shape(Finding{Action: a, Rule: rule, Detail: detail}))
 }
 
 // opaque adds a finding about code or writes policy cannot see, and records it in what was seen.
-func (j *shellJudge) opaque(a Action, rule, detail string) {
+func (j *judge) opaque(a Action, rule, detail string) {
 	j.add(a, rule, detail)
 	j.seen.opaque = append(j.seen.opaque, detail)
 }
 
 // blind adds a finding about a line or part policy could not read at all. The autonomous posture refuses
 // it rather than run it unread.
-func (j *shellJudge) blind(a Action, rule, detail string) {
-	j.v.add(finding{action: a, rule: rule, detail: detail, blind: true})
+func (j *judge) blind(a Action, rule, detail string) {
+	j.v.add(j.rules.Shape(Finding{Action: a, Rule: rule, Detail: detail, Blind: true}))
 	j.seen.opaque = append(j.seen.opaque, detail)
+}
+
+// dialect is a shell language a line may be read in.
+type dialect uint8
+
+const (
+	dialectPOSIX dialect = 1 << iota // dash, busybox ash, posh: /bin/sh on Debian
+	dialectBash                      // bash, and the approximation for ksh and zsh
+
+	dialectsSh = dialectPOSIX | dialectBash // /bin/sh: either
+)
+
+func (d dialect) String() string {
+	if d == dialectPOSIX {
+		return "POSIX sh"
+	}
+	return "bash"
 }
 
 // newParser returns a bash parser; parse picks the dialect.
@@ -300,7 +330,7 @@ func badCharacter(s string) string {
 }
 
 // program parses and judges src, a shell program nested depth levels deep, in every dialect of dl.
-func (j *shellJudge) program(src string, depth int, dl dialect) {
+func (j *judge) program(src string, depth int, dl dialect) {
 	if depth > maxNesting {
 		j.blind(Ask, RuleUnresolved, fmt.Sprintf("the line nests shells, eval or here-documents more than %d levels deep; a person must approve it", maxNesting))
 		return
@@ -352,7 +382,7 @@ func (j *shellJudge) program(src string, depth int, dl dialect) {
 // so each line that parses on its own is judged, then each piece between list, pipe and grouping
 // characters, and any word that a deny rule names denies the line. Misreading a piece can only make the
 // decision stricter.
-func (j *shellJudge) salvage(src string, depth int) {
+func (j *judge) salvage(src string, depth int) {
 	for _, line := range strings.Split(src, "\n") {
 		if f, err := parse(line, j.dialect); err == nil {
 			j.file(f, depth)
@@ -370,18 +400,16 @@ func (j *shellJudge) salvage(src string, depth int) {
 		return strings.ContainsRune(" \t\n;&|()<>`$\"'{}!=\\", r)
 	})
 	for _, t := range tokens {
-		name := commandBase(t)
-		for _, l := range j.env.layers {
-			if f, ok := l.commandOpinion([]string{name}); ok && f.action == Deny {
-				j.v.add(f)
-			}
+		name := CommandBase(t)
+		for _, f := range j.rules.Forbidden([]string{name}) {
+			j.v.add(f)
 		}
 	}
 }
 
 // file judges every node of a parsed program, then the checks that need the whole tree. Each statement
 // and command is judged in the directories it may run in (flowDirs).
-func (j *shellJudge) file(f *syntax.File, depth int) {
+func (j *judge) file(f *syntax.File, depth int) {
 	var pipes []*syntax.BinaryCmd
 	var fed []*syntax.Stmt
 	var calls []*syntax.CallExpr
@@ -473,7 +501,7 @@ func (j *shellJudge) file(f *syntax.File, depth int) {
 
 // prescan finds what changes how the whole line must be read, wherever it stands: CDPATH set, and
 // dotglob, nocaseglob or GLOBIGNORE turned on.
-func (j *shellJudge) prescan(f *syntax.File) {
+func (j *judge) prescan(f *syntax.File) {
 	syntax.Walk(f, func(n syntax.Node) bool {
 		switch n := n.(type) {
 		case *syntax.Assign:
@@ -503,7 +531,7 @@ func (j *shellJudge) prescan(f *syntax.File) {
 	})
 }
 
-func (j *shellJudge) callExpr(ce *syntax.CallExpr, depth int) {
+func (j *judge) callExpr(ce *syntax.CallExpr, depth int) {
 	info := &callInfo{}
 	j.infos[ce] = info
 	if len(ce.Args) == 0 {
@@ -518,7 +546,7 @@ func (j *shellJudge) callExpr(ce *syntax.CallExpr, depth int) {
 }
 
 // assign judges a variable assignment: a prefix (X=1 cmd), a plain one (X=1) or a declare argument.
-func (j *shellJudge) assign(a *syntax.Assign) {
+func (j *judge) assign(a *syntax.Assign) {
 	if a.Name != nil && injectionVar(a.Name.Value) {
 		j.opaque(Ask, RuleInjectionEnv, fmt.Sprintf("setting %s can make programs load or run other code; leave it unset", a.Name.Value))
 	}
@@ -527,7 +555,7 @@ func (j *shellJudge) assign(a *syntax.Assign) {
 	}
 }
 
-func (j *shellJudge) declClause(d *syntax.DeclClause) {
+func (j *judge) declClause(d *syntax.DeclClause) {
 	if d.Variant.Value == "nameref" {
 		j.opaque(Ask, RuleUnresolved, "nameref makes one variable stand for another, which policy cannot follow; use plain variables")
 	}
@@ -559,7 +587,7 @@ func (j *shellJudge) declClause(d *syntax.DeclClause) {
 
 // arith asks for arithmetic that reads variables: bash evaluates a variable's value as an arithmetic
 // expression, and an array subscript inside that value runs command substitutions.
-func (j *shellJudge) arith(x syntax.ArithmExpr) {
+func (j *judge) arith(x syntax.ArithmExpr) {
 	if arithHasVar(x) {
 		j.opaque(Ask, RuleUnresolved, fmt.Sprintf("the arithmetic %s evaluates variables, whose values can hide code; use literal numbers", shorten(printNode(x))))
 	}
@@ -580,7 +608,7 @@ func arithHasVar(x syntax.ArithmExpr) bool {
 	return found
 }
 
-func (j *shellJudge) binaryTest(b *syntax.BinaryTest) {
+func (j *judge) binaryTest(b *syntax.BinaryTest) {
 	switch b.Op {
 	case syntax.TsEql, syntax.TsNeq, syntax.TsLeq, syntax.TsGeq, syntax.TsLss, syntax.TsGtr:
 	default:
@@ -598,7 +626,7 @@ func (j *shellJudge) binaryTest(b *syntax.BinaryTest) {
 }
 
 // redirects judges a statement's redirections: files written, files read, and network devices.
-func (j *shellJudge) redirects(s *syntax.Stmt) {
+func (j *judge) redirects(s *syntax.Stmt) {
 	for _, r := range s.Redirs {
 		if r.N != nil && strings.HasPrefix(r.N.Value, "{") && !isIdentifier(strings.Trim(r.N.Value, "{}")) {
 			j.opaque(Ask, RuleUnresolved, fmt.Sprintf("the descriptor name %s is evaluated as code; use a plain {name}", r.N.Value))
@@ -623,7 +651,7 @@ func isFDMove(lit string) bool {
 	return d != "" && strings.Trim(d, "0123456789") == ""
 }
 
-func (j *shellJudge) redirectTarget(r *syntax.Redirect, write bool) {
+func (j *judge) redirectTarget(r *syntax.Redirect, write bool) {
 	if len(r.Word.Parts) == 1 {
 		if _, ok := r.Word.Parts[0].(*syntax.ProcSubst); ok {
 			return // > >(cmd): a pipe to a command, which the walk judges
@@ -671,7 +699,7 @@ func hasHereInput(s *syntax.Stmt) bool {
 }
 
 // hereInput judges a here-document or here-string fed to a shell as the script it is.
-func (j *shellJudge) hereInput(s *syntax.Stmt, depth int) {
+func (j *judge) hereInput(s *syntax.Stmt, depth int) {
 	_, dl := j.runsStdinScript(s)
 	if dl == 0 {
 		return
@@ -684,7 +712,7 @@ func (j *shellJudge) hereInput(s *syntax.Stmt, depth int) {
 // runsStdinScript reports whether a command in the statement runs a script from the statement's
 // standard input (sh, bash -s, python -), and the dialects of the shells among them whose script policy
 // can judge.
-func (j *shellJudge) runsStdinScript(s *syntax.Stmt) (any bool, dl dialect) {
+func (j *judge) runsStdinScript(s *syntax.Stmt) (any bool, dl dialect) {
 	syntax.Walk(s, func(n syntax.Node) bool {
 		switch n := n.(type) {
 		case *syntax.CmdSubst, *syntax.ProcSubst:
@@ -702,7 +730,7 @@ func (j *shellJudge) runsStdinScript(s *syntax.Stmt) (any bool, dl dialect) {
 
 // hereContent returns the text a statement's here-document or here-string feeds to standard input, when
 // it is static.
-func (j *shellJudge) hereContent(s *syntax.Stmt) (string, bool) {
+func (j *judge) hereContent(s *syntax.Stmt) (string, bool) {
 	for _, r := range s.Redirs {
 		switch r.Op {
 		case syntax.Hdoc, syntax.DashHdoc:
@@ -744,7 +772,7 @@ func (j *shellJudge) hereContent(s *syntax.Stmt) (string, bool) {
 
 // pipeline checks what flows into a stage that runs a script from its standard input: code downloaded
 // by an earlier stage is denied, and static text (echo "..." | sh) is judged as the script it is.
-func (j *shellJudge) pipeline(b *syntax.BinaryCmd, depth int) {
+func (j *judge) pipeline(b *syntax.BinaryCmd, depth int) {
 	stages := flattenPipeline(b)
 	for k, st := range stages {
 		any, dl := j.runsStdinScript(st)
@@ -784,7 +812,7 @@ func flattenPipeline(b *syntax.BinaryCmd) []*syntax.Stmt {
 // staticOutput returns what a pipeline stage may write when policy can know it: echo or printf of literal
 // words, or cat of a here-document. echo is read both as bash's (escapes kept) and as dash's or echo -e
 // (escapes decoded).
-func (j *shellJudge) staticOutput(s *syntax.Stmt) []string {
+func (j *judge) staticOutput(s *syntax.Stmt) []string {
 	ce, ok := s.Cmd.(*syntax.CallExpr)
 	if !ok || len(ce.Args) == 0 {
 		return nil
@@ -798,7 +826,7 @@ func (j *shellJudge) staticOutput(s *syntax.Stmt) []string {
 			argv = append(argv, w.text)
 		}
 	}
-	switch commandBase(argv[0]) {
+	switch CommandBase(argv[0]) {
 	case "echo":
 		args := argv[1:]
 		for len(args) > 0 && (args[0] == "-n" || args[0] == "-e" || args[0] == "-E") {
@@ -832,7 +860,7 @@ var downloaders = map[string]bool{
 }
 
 // containsDownload reports whether a command under n downloads.
-func (j *shellJudge) containsDownload(n syntax.Node) bool {
+func (j *judge) containsDownload(n syntax.Node) bool {
 	found := false
 	syntax.Walk(n, func(n syntax.Node) bool {
 		if ce, ok := n.(*syntax.CallExpr); ok {
@@ -887,7 +915,7 @@ type partial struct {
 
 // resolveWord expands w statically in the judge's dialect. It returns one word, or several for a brace
 // or tilde expansion, or a single unknown word when the value is only known at run time.
-func (j *shellJudge) resolveWord(w *syntax.Word) []word {
+func (j *judge) resolveWord(w *syntax.Word) []word {
 	if len(w.Parts) == 1 {
 		if _, ok := w.Parts[0].(*syntax.ProcSubst); ok {
 			// <(cmd) is a pipe the shell names /dev/fd/N; the walk judges cmd itself.
@@ -912,7 +940,7 @@ func (j *shellJudge) resolveWord(w *syntax.Word) []word {
 	return out
 }
 
-func (j *shellJudge) expandParts(parts []syntax.WordPart, atStart bool) ([]partial, bool) {
+func (j *judge) expandParts(parts []syntax.WordPart, atStart bool) ([]partial, bool) {
 	alts := []partial{{}}
 	appendAll := func(text, pat string, glob bool) {
 		for k := range alts {
@@ -1102,22 +1130,6 @@ func isVarRef(s string) bool {
 	}
 	digits, ok := strings.CutSuffix(sub, "]")
 	return ok && isIdentifier(name) && digits != "" && strings.Trim(digits, "0123456789") == ""
-}
-
-// commandBase names a program the way rules do: /usr/bin/rm and ./rm are rm.
-func commandBase(name string) string {
-	if !strings.Contains(name, "/") {
-		return name
-	}
-	b := path.Base(name)
-	if b == "/" || b == "." {
-		return ""
-	}
-	return b
-}
-
-var systemBinDirs = map[string]bool{
-	"/bin": true, "/usr/bin": true, "/usr/local/bin": true, "/sbin": true, "/usr/sbin": true, "/usr/local/sbin": true,
 }
 
 func printNode(n syntax.Node) string {
