@@ -1,49 +1,21 @@
 package policy
 
-import "fmt"
+import (
+	"fmt"
 
-// Action is what policy says about a call: run it, ask a person first, or refuse it.
-type Action string
+	"github.com/toolpool/toolpool/internal/policy/shell"
+)
+
+// Action is what policy says about a call: run it, ask a person first, or refuse it. It is the shell
+// analyser's type, so that the findings it returns need no translation.
+type Action = shell.Action
 
 // The three actions, from the most lenient to the strictest.
 const (
-	Allow Action = "allow"
-	Ask   Action = "ask"
-	Deny  Action = "deny"
+	Allow = shell.Allow
+	Ask   = shell.Ask
+	Deny  = shell.Deny
 )
-
-// rank orders actions by strictness. Anything that is not a known action ranks as deny, so a corrupt
-// value fails closed.
-func (a Action) rank() int {
-	switch a {
-	case Allow:
-		return 0
-	case Ask:
-		return 1
-	default:
-		return 2
-	}
-}
-
-// Stricter returns the stricter of a and b (deny over ask over allow). An unknown action counts as deny.
-func (a Action) Stricter(b Action) Action {
-	if b.rank() > a.rank() {
-		return normalizeAction(b)
-	}
-	return normalizeAction(a)
-}
-
-// Valid reports whether a is allow, ask or deny.
-func (a Action) Valid() bool {
-	return a == Allow || a == Ask || a == Deny
-}
-
-func normalizeAction(a Action) Action {
-	if a.Valid() {
-		return a
-	}
-	return Deny
-}
 
 func parseAction(s string) (Action, error) {
 	a := Action(s)

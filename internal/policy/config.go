@@ -17,6 +17,7 @@ import (
 
 	"github.com/toolpool/toolpool/internal/call"
 	"github.com/toolpool/toolpool/internal/policy/deniedpath"
+	"github.com/toolpool/toolpool/internal/policy/shell"
 )
 
 // The policy file format (docs/policy.md describes it for operators). Every struct is decoded strictly:
@@ -530,12 +531,12 @@ func (v *validator) paths(at []string, f filePaths) (roots []string, denied []de
 		for i, r := range f.AllowedRoots {
 			rat := join(at, "allowed_roots", strconv.Itoa(i))
 			if r == "~" || strings.HasPrefix(r, "~/") {
-				r = WorkspaceRoot + r[1:]
+				r = shell.WorkspaceRoot + r[1:]
 			}
 			if !strings.HasPrefix(r, "/") {
 				return nil, nil, v.errf(rat, "root %q is not absolute: write it like /workspace", r)
 			}
-			clean, err := ResolvePath(r)
+			clean, err := shell.ResolvePath(r)
 			if err != nil {
 				return nil, nil, v.errf(rat, "root %q: %w", r, err)
 			}
@@ -577,7 +578,7 @@ func (v *validator) commandRule(at []string, f fileCommandRule) (commandRule, er
 			return r, v.errf(cat, "the command is empty")
 		}
 		if strings.Contains(words[0], "/") {
-			return r, v.errf(cat, "name the program without a directory (%q, not %q): /usr/bin/rm is rm", commandBase(words[0]), words[0])
+			return r, v.errf(cat, "name the program without a directory (%q, not %q): /usr/bin/rm is rm", shell.CommandBase(words[0]), words[0])
 		}
 		for _, w := range words {
 			if strings.ContainsAny(w, "'\"\\$`;|&<>(){}*?") {

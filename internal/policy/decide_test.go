@@ -275,15 +275,16 @@ commands:
   - {name: git-read, action: allow, commands: ["git diff", "git log"]}
   - {name: go-test-all, action: allow, commands: ["go test ./..."]}
 `)
-	runShellCases(t, p, []shellCase{
-		{"longer prefix wins", "git diff --stat", Allow, "git-read"},
-		{"shorter prefix otherwise", "git push", Ask, "git-ask"},
-		{"not a string prefix", "git difftool", Ask, "git-ask"},
-		{"not a string prefix of the program", "gitk", Ask, RuleToolAction},
-		{"exact argv prefix with a path word", "go test ./...", Allow, "go-test-all"},
-		{"argv prefix with more words", "go test ./... -run X", Allow, "go-test-all"},
-		{"different argument", "go test ./pkg", Ask, RuleToolAction},
-		{"quotes are removed before matching", `go 'test' "./..."`, Allow, "go-test-all"},
+	shell := func(cmd string) Request { return Request{Tenant: "t1", Tool: "run_shell", Facts: Facts{Command: cmd}} }
+	runDecideCases(t, p, []decideCase{
+		{"longer prefix wins", shell("git diff --stat"), Allow, "git-read"},
+		{"shorter prefix otherwise", shell("git push"), Ask, "git-ask"},
+		{"not a string prefix", shell("git difftool"), Ask, "git-ask"},
+		{"not a string prefix of the program", shell("gitk"), Ask, RuleToolAction},
+		{"exact argv prefix with a path word", shell("go test ./..."), Allow, "go-test-all"},
+		{"argv prefix with more words", shell("go test ./... -run X"), Allow, "go-test-all"},
+		{"different argument", shell("go test ./pkg"), Ask, RuleToolAction},
+		{"quotes are removed before matching", shell(`go 'test' "./..."`), Allow, "go-test-all"},
 	})
 }
 

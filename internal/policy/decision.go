@@ -1,6 +1,10 @@
 package policy
 
-import "context"
+import (
+	"context"
+
+	"github.com/toolpool/toolpool/internal/policy/shell"
+)
 
 // Facts is what a tool's arguments say that policy needs to judge a call (tools.Tool.Facts fills it).
 type Facts struct {
@@ -84,35 +88,36 @@ type EngineFunc func(ctx context.Context, r Request) Decision
 func (f EngineFunc) Decide(ctx context.Context, r Request) Decision { return f(ctx, r) }
 
 // The built-in rule names a Decision may carry. They are stable: clients, audit logs and tests key on them.
-// Command rules in a policy file carry their own names and may not reuse these.
+// Command rules in a policy file carry their own names and may not reuse these. The shell analyser
+// (package shell) owns the names of the rules its findings carry; they are repeated here.
 const (
-	RuleDefault          = "default"            // the layer's default_action
-	RuleKindAction       = "kind-action"        // the layer's action for the tool's kind
-	RuleToolAction       = "tool-action"        // the tool's own action
-	RuleToolDisabled     = "tool-disabled"      // the operator or tenant disabled the tool
-	RuleRequestTools     = "request-tools"      // the request's tools map disabled the tool
-	RuleInvalidRequest   = "invalid-request"    // the request names no tool
-	RuleInvalidPath      = "invalid-path"       // a path that cannot exist (NUL, empty, too long)
-	RuleOutsideRoots     = "outside-roots"      // a path outside the allowed roots
-	RuleDeniedPath       = "denied-path"        // a path that matches a denied glob
-	RuleSystemPath       = "system-path"        // a write under /etc, /usr, /dev, ...
-	RuleInvalidURL       = "invalid-url"        // a URL that is not http(s) or has no host
-	RuleDomainNotAllowed = "domain-not-allowed" // a URL whose host is not on the allowlist
-	RuleApprovedAlways   = "approved-always"    // an "approve always" rule added at run time
-	RuleNoCommand        = "no-command"         // a shell line that runs no command
-	RuleUnparseable      = "unparseable"        // a shell line the parser cannot read
-	RuleUnresolved       = "unresolved"         // something only known at run time (eval, $CMD, globs...)
-	RuleDangerousFlags   = "dangerous-flags"    // a flag that makes an allowed program write or execute
-	RuleInjectionEnv     = "code-injection-env" // LD_PRELOAD, BASH_ENV, PATH, GIT_*...
-	RuleDownloadToShell  = "download-to-shell"  // curl ... | sh and friends
-	RuleDestructive      = "destructive-command"
-	RuleDeviceWrite      = "device-write"
-	RuleWorldWritable    = "world-writable"
-	RuleReverseShell     = "reverse-shell"
-	RuleRedirectWrite    = "redirect-write" // > file, >> file, &> file
+	RuleDefault          = "default"                 // the layer's default_action
+	RuleKindAction       = "kind-action"             // the layer's action for the tool's kind
+	RuleToolAction       = "tool-action"             // the tool's own action
+	RuleToolDisabled     = "tool-disabled"           // the operator or tenant disabled the tool
+	RuleRequestTools     = "request-tools"           // the request's tools map disabled the tool
+	RuleInvalidRequest   = "invalid-request"         // the request names no tool
+	RuleInvalidPath      = shell.RuleInvalidPath     // a path that cannot exist (NUL, empty, too long)
+	RuleOutsideRoots     = shell.RuleOutsideRoots    // a path outside the allowed roots
+	RuleDeniedPath       = shell.RuleDeniedPath      // a path that matches a denied glob
+	RuleSystemPath       = shell.RuleSystemPath      // a write under /etc, /usr, /dev, ...
+	RuleInvalidURL       = "invalid-url"             // a URL that is not http(s) or has no host
+	RuleDomainNotAllowed = "domain-not-allowed"      // a URL whose host is not on the allowlist
+	RuleApprovedAlways   = "approved-always"         // an "approve always" rule added at run time
+	RuleNoCommand        = "no-command"              // a shell line that runs no command
+	RuleUnparseable      = shell.RuleUnparseable     // a shell line the parser cannot read
+	RuleUnresolved       = shell.RuleUnresolved      // something only known at run time (eval, $CMD, globs...)
+	RuleDangerousFlags   = shell.RuleDangerousFlags  // a flag that makes an allowed program write or execute
+	RuleInjectionEnv     = shell.RuleInjectionEnv    // LD_PRELOAD, BASH_ENV, PATH, GIT_*...
+	RuleDownloadToShell  = shell.RuleDownloadToShell // curl ... | sh and friends
+	RuleDestructive      = shell.RuleDestructive
+	RuleDeviceWrite      = shell.RuleDeviceWrite
+	RuleWorldWritable    = shell.RuleWorldWritable
+	RuleReverseShell     = shell.RuleReverseShell
+	RuleRedirectWrite    = shell.RuleRedirectWrite // > file, >> file, &> file
 	// RuleControlCharacter refuses a shell line holding characters that shells, parsers and people read
 	// differently: control characters but tab and newline, bidirectional controls, invalid UTF-8.
-	RuleControlCharacter = "control-character"
+	RuleControlCharacter = shell.RuleControlCharacter
 	// RuleNoNetwork refuses an operation that needs egress (Facts.Network) when policy grants its tool none.
 	RuleNoNetwork = "no-network"
 	// RulePosture is a refusal by the tenant's posture itself (read-only refuses tools that write).
@@ -168,7 +173,7 @@ func (v *verdict) add(f finding) {
 		f = v.shape(f)
 		f.shaped = true
 	}
-	if !v.set || f.action.rank() > v.best.action.rank() {
+	if !v.set || f.action.StricterThan(v.best.action) {
 		v.best = f
 		v.set = true
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/toolpool/toolpool/internal/policy/deniedpath"
+	"github.com/toolpool/toolpool/internal/policy/shell"
 )
 
 // Policy is a parsed, validated policy: the operator's layer and the tenants' layers. It is immutable
@@ -130,7 +131,7 @@ func (p *Policy) Decide(ctx context.Context, r Request) Decision {
 
 // Explain is Decide, and also reports what judging a shell command looked at (zero for other tools):
 // for tests that compare policy with what a shell did, and for explaining a decision.
-func (p *Policy) Explain(ctx context.Context, r Request) (Decision, Seen) {
+func (p *Policy) Explain(ctx context.Context, r Request) (Decision, shell.Seen) {
 	return p.decide(r, nil)
 }
 
@@ -140,7 +141,7 @@ type decideEnv struct {
 	tenant  string
 	tool    string
 	kind    string
-	paths   pathRules
+	paths   shell.Paths
 	approve [][]string // argv prefixes the tenant approved for this tool; an empty prefix is the whole tool
 	posture Posture
 	shell   bool // the request carries a shell command
@@ -152,12 +153,12 @@ func (e *decideEnv) newVerdict() verdict {
 	return verdict{shape: e.shape}
 }
 
-func (p *Policy) decide(r Request, approved []AllowRule) (Decision, Seen) {
+func (p *Policy) decide(r Request, approved []AllowRule) (Decision, shell.Seen) {
 	layers := p.layersFor(r.Tenant)
 	d := Decision{Limits: effectiveLimits(layers, r.Tool)}
-	d.Limits.DeniedGlobs = effectivePaths(layers, r.Tool).deniedSources()
-	var seen Seen
-	finish := func(f finding) (Decision, Seen) {
+	d.Limits.DeniedGlobs = deniedSources(effectivePaths(layers, r.Tool))
+	var seen shell.Seen
+	finish := func(f finding) (Decision, shell.Seen) {
 		d.Action, d.Rule, d.Reason = f.action, f.rule, f.reason()
 		return d, seen
 	}
@@ -286,44 +287,49 @@ func hasPrefix(argv, prefix []string) bool {
 
 // checkToolPath judges a path a tool names: it must be a possible path, inside the roots, and not denied.
 func (e *decideEnv) checkToolPath(p string) (finding, bool) {
-	resolved, err := ResolvePath(p)
+	resolved, err := shell.ResolvePath(p)
 	if err != nil {
 		return finding{action: Deny, rule: RuleInvalidPath, detail: fmt.Sprintf("the path %.80q cannot be used: %v", p, err)}, true
 	}
-	if !e.paths.inRoots(resolved) {
-		return finding{action: Deny, rule: RuleOutsideRoots, detail: fmt.Sprintf("%s is outside the directories this tool may use (%s); use a path inside the workspace", resolved, e.paths.rootsText())}, true
+	if !e.paths.InRoots(resolved) {
+		return finding{action: Deny, rule: RuleOutsideRoots, detail: fmt.Sprintf("%s is outside the directories this tool may use (%s); use a path inside the workspace", resolved, e.paths.RootsText())}, true
 	}
-	if g, ok := e.paths.deniedBy(resolved); ok {
-		return finding{action: Deny, rule: RuleDeniedPath, detail: deniedDetail(resolved, g)}, true
+	if g, ok := e.paths.DeniedBy(resolved); ok {
+		return finding{action: Deny, rule: RuleDeniedPath, detail: shell.DeniedDetail(resolved, g)}, true
 	}
 	return finding{}, false
 }
 
-func deniedDetail(p string, g deniedpath.Glob) string {
-	return fmt.Sprintf("%s matches the denied pattern %q (secrets and keys stay out of reach); do not read or write it", p, g.Source())
-}
-
 // effectivePaths combines the layers' roots and denied globs for tool. Within a layer, the tool's roots
 // replace the layer's, and the denied globs add up.
-func effectivePaths(layers []*layer, tool string) pathRules {
-	var r pathRules
+func effectivePaths(layers []*layer, tool string) shell.Paths {
+	var r shell.Paths
 	for _, l := range layers {
 		roots := l.roots
-		r.denied = append(r.denied, l.denied...)
+		r.Denied = append(r.Denied, l.denied...)
 		if t := l.tools[tool]; t != nil {
 			if t.roots != nil {
 				roots = t.roots
 			}
-			r.denied = append(r.denied, t.denied...)
+			r.Denied = append(r.Denied, t.denied...)
 		}
 		if roots != nil {
-			r.roots = append(r.roots, roots)
+			r.Roots = append(r.Roots, roots)
 		}
 	}
-	if len(r.roots) == 0 {
-		r.roots = [][]string{{WorkspaceRoot}}
+	if len(r.Roots) == 0 {
+		r.Roots = [][]string{{shell.WorkspaceRoot}}
 	}
 	return r
+}
+
+// deniedSources lists the denied globs of r as written in the policy files.
+func deniedSources(r shell.Paths) []string {
+	out := make([]string, 0, len(r.Denied))
+	for _, g := range r.Denied {
+		out = append(out, g.Source())
+	}
+	return out
 }
 
 // effectiveLimits takes, field by field, the smallest limit any layer sets for tool (a tool's own limit

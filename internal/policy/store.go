@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/toolpool/toolpool/internal/call"
+	"github.com/toolpool/toolpool/internal/policy/shell"
 )
 
 // AllowRule is an "approve always" rule: where policy would ask, calls of Tool by Tenant are allowed
@@ -214,7 +215,7 @@ func validateAllowRule(r AllowRule) error {
 		case strings.ContainsAny(w, " \t\n\x00"):
 			return fmt.Errorf("word %d of the command prefix, %q, holds white space: give one word per element", i, w)
 		case i == 0 && strings.Contains(w, "/"):
-			return fmt.Errorf("name the program without a directory (%q, not %q)", commandBase(w), w)
+			return fmt.Errorf("name the program without a directory (%q, not %q)", shell.CommandBase(w), w)
 		}
 	}
 	return nil

@@ -38,6 +38,7 @@ import (
 
 	"github.com/toolpool/toolpool/internal/policy"
 	"github.com/toolpool/toolpool/internal/policy/deniedpath"
+	"github.com/toolpool/toolpool/internal/policy/shell"
 	"github.com/toolpool/toolpool/internal/sandbox"
 	"github.com/toolpool/toolpool/internal/sandbox/containerd"
 	"github.com/toolpool/toolpool/internal/sandbox/containerd/ctrtest"
@@ -99,7 +100,7 @@ var workspaceFiles = map[string]string{
 type judged struct {
 	line     oracleLine
 	decision policy.Decision
-	seen     policy.Seen
+	seen     shell.Seen
 }
 
 type mismatch struct {

@@ -1,4 +1,4 @@
-package policy
+package shell
 
 import (
 	"fmt"
@@ -12,7 +12,7 @@ import (
 
 // command judges one simple command after static expansion; argv[0] names the program. unwrap counts
 // the wrappers around it, runtimeArgs says a wrapper (xargs, find -exec) adds arguments at run time.
-func (j *shellJudge) command(argv []word, depth, unwrap int, info *callInfo, runtimeArgs bool) {
+func (j *judge) command(argv []word, depth, unwrap int, info *callInfo, runtimeArgs bool) {
 	if len(argv) == 0 {
 		return
 	}
@@ -20,7 +20,7 @@ func (j *shellJudge) command(argv []word, depth, unwrap int, info *callInfo, run
 	if j.steps > maxSteps || unwrap > maxUnwrap {
 		j.blind(Ask, RuleUnresolved, "the line wraps or nests commands too deeply for policy to follow; a person must approve it")
 		if argv[0].known && !argv[0].glob {
-			f, _ := j.ruleFinding(ruleWords(commandBase(argv[0].text), argv))
+			f, _ := j.rules.Command(ruleWords(CommandBase(argv[0].text), argv))
 			j.v.add(f) // still deny what a rule denies
 		}
 		return
@@ -30,7 +30,7 @@ func (j *shellJudge) command(argv []word, depth, unwrap int, info *callInfo, run
 		j.opaque(Ask, RuleUnresolved, fmt.Sprintf("the command name %s is only known when the line runs (a variable, substitution, glob or input); write the program's name literally", shorten(first.show())))
 		return
 	}
-	name := commandBase(first.text)
+	name := CommandBase(first.text)
 	if name == "" {
 		j.add(Ask, RuleUnresolved, fmt.Sprintf("%s is not a program name", shorten(first.text)))
 		return
@@ -79,91 +79,9 @@ func ruleWords(name string, argv []word) []string {
 	return out
 }
 
-// ruleFinding is the layers' verdict on argv from their command rules, or from their action for the
-// tool when no rule of a layer names it. listed reports whether any layer has a rule for it.
-func (j *shellJudge) ruleFinding(argv []string) (f finding, listed bool) {
-	v := j.env.newVerdict()
-	for _, l := range j.env.layers {
-		if rf, ok := l.commandOpinion(argv); ok {
-			v.add(rf)
-			listed = true
-			continue
-		}
-		if a, _, why, ok := l.toolAction(j.env.tool, j.env.kind); ok {
-			v.add(unlistedFinding(a, l.origin, why, argv))
-		}
-	}
-	if !v.set {
-		v.add(finding{action: Ask, rule: RuleDefault, detail: fmt.Sprintf("`%s` is on no command list and no policy sets an action for %s, so a person must approve it", showArgv(argv), j.env.tool)})
-	}
-	return j.env.approved(v.best, argv), listed
-}
-
-func unlistedFinding(a Action, origin, why string, argv []string) finding {
-	rule := RuleToolAction
-	switch {
-	case strings.HasPrefix(why, "sets tools of kind"):
-		rule = RuleKindAction
-	case strings.HasPrefix(why, "sets its default"):
-		rule = RuleDefault
-	}
-	var detail string
-	switch a {
-	case Allow:
-		detail = fmt.Sprintf("`%s` is on no command list; %s %s", showArgv(argv), origin, why)
-	case Ask:
-		detail = fmt.Sprintf("`%s` is on no command list; %s %s, so a person must approve it (commands on an allow list need no approval)", showArgv(argv), origin, why)
-	default:
-		detail = fmt.Sprintf("`%s` is on no command list; %s %s, so only listed commands run", showArgv(argv), origin, why)
-	}
-	return finding{action: a, rule: rule, detail: detail}
-}
-
-// showArgv names a command for a message: the program and, when it looks like a subcommand, the next
-// word.
-func showArgv(argv []string) string {
-	if len(argv) > 1 && argv[1] != "\x00" && !strings.HasPrefix(argv[1], "-") && len(argv[1]) <= 24 && !strings.ContainsAny(argv[1], "/.=") {
-		return argv[0] + " " + argv[1]
-	}
-	return argv[0]
-}
-
-// commandOpinion is a layer's longest matching command rule (the strictest among equally long ones).
-func (l *layer) commandOpinion(argv []string) (finding, bool) {
-	best := -1
-	var bf finding
-	for _, r := range l.commands {
-		for _, p := range r.prefixes {
-			if !hasPrefix(argv, p) {
-				continue
-			}
-			if len(p) > best || len(p) == best && r.action.rank() > bf.action.rank() {
-				best = len(p)
-				bf = finding{action: r.action, rule: r.name, detail: ruleDetail(r, p)}
-			}
-		}
-	}
-	return bf, best >= 0
-}
-
-func ruleDetail(r commandRule, prefix []string) string {
-	what := "`" + strings.Join(prefix, " ") + "` "
-	if r.reason != "" {
-		return what + r.reason
-	}
-	switch r.action {
-	case Allow:
-		return what + "is allowed"
-	case Ask:
-		return what + "needs a person's approval"
-	default:
-		return what + "is not allowed"
-	}
-}
-
 // plain judges a program that is neither a shell nor a wrapper.
-func (j *shellJudge) plain(name string, argv []word, ruleArgv []string, depth, unwrap int, info *callInfo, runtimeArgs bool) {
-	f, _ := j.ruleFinding(ruleArgv)
+func (j *judge) plain(name string, argv []word, ruleArgv []string, depth, unwrap int, info *callInfo, runtimeArgs bool) {
+	f, _ := j.rules.Command(ruleArgv)
 	j.v.add(f)
 	if isInterpreter(name) {
 		j.interpreter(argv, info)
@@ -226,7 +144,7 @@ func (j *shellJudge) plain(name string, argv []word, ruleArgv []string, depth, u
 
 // interpreter notes code that an interpreter (python, perl, node...) takes from a string or from its
 // standard input, for the download checks.
-func (j *shellJudge) interpreter(argv []word, info *callInfo) {
+func (j *judge) interpreter(argv []word, info *callInfo) {
 	positional := false
 	for i := 1; i < len(argv); i++ {
 		t := argv[i].text
@@ -270,7 +188,7 @@ func isInterpreter(name string) bool {
 }
 
 // insensitive checks the few dangerous uses of programs whose arguments are otherwise just strings.
-func (j *shellJudge) insensitive(name string, argv []word) {
+func (j *judge) insensitive(name string, argv []word) {
 	switch name {
 	case "printf":
 		// Only the first argument can be -v NAME (or -vNAME).
@@ -291,4 +209,20 @@ func (j *shellJudge) insensitive(name string, argv []word) {
 			}
 		}
 	}
+}
+
+// CommandBase names a program the way rules do: /usr/bin/rm and ./rm are rm.
+func CommandBase(name string) string {
+	if !strings.Contains(name, "/") {
+		return name
+	}
+	b := path.Base(name)
+	if b == "/" || b == "." {
+		return ""
+	}
+	return b
+}
+
+var systemBinDirs = map[string]bool{
+	"/bin": true, "/usr/bin": true, "/usr/local/bin": true, "/sbin": true, "/usr/sbin": true, "/usr/local/sbin": true,
 }

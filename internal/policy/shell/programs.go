@@ -1,4 +1,4 @@
-package policy
+package shell
 
 import (
 	"fmt"
@@ -12,7 +12,7 @@ import (
 
 // Knowledge of single programs: their dangerous arguments, and which arguments are paths.
 
-func (j *shellJudge) rm(argv []word) {
+func (j *judge) rm(argv []word) {
 	for _, w := range argv[1:] {
 		if !w.known {
 			continue
@@ -90,7 +90,7 @@ func worldWritableMode(s string) bool {
 // netcats are the names netcat goes by: each is judged by netcat and counts as a downloader.
 var netcats = map[string]bool{"nc": true, "ncat": true, "netcat": true, "nc.openbsd": true, "nc.traditional": true}
 
-func (j *shellJudge) netcat(name string, argv []word) {
+func (j *judge) netcat(name string, argv []word) {
 	for _, w := range argv[1:] {
 		t := w.text
 		if !w.known || len(t) < 2 || t[0] != '-' {
@@ -111,7 +111,7 @@ func (j *shellJudge) netcat(name string, argv []word) {
 	}
 }
 
-func (j *shellJudge) dd(argv []word) {
+func (j *judge) dd(argv []word) {
 	for _, w := range argv[1:] {
 		if !w.known {
 			continue
@@ -138,7 +138,7 @@ func (j *shellJudge) dd(argv []word) {
 
 // find judges find: its starting points and file arguments are paths, -exec and friends run a command
 // for each file (judged too), and -delete and -fprint write.
-func (j *shellJudge) find(argv []word, depth, unwrap int, info *callInfo) {
+func (j *judge) find(argv []word, depth, unwrap int, info *callInfo) {
 	i := 1
 	for i < len(argv) && argv[i].known {
 		t := argv[i].text
@@ -242,7 +242,7 @@ var gitDangerous = []struct{ name, why string }{
 	{"--open-files-in-pager", "runs a pager program"},
 }
 
-func (j *shellJudge) git(argv []word) {
+func (j *judge) git(argv []word) {
 	sub := gitSubcommand(argv)
 	for i := 1; i < sub; i++ {
 		t := argv[i].text
@@ -349,7 +349,7 @@ func gitFileOption(name string) bool {
 // -L...:PATH (a blob read from the repository, relative to its top, or to the working directory after
 // "./"), and a pathspec with magic (:(top), :(icase), :/) or wildcards, which git matches itself: a "*"
 // there crosses directories.
-func (j *shellJudge) gitPathArg(sub, t string) {
+func (j *judge) gitPathArg(sub, t string) {
 	for k := 0; k < len(t); k++ {
 		if t[k] == ':' && k+1 < len(t) && t[k+1] != '(' {
 			j.gitTreePath(t[k+1:])
@@ -371,7 +371,7 @@ func (j *shellJudge) gitPathArg(sub, t string) {
 		full := path.Join(b, spec)
 		if wild {
 			segs := deniedpath.SplitAbs(path.Clean(b + "/" + spec))
-			for _, g := range j.env.paths.denied {
+			for _, g := range j.paths.Denied {
 				if pathspecMayMeet(segs, g.Segments()) {
 					j.add(Ask, RuleDeniedPath, fmt.Sprintf("git matches the pathspec %s itself, and it may match files denied by %q; name the files you need literally", shorten(t), g.Source()))
 					return
@@ -379,9 +379,9 @@ func (j *shellJudge) gitPathArg(sub, t string) {
 			}
 			continue
 		}
-		for _, g := range j.env.paths.denied {
+		for _, g := range j.paths.Denied {
 			if g.Match(full) || icase && g.Match(strings.ToLower(full)) || icase && globsMayMeet(deniedpath.SplitAbs(escapeGlob(full)), g.Segments()) {
-				j.add(Deny, RuleDeniedPath, deniedDetail(full, g))
+				j.add(Deny, RuleDeniedPath, DeniedDetail(full, g))
 				return
 			}
 		}
@@ -390,7 +390,7 @@ func (j *shellJudge) gitPathArg(sub, t string) {
 
 // gitTreePath checks the path part of REV:PATH: relative to the top of the repository (any directory
 // the line runs in, or one above it), or to the working directory when it starts with ./ or ../.
-func (j *shellJudge) gitTreePath(p string) {
+func (j *judge) gitTreePath(p string) {
 	if p == "" || strings.HasPrefix(p, "/") {
 		return
 	}
@@ -403,8 +403,8 @@ func (j *shellJudge) gitTreePath(p string) {
 	}
 	for _, b := range bases {
 		full := path.Join(b, p)
-		if g, ok := j.env.paths.deniedBy(full); ok {
-			j.add(Deny, RuleDeniedPath, deniedDetail(full, g))
+		if g, ok := j.paths.DeniedBy(full); ok {
+			j.add(Deny, RuleDeniedPath, DeniedDetail(full, g))
 			return
 		}
 	}
@@ -412,7 +412,7 @@ func (j *shellJudge) gitTreePath(p string) {
 
 // repoTops are the directories a repository's top may be: the directories the line runs in and every
 // directory above them.
-func (j *shellJudge) repoTops() []string {
+func (j *judge) repoTops() []string {
 	var out []string
 	for _, d := range j.dirs {
 		for {
@@ -468,7 +468,7 @@ func parsePathspec(t string) (spec string, top, icase, literal, exclude bool) {
 
 // gitBranch asks for git branch forms that change branches: options that delete, move, copy or track,
 // or a name without a listing option (which creates a branch).
-func (j *shellJudge) gitBranch(args []word) {
+func (j *judge) gitBranch(args []word) {
 	listing := false
 	positional := 0
 	for _, w := range args {
@@ -602,7 +602,7 @@ var argSpecs = map[string]argSpec{
 
 // argPaths checks the paths among a program's arguments and asks for its dangerous options. It returns
 // the operands (arguments that are not options).
-func (j *shellJudge) argPaths(argv []word, spec argSpec) []word {
+func (j *judge) argPaths(argv []word, spec argSpec) []word {
 	name := argv[0].text
 	var operands []word
 	sawPattern := false
@@ -625,7 +625,7 @@ func (j *shellJudge) argPaths(argv []word, spec argSpec) []word {
 	dangerous := func(opt string) {
 		for d, why := range spec.dangerous {
 			if opt == d || strings.HasPrefix(opt, "--") && isLongOptPrefix(opt, d) {
-				j.add(Ask, RuleDangerousFlags, fmt.Sprintf("`%s %s` %s; a person must approve it", commandBase(name), opt, why))
+				j.add(Ask, RuleDangerousFlags, fmt.Sprintf("`%s %s` %s; a person must approve it", CommandBase(name), opt, why))
 			}
 		}
 		if slices.Contains(spec.writesWith, opt) {
@@ -699,7 +699,7 @@ func (j *shellJudge) argPaths(argv []word, spec argSpec) []word {
 }
 
 // checkPathWord checks an argument that names a file.
-func (j *shellJudge) checkPathWord(w word, write bool) {
+func (j *judge) checkPathWord(w word, write bool) {
 	if !w.known || w.tainted {
 		if write {
 			j.seen.opaque = append(j.seen.opaque, fmt.Sprintf("writes %s, a file only known when the line runs", w.show()))
@@ -716,7 +716,7 @@ func (j *shellJudge) checkPathWord(w word, write bool) {
 // resolve turns a path as the line gives it into the clean absolute paths it may name: an absolute path
 // names itself, "~" each home, and a relative path one path per directory the line may run in.
 // unknownBase reports that the line may also run in a directory only known at run time.
-func (j *shellJudge) resolve(text string) (paths []string, unknownBase bool) {
+func (j *judge) resolve(text string) (paths []string, unknownBase bool) {
 	switch {
 	case strings.HasPrefix(text, "/"):
 		return []string{path.Clean(text)}, false
@@ -734,7 +734,7 @@ func (j *shellJudge) resolve(text string) (paths []string, unknownBase bool) {
 
 // checkPathText checks a literal path from a command line against the tool's path rules. Reads outside
 // the roots ask; writes outside them, to system directories or to devices deny; denied globs deny.
-func (j *shellJudge) checkPathText(text string, write bool) {
+func (j *judge) checkPathText(text string, write bool) {
 	if text == "" || text == "-" {
 		return
 	}
@@ -751,32 +751,32 @@ func (j *shellJudge) checkPathText(text string, write bool) {
 	}
 }
 
-func (j *shellJudge) checkResolved(p string, write bool) {
+func (j *judge) checkResolved(p string, write bool) {
 	if isHarmlessDevice(p) {
 		return
 	}
 	if write {
 		j.seen.writes[p] = true
 	}
-	rules := j.env.paths
-	if g, ok := rules.deniedBy(p); ok {
-		j.add(Deny, RuleDeniedPath, deniedDetail(p, g))
+	rules := j.paths
+	if g, ok := rules.DeniedBy(p); ok {
+		j.add(Deny, RuleDeniedPath, DeniedDetail(p, g))
 	}
 	switch {
 	case write && strings.HasPrefix(p, "/dev/"):
 		j.add(Deny, RuleDeviceWrite, fmt.Sprintf("the command writes to the device %s; write to a file in the workspace", p))
 	case write && isSystemPath(p):
 		j.add(Deny, RuleSystemPath, fmt.Sprintf("the command writes %s, a system path; write inside %s", p, WorkspaceRoot))
-	case write && !rules.inRoots(p):
-		j.add(Deny, RuleOutsideRoots, fmt.Sprintf("the command writes %s, outside the directories it may write (%s)", p, rules.rootsText()))
-	case !write && !rules.inRoots(p):
-		j.add(Ask, RuleOutsideRoots, fmt.Sprintf("the command reads %s, outside the workspace (%s); a person must approve it", p, rules.rootsText()))
+	case write && !rules.InRoots(p):
+		j.add(Deny, RuleOutsideRoots, fmt.Sprintf("the command writes %s, outside the directories it may write (%s)", p, rules.RootsText()))
+	case !write && !rules.InRoots(p):
+		j.add(Ask, RuleOutsideRoots, fmt.Sprintf("the command reads %s, outside the workspace (%s); a person must approve it", p, rules.RootsText()))
 	}
 }
 
 // checkUnknownBase checks a relative path under a directory only known at run time: it asks, and names
 // the denied glob when the path, wherever it lands, may be a file it denies by name.
-func (j *shellJudge) checkUnknownBase(text string, write bool) {
+func (j *judge) checkUnknownBase(text string, write bool) {
 	if write {
 		j.seen.opaque = append(j.seen.opaque, fmt.Sprintf("writes %s in a directory only known when the line runs", text))
 	}
@@ -786,7 +786,7 @@ func (j *shellJudge) checkUnknownBase(text string, write bool) {
 			segs = append(segs, escapeGlob(s))
 		}
 	}
-	for _, g := range j.env.paths.denied {
+	for _, g := range j.paths.Denied {
 		if g.Segments()[len(g.Segments())-1] != "**" && j.globsMeet(segs, g.Segments()) {
 			j.add(Ask, RuleDeniedPath, fmt.Sprintf("the command runs in a directory only known when the line runs, where %s may be a file denied by %q; name the path from the workspace root", shorten(text), g.Source()))
 			return
@@ -797,7 +797,7 @@ func (j *shellJudge) checkUnknownBase(text string, write bool) {
 
 // globsMeet is the glob intersection test for this line: as bash matches by default, or widened when
 // the line may turn on dotglob or nocaseglob.
-func (j *shellJudge) globsMeet(shellGlob, denied []string) bool {
+func (j *judge) globsMeet(shellGlob, denied []string) bool {
 	if j.wideGlobs {
 		return globsMayMeet(shellGlob, denied)
 	}
@@ -807,7 +807,7 @@ func (j *shellJudge) globsMeet(shellGlob, denied []string) bool {
 // checkGlobWord checks an argument the shell expands into file names: its fixed directory must be
 // inside the roots, and it must not be able to match a denied glob (judged as if dotglob and nocaseglob
 // were on, which a line can turn on).
-func (j *shellJudge) checkGlobWord(w word, write bool) {
+func (j *judge) checkGlobWord(w word, write bool) {
 	var bases []string
 	switch {
 	case strings.HasPrefix(w.pattern, "/"):
@@ -830,7 +830,7 @@ func (j *shellJudge) checkGlobWord(w word, write bool) {
 }
 
 // checkGlobPattern checks one absolute glob pattern; it reports whether it found the pattern unusable.
-func (j *shellJudge) checkGlobPattern(w word, pat string, write bool) bool {
+func (j *judge) checkGlobPattern(w word, pat string, write bool) bool {
 	var segs []string
 	for _, s := range strings.Split(pat, "/") {
 		switch s {
@@ -855,16 +855,16 @@ func (j *shellJudge) checkGlobPattern(w word, pat string, write bool) bool {
 		}
 		dir = path.Join(dir, unescapeGlob(s))
 	}
-	rules := j.env.paths
+	rules := j.paths
 	switch {
 	case write && isSystemPath(dir):
 		j.add(Deny, RuleSystemPath, fmt.Sprintf("the pattern %s writes under %s, a system path; write inside %s", shorten(w.text), dir, WorkspaceRoot))
-	case write && !rules.inRoots(dir):
-		j.add(Deny, RuleOutsideRoots, fmt.Sprintf("the pattern %s writes under %s, outside the directories it may write (%s)", shorten(w.text), dir, rules.rootsText()))
-	case !write && !rules.inRoots(dir):
+	case write && !rules.InRoots(dir):
+		j.add(Deny, RuleOutsideRoots, fmt.Sprintf("the pattern %s writes under %s, outside the directories it may write (%s)", shorten(w.text), dir, rules.RootsText()))
+	case !write && !rules.InRoots(dir):
 		j.add(Ask, RuleOutsideRoots, fmt.Sprintf("the pattern %s reads under %s, outside the workspace; a person must approve it", shorten(w.text), dir))
 	}
-	for _, g := range rules.denied {
+	for _, g := range rules.Denied {
 		if j.globsMeet(segs, g.Segments()) {
 			j.add(Ask, RuleDeniedPath, fmt.Sprintf("the pattern %s may match files denied by %q; name the files you need literally", shorten(w.text), g.Source()))
 			break
@@ -876,7 +876,7 @@ func (j *shellJudge) checkGlobPattern(w word, pat string, write bool) bool {
 // maySecret checks a word that may name a file although policy does not know the program's options:
 // an option's value (--contents=.env, -f.env), or what follows a colon (HEAD:.env) or an equals sign.
 // Only the denied globs apply: such a word is not known to be a path, so it is not held to the roots.
-func (j *shellJudge) maySecret(text string) {
+func (j *judge) maySecret(text string) {
 	if len(text) > maxPathBytes {
 		return
 	}
@@ -901,8 +901,8 @@ func (j *shellJudge) maySecret(text string) {
 		}
 		paths, unknownBase := j.resolve(c)
 		for _, p := range paths {
-			if g, ok := j.env.paths.deniedBy(p); ok {
-				j.add(Deny, RuleDeniedPath, deniedDetail(p, g))
+			if g, ok := j.paths.DeniedBy(p); ok {
+				j.add(Deny, RuleDeniedPath, DeniedDetail(p, g))
 				return
 			}
 		}

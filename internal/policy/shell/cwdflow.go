@@ -1,4 +1,4 @@
-package policy
+package shell
 
 import (
 	"path"
@@ -55,7 +55,7 @@ func both(s dirState) flowOut { return flowOut{s, s} }
 func (o flowOut) any() dirState { return o.ok.union(o.fail) }
 
 type cwdFlow struct {
-	j      *shellJudge
+	j      *judge
 	at     map[syntax.Node]dirState
 	seen   dirState // every place the line has been: where popd and cd - may return
 	funcs  []*syntax.FuncDecl
@@ -63,7 +63,7 @@ type cwdFlow struct {
 }
 
 // flowDirs computes where every statement and simple command of f may run, starting in.
-func (j *shellJudge) flowDirs(f *syntax.File, in dirState) map[syntax.Node]dirState {
+func (j *judge) flowDirs(f *syntax.File, in dirState) map[syntax.Node]dirState {
 	c := &cwdFlow{j: j, at: map[syntax.Node]dirState{}, seen: in}
 	c.stmts(f.Stmts, in)
 	for _, fd := range c.funcs {

@@ -1,14 +1,16 @@
-package policy
+package shell_test
 
 import (
 	"bytes"
-	"path"
+	"context"
+	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"mvdan.cc/sh/v3/syntax"
 
-	"github.com/toolpool/toolpool/internal/policy/deniedpath"
+	"github.com/toolpool/toolpool/internal/policy"
 )
 
 var shellSeeds = []string{
@@ -33,7 +35,7 @@ func FuzzShellDecide(f *testing.F) {
 	for i, s := range shellSeeds {
 		f.Add(s, shellSeeds[(i*7+3)%len(shellSeeds)])
 	}
-	p := Default()
+	p := policy.Default()
 	f.Fuzz(func(t *testing.T, a, b string) {
 		for _, s := range []string{a, b} {
 			checkDecision(t, s, decideShell(p, s))
@@ -43,8 +45,8 @@ func FuzzShellDecide(f *testing.F) {
 		if !okA || !okB {
 			return
 		}
-		fa, errA := newParser().Parse(strings.NewReader(pa), "")
-		fb, errB := newParser().Parse(strings.NewReader(pb), "")
+		fa, errA := bashParser().Parse(strings.NewReader(pa), "")
+		fb, errB := bashParser().Parse(strings.NewReader(pb), "")
 		if errA != nil || errB != nil {
 			return
 		}
@@ -56,7 +58,7 @@ func FuzzShellDecide(f *testing.F) {
 			"{ " + pa + "\n} || { " + pb + "\n}",
 			"{ " + pa + "\n} | { " + pb + "\n}",
 		} {
-			f, err := newParser().Parse(strings.NewReader(compound), "")
+			f, err := bashParser().Parse(strings.NewReader(compound), "")
 			if err != nil || !joins(f, len(fa.Stmts), len(fb.Stmts)) {
 				// Not the two parts side by side: a printed part that ends in a backslash (the printer
 				// writes an escaped form feed as an escaped newline) joins the next line to its last word.
@@ -64,12 +66,17 @@ func FuzzShellDecide(f *testing.F) {
 			}
 			dc := decideShell(p, compound)
 			checkDecision(t, compound, dc)
-			if dc.Action.rank() < floor.rank() {
+			if floor.StricterThan(dc.Action) {
 				t.Errorf("Decide(%q) = %s by %s, more lenient than its parts: %q is %s, %q is %s",
 					compound, dc.Action, dc.Rule, pa, da.Action, pb, db.Action)
 			}
 		}
 	})
+}
+
+// bashParser returns a parser of bash, the dialect the compounds are built in.
+func bashParser() *syntax.Parser {
+	return syntax.NewParser(syntax.Variant(syntax.LangBash))
 }
 
 // reprint parses a shell line and prints it back; ok is false when it does not parse, or when it or its
@@ -79,7 +86,7 @@ func reprint(src string) (string, bool) {
 	if len(src) > 4096 {
 		return "", false
 	}
-	f, err := newParser().Parse(strings.NewReader(src), "")
+	f, err := bashParser().Parse(strings.NewReader(src), "")
 	if err != nil || len(f.Stmts) == 0 {
 		return "", false
 	}
@@ -109,53 +116,33 @@ func joins(f *syntax.File, na, nb int) bool {
 	return okX && okY && len(x.Stmts) == na && len(y.Stmts) == nb
 }
 
-func checkDecision(t *testing.T, cmd string, d Decision) {
+func checkDecision(t *testing.T, cmd string, d policy.Decision) {
 	t.Helper()
 	if !d.Action.Valid() || d.Rule == "" || d.Reason == "" {
 		t.Fatalf("Decide(%q) = %+v: want a valid action, a rule and a reason", cmd, d)
 	}
 }
 
-var pathSeeds = [][2]string{
-	{"a.txt", "**/.env"}, {"~/.ssh/id_rsa", "~/.ssh/**"}, {"../../etc/passwd", "/etc/**"},
-	{"/workspace2/x", "/workspace/**"}, {"a/./b/../c", "**/c"}, {"~", "~"}, {"~root", "**"},
-	{"x\x00y", "*"}, {"/", "/*"}, {"//a//b/", "/a/*"}, {"\xff", "**/*.pem"}, {"a.pem", "**/*.p[e]m"},
-	{"dir/", "dir/**"}, {".env.local", "**/.env.*"}, {"[x].key", `**/\[x\].key`},
-}
-
-// FuzzPath checks ResolvePath and the glob matcher: no panics; a resolved path is absolute, clean and
-// resolves to itself; containment is by whole components; and a path that matches a denied glob is
-// always found to intersect it, so the shell's glob check can never miss what the matcher catches.
-func FuzzPath(f *testing.F) {
-	for _, s := range pathSeeds {
-		f.Add(s[0], s[1])
-	}
-	f.Fuzz(func(t *testing.T, p, pattern string) {
-		r, err := ResolvePath(p)
-		if err == nil {
-			if !strings.HasPrefix(r, "/") || path.Clean(r) != r || strings.ContainsRune(r, 0) {
-				t.Fatalf("ResolvePath(%q) = %q: not a clean absolute path", p, r)
-			}
-			if again, err := ResolvePath(r); err != nil || again != r {
-				t.Fatalf("ResolvePath(%q) = %q, but ResolvePath(%q) = %q, %v", p, r, r, again, err)
-			}
-			inside := r == WorkspaceRoot || strings.HasPrefix(r, WorkspaceRoot+"/")
-			if within(WorkspaceRoot, r) != inside {
-				t.Fatalf("within(%q, %q) = %v", WorkspaceRoot, r, !inside)
-			}
-			if !strings.HasPrefix(p, "/") && !strings.HasPrefix(p, "~") && !strings.Contains(p, "..") && !inside {
-				t.Fatalf("relative path %q resolved outside the workspace: %q", p, r)
-			}
-		}
-		g, err := deniedpath.CompileGlob(pattern)
-		if err != nil || r == "" {
+// FuzzShellFacts checks judging a line with an env argument and a cwd: no panic, a complete decision,
+// sorted findings of what was seen, and the same decision for the same request.
+func FuzzShellFacts(f *testing.F) {
+	f.Add("cat config.json", ".docker", "GIT_DIR", "x")
+	f.Add("cd src && cat ../.env", "", "PATH", "/tmp")
+	f.Add("echo a # c \\\nsudo reboot", "src", "FOO", "bar")
+	f.Add(`$'\x73udo' x`, "a/b", "", "")
+	p := policy.Default()
+	f.Fuzz(func(t *testing.T, cmd, cwd, name, value string) {
+		if len(cmd) > 4096 || !utf8.ValidString(name) {
 			return
 		}
-		if g.Match(r) {
-			lit := deniedpath.SplitAbs(escapeGlob(r))
-			if !globsIntersect(lit, g.Segments()) {
-				t.Fatalf("%q matches %q, but the intersection test says they cannot meet", r, pattern)
-			}
+		r := policy.Request{Tool: "run_shell", Facts: policy.Facts{Command: cmd, Cwd: cwd, Env: map[string]string{name: value}}}
+		d, s := p.Explain(context.Background(), r)
+		checkDecision(t, cmd, d)
+		if !slices.IsSorted(s.Programs) || !slices.IsSorted(s.Writes) {
+			t.Fatalf("Explain(%q): seen lists are not sorted: %+v", cmd, s)
+		}
+		if again := p.Decide(context.Background(), r); again.Action != d.Action || again.Rule != d.Rule {
+			t.Fatalf("Decide(%q) is not stable: %s by %s, then %s by %s", cmd, d.Action, d.Rule, again.Action, again.Rule)
 		}
 	})
 }

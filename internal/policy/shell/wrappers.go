@@ -1,4 +1,4 @@
-package policy
+package shell
 
 import (
 	"fmt"
@@ -32,8 +32,8 @@ func dialectOf(shell string) dialect {
 	return dialectsSh
 }
 
-func (j *shellJudge) shell(name string, argv []word, ruleArgv []string, depth int, info *callInfo) {
-	if f, listed := j.ruleFinding(ruleArgv); listed {
+func (j *judge) shell(name string, argv []word, ruleArgv []string, depth int, info *callInfo) {
+	if f, listed := j.rules.Command(ruleArgv); listed {
 		j.v.add(f)
 	}
 	if name == "zsh" {
@@ -118,7 +118,7 @@ func isStdinPath(w word) bool {
 
 // shellString judges a string that who runs as shell code in the dialects dl. A string into which a
 // program splices its input at run time (xargs -I) is judged as written, and asks for what is spliced.
-func (j *shellJudge) shellString(w word, who string, depth int, info *callInfo, dl dialect) {
+func (j *judge) shellString(w word, who string, depth int, info *callInfo, dl dialect) {
 	if w.src != nil {
 		info.codeWords = append(info.codeWords, w.src)
 	}
@@ -132,8 +132,8 @@ func (j *shellJudge) shellString(w word, who string, depth int, info *callInfo, 
 	j.program(w.text, depth+1, dl)
 }
 
-func (j *shellJudge) eval(argv []word, ruleArgv []string, depth int, info *callInfo) {
-	if f, listed := j.ruleFinding(ruleArgv); listed {
+func (j *judge) eval(argv []word, ruleArgv []string, depth int, info *callInfo) {
+	if f, listed := j.rules.Command(ruleArgv); listed {
 		j.v.add(f)
 	}
 	j.opaque(Ask, RuleUnresolved, "eval runs a string as code, so a person must approve it; run the commands directly")
@@ -155,8 +155,8 @@ func (j *shellJudge) eval(argv []word, ruleArgv []string, depth int, info *callI
 	}
 }
 
-func (j *shellJudge) source(name string, argv []word, ruleArgv []string, info *callInfo) {
-	if f, listed := j.ruleFinding(ruleArgv); listed {
+func (j *judge) source(name string, argv []word, ruleArgv []string, info *callInfo) {
+	if f, listed := j.rules.Command(ruleArgv); listed {
 		j.v.add(f)
 	}
 	if len(argv) < 2 {
@@ -183,7 +183,7 @@ type wrapParse struct {
 	bad         string // why the options could not be followed; empty when they could
 }
 
-type wrapperFunc func(j *shellJudge, argv []word) wrapParse
+type wrapperFunc func(j *judge, argv []word) wrapParse
 
 // wrappers run another command, with options policy knows.
 var wrappers = map[string]wrapperFunc{
@@ -195,7 +195,7 @@ var wrappers = map[string]wrapperFunc{
 	"unbuffer": optsThen(optSpec{}, 0, nil),
 	"stdbuf":   optsThen(optSpec{shortValue: "ioe", longValue: []string{"--input", "--output", "--error"}}, 0, nil),
 	"exec":     optsThen(optSpec{shortValue: "a"}, 0, nil),
-	"builtin":  func(j *shellJudge, argv []word) wrapParse { return wrapParse{inner: argv[1:]} },
+	"builtin":  func(j *judge, argv []word) wrapParse { return wrapParse{inner: argv[1:]} },
 	"command":  optsThen(optSpec{}, 0, func(o opt) bool { return o.name == "-v" || o.name == "-V" }),
 	"ionice": optsThen(optSpec{shortValue: "cnpPu", longValue: []string{"--class", "--classdata", "--pid", "--pgid", "--uid"}}, 0,
 		func(o opt) bool {
@@ -234,8 +234,8 @@ var genericWrappers = map[string]bool{
 	"setuidgid": true,
 }
 
-func (j *shellJudge) wrapper(name string, argv []word, ruleArgv []string, depth, unwrap int, info *callInfo, runtimeArgs bool) {
-	f, listed := j.ruleFinding(ruleArgv)
+func (j *judge) wrapper(name string, argv []word, ruleArgv []string, depth, unwrap int, info *callInfo, runtimeArgs bool) {
+	f, listed := j.rules.Command(ruleArgv)
 	if listed {
 		j.v.add(f)
 	}
@@ -258,8 +258,8 @@ func (j *shellJudge) wrapper(name string, argv []word, ruleArgv []string, depth,
 	j.command(wp.inner, depth, unwrap+1, info, runtimeArgs || wp.runtimeArgs)
 }
 
-func (j *shellJudge) genericWrapper(name string, argv []word, ruleArgv []string, depth, unwrap int, info *callInfo) {
-	if f, listed := j.ruleFinding(ruleArgv); listed {
+func (j *judge) genericWrapper(name string, argv []word, ruleArgv []string, depth, unwrap int, info *callInfo) {
+	if f, listed := j.rules.Command(ruleArgv); listed {
 		j.v.add(f)
 	}
 	j.opaque(Ask, RuleUnresolved, fmt.Sprintf("`%s` runs another command in a way policy cannot follow exactly; a person must approve it", name))
@@ -345,7 +345,7 @@ func parseOpts(argv []word, spec optSpec) (opts []opt, rest int, bad string) {
 // optsThen builds a wrapper parser: options, then skip operands (timeout's duration), then the command.
 // noCommand reports options after which the wrapper runs no command (command -v, ionice -p).
 func optsThen(spec optSpec, skip int, noCommand func(opt) bool) wrapperFunc {
-	return func(j *shellJudge, argv []word) wrapParse {
+	return func(j *judge, argv []word) wrapParse {
 		opts, i, bad := parseOpts(argv, spec)
 		if bad != "" {
 			return wrapParse{bad: bad}
@@ -363,7 +363,7 @@ func optsThen(spec optSpec, skip int, noCommand func(opt) bool) wrapperFunc {
 	}
 }
 
-func parseEnv(j *shellJudge, argv []word) wrapParse {
+func parseEnv(j *judge, argv []word) wrapParse {
 	opts, i, bad := parseOpts(argv, optSpec{shortValue: "uCS", longValue: []string{"--unset", "--chdir", "--split-string"}})
 	if bad != "" {
 		return wrapParse{bad: bad}
@@ -412,7 +412,7 @@ func parseEnv(j *shellJudge, argv []word) wrapParse {
 }
 
 // splitWords splits a string into words the way a shell would, when they are all literal.
-func (j *shellJudge) splitWords(w word) ([]word, bool) {
+func (j *judge) splitWords(w word) ([]word, bool) {
 	if !w.known {
 		return nil, false
 	}
@@ -436,7 +436,7 @@ func (j *shellJudge) splitWords(w word) ([]word, bool) {
 	return out, true
 }
 
-func parseTime(j *shellJudge, argv []word) wrapParse {
+func parseTime(j *judge, argv []word) wrapParse {
 	opts, i, bad := parseOpts(argv, optSpec{shortValue: "fo", longValue: []string{"--format", "--output"}})
 	if bad != "" {
 		return wrapParse{bad: bad}
@@ -452,7 +452,7 @@ func parseTime(j *shellJudge, argv []word) wrapParse {
 
 // parseXargs reads xargs's options. xargs adds arguments at run time; with -I, -i or --replace it splices
 // its input into every word holding the replace string, so those words are tainted.
-func parseXargs(j *shellJudge, argv []word) wrapParse {
+func parseXargs(j *judge, argv []word) wrapParse {
 	replace := ""
 	i := 1
 	for ; i < len(argv); i++ {
@@ -539,7 +539,7 @@ func parseXargs(j *shellJudge, argv []word) wrapParse {
 	return wrapParse{inner: inner, runtimeArgs: true}
 }
 
-func parseSu(j *shellJudge, argv []word) wrapParse {
+func parseSu(j *judge, argv []word) wrapParse {
 	opts, i, bad := parseOpts(argv, optSpec{shortValue: "cgGsuw", longValue: []string{"--command", "--session-command",
 		"--group", "--supp-group", "--shell", "--user", "--whitelist-environment"}})
 	if bad != "" {
@@ -557,7 +557,7 @@ func parseSu(j *shellJudge, argv []word) wrapParse {
 	return wrapParse{stdinShell: true}
 }
 
-func parseChroot(j *shellJudge, argv []word) wrapParse {
+func parseChroot(j *judge, argv []word) wrapParse {
 	_, i, bad := parseOpts(argv, optSpec{longValue: []string{"--userspec", "--groups"}})
 	if bad != "" {
 		return wrapParse{bad: bad}
@@ -572,7 +572,7 @@ func parseChroot(j *shellJudge, argv []word) wrapParse {
 	return wrapParse{inner: argv[i+1:]}
 }
 
-func parseFlock(j *shellJudge, argv []word) wrapParse {
+func parseFlock(j *judge, argv []word) wrapParse {
 	opts, i, bad := parseOpts(argv, optSpec{shortValue: "Ewc", longValue: []string{"--conflict-exit-code", "--timeout", "--command"}})
 	if bad != "" {
 		return wrapParse{bad: bad}
@@ -598,7 +598,7 @@ func parseFlock(j *shellJudge, argv []word) wrapParse {
 	return wrapParse{inner: rest}
 }
 
-func parseWatch(j *shellJudge, argv []word) wrapParse {
+func parseWatch(j *judge, argv []word) wrapParse {
 	opts, i, bad := parseOpts(argv, optSpec{shortValue: "nq", longValue: []string{"--interval", "--equexit"}})
 	if bad != "" {
 		return wrapParse{bad: bad}
@@ -627,7 +627,7 @@ func parseWatch(j *shellJudge, argv []word) wrapParse {
 
 // parseScript reads script's options. script writes a typescript of the session: to its operand, to
 // ./typescript without one, and to the files of --log-out, --log-in, --log-io and --log-timing.
-func parseScript(j *shellJudge, argv []word) wrapParse {
+func parseScript(j *judge, argv []word) wrapParse {
 	opts, i, bad := parseOpts(argv, optSpec{shortValue: "cEIOBTm", longValue: []string{"--command", "--echo", "--log-in",
 		"--log-out", "--log-io", "--log-timing", "--logging-format"}})
 	if bad != "" {
@@ -664,7 +664,7 @@ func parseScript(j *shellJudge, argv []word) wrapParse {
 	return wrapParse{stdinShell: true}
 }
 
-func parseBusybox(j *shellJudge, argv []word) wrapParse {
+func parseBusybox(j *judge, argv []word) wrapParse {
 	if len(argv) < 2 || argv[1].known && strings.HasPrefix(argv[1].text, "-") {
 		return wrapParse{}
 	}
@@ -672,7 +672,7 @@ func parseBusybox(j *shellJudge, argv []word) wrapParse {
 }
 
 // parseSg reads sg GROUP [-c] COMMAND, where COMMAND is a string run by /bin/sh.
-func parseSg(j *shellJudge, argv []word) wrapParse {
+func parseSg(j *judge, argv []word) wrapParse {
 	i := 2
 	if i < len(argv) && argv[i].known && argv[i].text == "-c" {
 		i++

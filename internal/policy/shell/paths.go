@@ -1,4 +1,4 @@
-package policy
+package shell
 
 import (
 	"errors"
@@ -99,15 +99,17 @@ func isHarmlessDevice(p string) bool {
 	return false
 }
 
-// pathRules are the effective path constraints of one tool: a path must be inside one of the roots of
-// every layer and must match none of the denied globs.
-type pathRules struct {
-	roots  [][]string // per layer that sets roots
-	denied []deniedpath.Glob
+// Paths are the effective path rules of one tool: a path must be inside one of the roots of every layer
+// and must match none of the denied globs. The policy engine builds them from its layers; the analyser
+// and the engine's checks of a tool's own paths judge by them.
+type Paths struct {
+	Roots  [][]string // per layer that sets roots
+	Denied []deniedpath.Glob
 }
 
-func (r pathRules) inRoots(p string) bool {
-	for _, layerRoots := range r.roots {
+// InRoots reports whether the clean absolute path p is inside the roots of every layer.
+func (r Paths) InRoots(p string) bool {
+	for _, layerRoots := range r.Roots {
 		if !withinAny(layerRoots, p) {
 			return false
 		}
@@ -115,16 +117,17 @@ func (r pathRules) inRoots(p string) bool {
 	return true
 }
 
-// rootsText names the roots for a message to the model.
-func (r pathRules) rootsText() string {
-	if len(r.roots) == 0 {
+// RootsText names the roots for a message to the model.
+func (r Paths) RootsText() string {
+	if len(r.Roots) == 0 {
 		return WorkspaceRoot
 	}
-	return strings.Join(r.roots[len(r.roots)-1], ", ")
+	return strings.Join(r.Roots[len(r.Roots)-1], ", ")
 }
 
-func (r pathRules) deniedBy(p string) (deniedpath.Glob, bool) {
-	for _, g := range r.denied {
+// DeniedBy returns the first denied glob that matches the clean absolute path p.
+func (r Paths) DeniedBy(p string) (deniedpath.Glob, bool) {
+	for _, g := range r.Denied {
 		if g.Match(p) {
 			return g, true
 		}
@@ -132,11 +135,7 @@ func (r pathRules) deniedBy(p string) (deniedpath.Glob, bool) {
 	return deniedpath.Glob{}, false
 }
 
-// deniedSources lists the denied globs as written in the policy files.
-func (r pathRules) deniedSources() []string {
-	out := make([]string, 0, len(r.denied))
-	for _, g := range r.denied {
-		out = append(out, g.Source())
-	}
-	return out
+// DeniedDetail says, for a finding, that p matches the denied glob g.
+func DeniedDetail(p string, g deniedpath.Glob) string {
+	return fmt.Sprintf("%s matches the denied pattern %q (secrets and keys stay out of reach); do not read or write it", p, g.Source())
 }

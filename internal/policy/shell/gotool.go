@@ -1,4 +1,4 @@
-package policy
+package shell
 
 import (
 	"fmt"
@@ -32,7 +32,7 @@ var (
 )
 
 // goCommand judges go's global -C, its subcommand's flags, and go env -w.
-func (j *shellJudge) goCommand(argv []word, depth, unwrap int, info *callInfo) {
+func (j *judge) goCommand(argv []word, depth, unwrap int, info *callInfo) {
 	i := 1
 	sub := ""
 	for ; i < len(argv); i++ {
@@ -117,7 +117,7 @@ func goFlag(t string) (name, value string, hasValue bool) {
 
 // commandString judges a string that a program splits into a command and runs (go -toolexec, rg --pre),
 // adding arguments of its own at run time.
-func (j *shellJudge) commandString(s, who string, depth, unwrap int, info *callInfo) {
+func (j *judge) commandString(s, who string, depth, unwrap int, info *callInfo) {
 	words, ok := j.splitWords(literalWord(s))
 	if !ok || len(words) == 0 {
 		j.opaque(Ask, RuleUnresolved, fmt.Sprintf("`%s` runs %s, which policy cannot split into a command; write it plainly", who, shorten(s)))

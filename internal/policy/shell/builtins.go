@@ -1,4 +1,4 @@
-package policy
+package shell
 
 import (
 	"fmt"
@@ -30,7 +30,7 @@ var safeShopts = map[string]bool{
 
 // builtin judges the builtins that need more than their argument paths checked. It reports whether it
 // judged the command completely.
-func (j *shellJudge) builtin(name string, argv []word, depth int, info *callInfo) bool {
+func (j *judge) builtin(name string, argv []word, depth int, info *callInfo) bool {
 	args := argv[1:]
 	switch name {
 	case "set":
@@ -138,14 +138,14 @@ func (j *shellJudge) builtin(name string, argv []word, depth int, info *callInfo
 
 // varRef asks unless w names a variable without evaluating code (a name, or a name with a subscript of
 // digits).
-func (j *shellJudge) varRef(who string, w word) {
+func (j *judge) varRef(who string, w word) {
 	if w.known && !w.tainted && isVarRef(w.text) {
 		return
 	}
 	j.opaque(Ask, RuleUnresolved, fmt.Sprintf("`%s %s` evaluates a subscript (or a name only known at run time) as code; use a plain variable name", who, shorten(w.show())))
 }
 
-func (j *shellJudge) set(args []word) {
+func (j *judge) set(args []word) {
 	for i, w := range args {
 		t := w.text
 		if !w.known || t == "--" || t == "-" {
@@ -178,7 +178,7 @@ func (j *shellJudge) set(args []word) {
 	}
 }
 
-func (j *shellJudge) shopt(args []word) {
+func (j *judge) shopt(args []word) {
 	for _, w := range args {
 		if !w.known {
 			j.opaque(Ask, RuleUnresolved, "shopt sets an option only known when the line runs")
@@ -193,7 +193,7 @@ func (j *shellJudge) shopt(args []word) {
 }
 
 // trap judges trap's command string: trap [-lp] [--] [ARG SIGNAL...].
-func (j *shellJudge) trap(args []word, depth int, info *callInfo) {
+func (j *judge) trap(args []word, depth int, info *callInfo) {
 	for len(args) > 0 && args[0].known && (args[0].text == "-l" || args[0].text == "-p") {
 		return // lists, sets nothing
 	}
@@ -211,7 +211,7 @@ func (j *shellJudge) trap(args []word, depth int, info *callInfo) {
 
 // alias judges the value of each alias definition as the code it becomes wherever its name is used
 // later (dash expands aliases in every shell, bash with expand_aliases).
-func (j *shellJudge) alias(args []word, depth int, info *callInfo) {
+func (j *judge) alias(args []word, depth int, info *callInfo) {
 	for _, a := range args {
 		if a.known && strings.HasPrefix(a.text, "-") {
 			continue
@@ -264,7 +264,7 @@ func optionValues(args []word, valued string, onValue func(opt byte, v word), on
 
 // readVars checks the variables read assigns: read [-ers] [-a ARRAY] [-d D] [-i T] [-n N] [-N N] [-p P]
 // [-t T] [-u FD] [NAME...].
-func (j *shellJudge) readVars(args []word) {
+func (j *judge) readVars(args []word) {
 	optionValues(args, "adinNptu", func(opt byte, v word) {
 		if opt == 'a' {
 			j.varRef("read -a", v)
@@ -274,7 +274,7 @@ func (j *shellJudge) readVars(args []word) {
 
 // mapfile checks mapfile's array name and judges its callback: mapfile [-d D] [-n N] [-O ORIGIN] [-s N]
 // [-t] [-u FD] [-C CALLBACK] [-c N] [ARRAY].
-func (j *shellJudge) mapfile(name string, args []word, depth int, info *callInfo) {
+func (j *judge) mapfile(name string, args []word, depth int, info *callInfo) {
 	optionValues(args, "dnOsuCc", func(opt byte, v word) {
 		if opt == 'C' {
 			j.opaque(Ask, RuleUnresolved, fmt.Sprintf("`%s -C` runs a callback as code for every chunk of lines; a person must approve it", name))
@@ -284,7 +284,7 @@ func (j *shellJudge) mapfile(name string, args []word, depth int, info *callInfo
 }
 
 // cd judges the target of cd and pushd as a directory read; where the shell goes is cwdFlow's.
-func (j *shellJudge) cd(name string, args []word) {
+func (j *judge) cd(name string, args []word) {
 	for i, w := range args {
 		switch {
 		case w.known && w.text == "--":
@@ -303,7 +303,7 @@ func (j *shellJudge) cd(name string, args []word) {
 
 // addDir widens the directories of the command being judged by one it moves into for itself (env -C,
 // git -C, go -C, make -C, tar -C).
-func (j *shellJudge) addDir(w word) {
+func (j *judge) addDir(w word) {
 	if !w.known || w.glob || w.tainted {
 		j.dirUnknown = true
 		return
@@ -318,7 +318,7 @@ func (j *shellJudge) addDir(w word) {
 }
 
 // chdirOptions finds the directory options of make and tar (-C DIR, --directory=DIR).
-func (j *shellJudge) chdirOptions(argv []word) {
+func (j *judge) chdirOptions(argv []word) {
 	for i := 1; i < len(argv); i++ {
 		w := argv[i]
 		if !w.known {
