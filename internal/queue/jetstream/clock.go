@@ -20,12 +20,14 @@ const clockSyncInterval = 30 * time.Second
 
 // Now is the server's current time, as this client estimates it. Safe for concurrent use. Differences
 // between two Now values use the local monotonic clock.
-func (c *Conn) Now() time.Time {
-	return c.clock.local().Add(time.Duration(c.clock.offset.Load()))
+func (c *Conn) Now() time.Time { return c.now() }
+
+func (s *session) now() time.Time {
+	return s.clock.local().Add(time.Duration(s.clock.offset.Load()))
 }
 
 // syncClock measures the offset of the local clock from the records bucket's stream leader.
-func (c *Conn) syncClock(ctx context.Context) error {
+func (c *session) syncClock(ctx context.Context) error {
 	s, err := c.js.Stream(ctx, "KV_"+c.cfg.Bucket)
 	if err != nil {
 		return fmt.Errorf("sync clock with nats: %w", err)
@@ -45,7 +47,7 @@ func (c *Conn) syncClock(ctx context.Context) error {
 }
 
 // keepClock syncs the clock every clockSyncInterval until ctx ends. It blocks.
-func (c *Conn) keepClock(ctx context.Context) {
+func (c *session) keepClock(ctx context.Context) {
 	t := time.NewTicker(clockSyncInterval)
 	defer t.Stop()
 	for {
