@@ -289,7 +289,8 @@ func TestTracePublisherWithTracingOff(t *testing.T) {
 
 type memStore struct{}
 
-func (memStore) Get(ctx context.Context, id string) (queue.Record, error) { return queue.Record{}, nil }
+func (memStore) Create(ctx context.Context, r *call.Result) (uint64, error) { return 1, nil }
+func (memStore) Get(ctx context.Context, id string) (queue.Record, error)   { return queue.Record{}, nil }
 func (memStore) Update(ctx context.Context, r *call.Result, rev uint64) (uint64, error) {
 	return rev + 1, nil
 }
