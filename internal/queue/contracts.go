@@ -85,7 +85,8 @@ type Records interface {
 	Get(ctx context.Context, id string) (Record, error)
 	// Update replaces the call's record if it is still at revision rev, and returns the new revision,
 	// greater than rev. ErrConflict: the record moved on since rev (or never was at rev), and nothing is
-	// written; Get it again and decide again.
+	// written; Get it again and decide again. Revision 0 is "no record": Update at 0 writes the first
+	// record of a call that has none, and is ErrConflict when it has one.
 	Update(ctx context.Context, r *call.Result, rev uint64) (uint64, error)
 	// Wait blocks until done holds for the call's record and returns that record. done is called with the
 	// current record first, then after writes to it (not necessarily after each one: it sees the latest).
