@@ -27,14 +27,14 @@ func (s *session) now() time.Time {
 }
 
 // syncClock measures the offset of the local clock from the records bucket's stream leader.
-func (c *session) syncClock(ctx context.Context) error {
-	s, err := c.js.Stream(ctx, "KV_"+c.cfg.Bucket)
+func (s *session) syncClock(ctx context.Context) error {
+	stream, err := s.js.Stream(ctx, "KV_"+s.cfg.Bucket)
 	if err != nil {
 		return fmt.Errorf("sync clock with nats: %w", err)
 	}
-	before := c.clock.local()
-	info, err := s.Info(ctx)
-	after := c.clock.local()
+	before := s.clock.local()
+	info, err := stream.Info(ctx)
+	after := s.clock.local()
 	if err != nil {
 		return fmt.Errorf("sync clock with nats: %w", err)
 	}
@@ -42,12 +42,12 @@ func (c *session) syncClock(ctx context.Context) error {
 		return nil // a server too old to say; keep the local clock
 	}
 	mid := before.Add(after.Sub(before) / 2)
-	c.clock.offset.Store(int64(info.TimeStamp.Sub(mid)))
+	s.clock.offset.Store(int64(info.TimeStamp.Sub(mid)))
 	return nil
 }
 
 // keepClock syncs the clock every clockSyncInterval until ctx ends. It blocks.
-func (c *session) keepClock(ctx context.Context) {
+func (s *session) keepClock(ctx context.Context) {
 	t := time.NewTicker(clockSyncInterval)
 	defer t.Stop()
 	for {
@@ -56,7 +56,7 @@ func (c *session) keepClock(ctx context.Context) {
 			return
 		case <-t.C:
 			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			_ = c.syncClock(sctx) // a failed sync keeps the last offset
+			_ = s.syncClock(sctx) // a failed sync keeps the last offset
 			cancel()
 		}
 	}
