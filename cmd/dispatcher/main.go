@@ -171,7 +171,7 @@ func loadConfig(args []string) (config, error) {
 // replica stores later, until ctx ends. The rule book it returns adds a rule to the shared list by
 // compare-and-set, so that replicas adding rules at once keep them all.
 func shareAllowRules(ctx context.Context, conn *jetstream.Conn, pstore *policy.Store, log *slog.Logger) (*dispatcher.SharedRules, error) {
-	if err := conn.WatchState(ctx, allowRulesKey, func(b []byte) {
+	if err := conn.SharedState().WatchState(ctx, allowRulesKey, func(b []byte) {
 		var rules []policy.AllowRule
 		if err := json.Unmarshal(b, &rules); err != nil {
 			log.Error("decode approve-always rules", "error", err)
@@ -183,7 +183,7 @@ func shareAllowRules(ctx context.Context, conn *jetstream.Conn, pstore *policy.S
 	}); err != nil {
 		return nil, err
 	}
-	return dispatcher.NewSharedRules(conn, allowRulesKey, pstore), nil
+	return dispatcher.NewSharedRules(conn.SharedState(), allowRulesKey, pstore), nil
 }
 
 func run(args []string) error {
@@ -242,11 +242,11 @@ func run(args []string) error {
 	}
 	dm.WatchNATS(conn.Ready)
 	dm.WatchQueue(func(ctx context.Context) (uint64, time.Duration, error) {
-		st, err := conn.State(ctx)
+		st, err := conn.Calls().State(ctx)
 		return st.Pending, st.OldestAge, err
 	})
 	dm.WatchApprovals(func(ctx context.Context) (int, error) {
-		p, err := conn.ListPending(ctx, "*")
+		p, err := conn.Approvals().ListPending(ctx, "*")
 		return len(p), err
 	})
 
@@ -270,24 +270,24 @@ func run(args []string) error {
 	}
 
 	// The call store, decorated: audit log, then metrics, then tracing (outermost).
-	audited := audit.Wrap(conn, conn, func(err error) { log.Warn("write audit event", "error", err) })
+	audited := audit.Wrap(conn.Records(), conn.Audit(), func(err error) { log.Warn("write audit event", "error", err) })
 	store := tracing.TraceStore(metrics.ObserveStore(audited, dm))
-	publisher := tracing.TracePublisher(conn)
+	publisher := tracing.TracePublisher(conn.Calls())
 	api, err := dispatcher.New(cfg.API,
 		dispatcher.Deps{
 			Store:     store,
 			Publisher: publisher,
 			Tools:     reg,
 			Policy:    tracing.TracePolicy(pstore),
-			Approvals: conn,
+			Approvals: conn.Approvals(),
 			Log:       log,
 		},
 		dispatcher.WithReadyChecks(conn.Ready),
-		dispatcher.WithAudit(conn, audited),
+		dispatcher.WithAudit(conn.Audit(), audited),
 		dispatcher.WithRuleBook(rules, nil),
-		dispatcher.WithOutputs(conn),
-		dispatcher.WithLive(conn),
-		dispatcher.WithTransfers(conn),
+		dispatcher.WithOutputs(conn.Outputs()),
+		dispatcher.WithLive(conn.Live()),
+		dispatcher.WithTransfers(conn.Outputs()),
 		dispatcher.WithClock(conn.Now),
 	)
 	if err != nil {
@@ -299,7 +299,7 @@ func run(args []string) error {
 	}
 	rcfg.WaitingAge = cfg.API.QueueTimeout
 	reconciler, err := dispatcher.NewReconciler(rcfg, dispatcher.ReconcilerDeps{
-		Store: store, Backlog: conn, LeaseHeld: conn.LeaseHeld, Approvals: conn, Publisher: publisher, Tools: reg,
+		Store: store, Backlog: conn.Backlog(), LeaseHeld: conn.Leases().LeaseHeld, Approvals: conn.Approvals(), Publisher: publisher, Tools: reg,
 		Log: log.With("part", "reconciler"), Now: conn.Now,
 	})
 	if err != nil {
@@ -311,7 +311,7 @@ func run(args []string) error {
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
 		mcpCfg.Version = bi.Main.Version
 	}
-	mcpHandler, err := mcp.New(mcpCfg, api, api, log, mcp.WithOutput(conn))
+	mcpHandler, err := mcp.New(mcpCfg, api, api, log, mcp.WithOutput(conn.Live()))
 	if err != nil {
 		return err
 	}

@@ -43,7 +43,7 @@ func startReplica(t *testing.T, natsURL string) *replica {
 	}
 	cfg := dispatcher.DefaultConfig()
 	cfg.Tenants = []dispatcher.Tenant{{Name: "acme", Tokens: []dispatcher.Token{{Token: approverToken, Role: dispatcher.RoleApprover}}}}
-	api, err := dispatcher.New(cfg, dispatcher.Deps{Store: conn, Publisher: conn, Tools: reg, Policy: pstore, Approvals: conn, Log: log},
+	api, err := dispatcher.New(cfg, dispatcher.Deps{Store: conn.Records(), Publisher: conn.Calls(), Tools: reg, Policy: pstore, Approvals: conn.Approvals(), Log: log},
 		dispatcher.WithRuleBook(rules, nil))
 	if err != nil {
 		t.Fatal(err)

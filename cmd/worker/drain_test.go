@@ -80,7 +80,7 @@ func TestDrain(t *testing.T) {
 			}
 			log := slog.New(slog.NewTextHandler(io.Discard, nil))
 			w, err := worker.New(worker.Config{ID: "worker-1", WorkspacesDir: t.TempDir(), Heartbeat: time.Second, AckWait: conn.AckWait(),
-				MaxDeliver: conn.MaxDeliver(), Now: conn.Now, UID: 65532, GID: 65532}, rt, conn, reg, log, worker.WithLeases(conn))
+				MaxDeliver: conn.MaxDeliver(), Now: conn.Now, UID: 65532, GID: 65532}, rt, conn.Records(), reg, log, worker.WithLeases(conn.Leases()))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -92,7 +92,7 @@ func TestDrain(t *testing.T) {
 			consumed := make(chan error, 1)
 			go func() {
 				consumed <- consumeDraining(workerCtx, tt.grace, kill, log, func(fetchCtx, runCtx context.Context) error {
-					return conn.ConsumeWith(fetchCtx, runCtx, slots, w.Handle)
+					return conn.Calls().ConsumeWith(fetchCtx, runCtx, slots, w.Handle)
 				})
 			}()
 			for range running {
@@ -121,7 +121,7 @@ func TestDrain(t *testing.T) {
 			}
 
 			for _, id := range running {
-				rec, err := dispatcher.Get(ctx, id)
+				rec, err := dispatcher.Records().Get(ctx, id)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -130,7 +130,7 @@ func TestDrain(t *testing.T) {
 					t.Errorf("call %s ended %s %+v, want %s", id, r.Status, r.Error, tt.want)
 				}
 			}
-			if rec, err := dispatcher.Get(ctx, late); err != nil || rec.Result.Status != call.StatusQueued {
+			if rec, err := dispatcher.Records().Get(ctx, late); err != nil || rec.Result.Status != call.StatusQueued {
 				t.Errorf("the call published during the drain is %+v (%v), want queued for another worker", rec.Result, err)
 			}
 			if ran := rt.calls(); len(ran) != len(running) {
@@ -145,10 +145,10 @@ func submit(ctx context.Context, t *testing.T, conn *jetstream.Conn) string {
 	t.Helper()
 	c := &call.Call{ID: call.NewID(), Tenant: "acme", Workspace: "ws", Tool: "run_shell", Args: json.RawMessage(`{"command":"sleep 1"}`),
 		CreatedAt: time.Now().UTC(), Limits: call.Limits{TimeoutMS: 60000}}
-	if _, err := conn.Create(ctx, call.NewResult(c, call.StatusQueued)); err != nil {
+	if _, err := conn.Records().Create(ctx, call.NewResult(c, call.StatusQueued)); err != nil {
 		t.Fatal(err)
 	}
-	if err := conn.Publish(ctx, c); err != nil {
+	if err := conn.Calls().Publish(ctx, c); err != nil {
 		t.Fatal(err)
 	}
 	return c.ID

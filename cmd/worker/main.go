@@ -440,7 +440,7 @@ func run(args []string) (retErr error) {
 	// A container whose call's lease is gone is removed, whichever worker made it: a worker killed and
 	// replaced under another id leaves its containers to the replacement.
 	ownerGone := func(ctx context.Context, id string) (bool, error) {
-		held, err := conn.LeaseHeld(ctx, id)
+		held, err := conn.Leases().LeaseHeld(ctx, id)
 		return !held, err
 	}
 	removeOrphans := func() {
@@ -485,7 +485,7 @@ func run(args []string) (retErr error) {
 
 	// The decorators, innermost first: audit log and metrics on the store, tracing outermost; metrics and
 	// tracing on the runtime.
-	audited := audit.Wrap(conn, conn, func(err error) { log.Warn("write audit event", "error", err) })
+	audited := audit.Wrap(conn.Records(), conn.Audit(), func(err error) { log.Warn("write audit event", "error", err) })
 	store := tracing.TraceWorkerStore(metrics.ObserveWorkerStore(audited, wm))
 	w, err := worker.New(worker.Config{
 		ID: cfg.ID, WorkspacesDir: cfg.WorkspacesDir, RunnerBinary: runner, UID: int(cfg.UID), GID: int(cfg.GID),
@@ -497,7 +497,8 @@ func run(args []string) (retErr error) {
 			Archive: workspace.Limits{Files: cfg.Workspaces.ArchiveMaxFiles, Bytes: cfg.Workspaces.ArchiveMaxBytes},
 		},
 	}, tracing.TraceRuntime(metrics.ObserveRuntime(rt, wm)), store, reg, log,
-		worker.WithLeases(conn), worker.WithOutputs(conn), worker.WithCreator(audited), worker.WithLive(conn), worker.WithTransfers(conn))
+		worker.WithLeases(conn.Leases()), worker.WithOutputs(conn.Outputs()), worker.WithCreator(audited), worker.WithLive(conn.Live()),
+		worker.WithTransfers(conn.Outputs()))
 	if err != nil {
 		return err
 	}
@@ -531,7 +532,7 @@ func run(args []string) (retErr error) {
 		"runtimes", rt.Runtimes(), "oci_runtime", rt.OCIRuntime(), "pool_size", cfg.Pool.MaxSize, "workspaces", cfg.WorkspacesDir)
 	handle := metrics.InstrumentHandler(cfg.Slots, tracing.TraceHandler(w.Handle), wm)
 	err = consumeDraining(ctx, cfg.DrainTimeout, secondSignal, log, func(fetchCtx, runCtx context.Context) error {
-		return conn.ConsumeWith(fetchCtx, runCtx, cfg.Slots, handle)
+		return conn.Calls().ConsumeWith(fetchCtx, runCtx, cfg.Slots, handle)
 	})
 	log.Info("worker stopped")
 	return err

@@ -1,5 +1,5 @@
 // Package audit records every policy decision and every call outcome in the audit log. It is a decorator
-// around the call Store: whoever writes a call's first record (a decision) or its final one (an outcome),
+// around the call records (queue.Records): whoever writes a call's first record (a decision) or its final one (an outcome),
 // dispatcher or worker, writes the audit event too, so each event is recorded by exactly one writer.
 package audit
 
@@ -11,39 +11,32 @@ import (
 	"github.com/toolpool/toolpool/internal/queue"
 )
 
-// Sink appends events to the audit log.
+// Sink appends events to the audit log: the writing half of queue.Audit.
 type Sink interface {
 	Audit(ctx context.Context, ev call.AuditEvent) error
 }
 
-// Store is the call store being decorated.
-type Store interface {
-	Create(ctx context.Context, r *call.Result) (uint64, error)
-	Get(ctx context.Context, id string) (queue.Record, error)
-	Update(ctx context.Context, r *call.Result, rev uint64) (uint64, error)
-	Wait(ctx context.Context, id string, done func(*call.Result) bool) (*call.Result, error)
-}
-
-// AuditedStore writes an audit event after every successful write of a first or final record. An audit
-// failure never fails the write: it goes to onError.
+// AuditedStore is call records (queue.Records) that write an audit event after every successful write of
+// a first or final record. An audit failure never fails the write: it goes to onError. The records'
+// contract is next's.
 type AuditedStore struct {
-	Store
+	queue.Records
 	sink    Sink
 	onError func(error)
 }
 
 // Wrap decorates next. onError may be nil.
-func Wrap(next Store, sink Sink, onError func(error)) *AuditedStore {
+func Wrap(next queue.Records, sink Sink, onError func(error)) *AuditedStore {
 	if onError == nil {
 		onError = func(error) {}
 	}
-	return &AuditedStore{Store: next, sink: sink, onError: onError}
+	return &AuditedStore{Records: next, sink: sink, onError: onError}
 }
 
 // Create writes the first record and logs the decision ("accepted"), and the outcome when the first
 // record is final already (denied).
 func (s *AuditedStore) Create(ctx context.Context, r *call.Result) (uint64, error) {
-	rev, err := s.Store.Create(ctx, r)
+	rev, err := s.Records.Create(ctx, r)
 	if err != nil {
 		return rev, err
 	}
@@ -56,7 +49,7 @@ func (s *AuditedStore) Create(ctx context.Context, r *call.Result) (uint64, erro
 
 // Update writes a record and logs the outcome when the record is final.
 func (s *AuditedStore) Update(ctx context.Context, r *call.Result, rev uint64) (uint64, error) {
-	next, err := s.Store.Update(ctx, r, rev)
+	next, err := s.Records.Update(ctx, r, rev)
 	if err != nil {
 		return next, err
 	}

@@ -48,8 +48,8 @@ func apiOn(t *testing.T, wrap func(Publisher) Publisher) (*httptest.Server, *jet
 	if err != nil {
 		t.Fatal(err)
 	}
-	api, err := New(cfg, Deps{Store: conn, Publisher: wrap(conn), Tools: reg, Policy: policy.NewStore(pol), Approvals: conn,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}, WithOutputs(conn), WithClock(conn.Now))
+	api, err := New(cfg, Deps{Store: conn.Records(), Publisher: wrap(conn.Calls()), Tools: reg, Policy: policy.NewStore(pol),
+		Approvals: conn.Approvals(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))}, WithOutputs(conn.Outputs()), WithClock(conn.Now))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestIdempotencyKeyOnJetStream(t *testing.T) {
 	if code != http.StatusAccepted || first.Status != call.StatusQueued {
 		t.Fatalf("retry after the failed publish: HTTP %d %s, want 202 queued", code, first.Status)
 	}
-	if st, err := conn.State(context.Background()); err != nil || st.Pending != 1 {
+	if st, err := conn.Calls().State(context.Background()); err != nil || st.Pending != 1 {
 		t.Fatalf("queue after the retry: %+v %v, want the call queued once", st, err)
 	}
 	if code, again := post(t, ts.URL, "t-token", body); code != http.StatusAccepted || again.ID != first.ID {
@@ -108,8 +108,8 @@ func TestIdempotencyKeyOnJetStream(t *testing.T) {
 func TestSharedRulesKeepEveryReplicasRule(t *testing.T) {
 	conn, _ := jstest.Provisioned(t, nil)
 	ctx := context.Background()
-	a := NewSharedRules(conn, "allow_rules", policy.NewStore(policy.Default()))
-	b := NewSharedRules(conn, "allow_rules", policy.NewStore(policy.Default()))
+	a := NewSharedRules(conn.SharedState(), "allow_rules", policy.NewStore(policy.Default()))
+	b := NewSharedRules(conn.SharedState(), "allow_rules", policy.NewStore(policy.Default()))
 	var wg sync.WaitGroup
 	for i, rb := range []*SharedRules{a, b, a, b, a, b} {
 		wg.Add(1)
@@ -124,7 +124,7 @@ func TestSharedRulesKeepEveryReplicasRule(t *testing.T) {
 	got := make(chan []byte, 1)
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if err := conn.WatchState(wctx, "allow_rules", func(b []byte) {
+	if err := conn.SharedState().WatchState(wctx, "allow_rules", func(b []byte) {
 		select {
 		case got <- b:
 		default:

@@ -27,8 +27,8 @@ func reconcilerOn(t *testing.T) (*Reconciler, *jetstream.Conn) {
 		t.Fatal(err)
 	}
 	r, err := NewReconciler(ReconcilerConfig{Interval: time.Second, InFlightAge: time.Hour, WaitingAge: time.Nanosecond, Grace: time.Nanosecond},
-		ReconcilerDeps{Store: conn, Backlog: conn, LeaseHeld: conn.LeaseHeld, Approvals: conn, Publisher: conn, Tools: reg,
-			Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: conn.Now})
+		ReconcilerDeps{Store: conn.Records(), Backlog: conn.Backlog(), LeaseHeld: conn.Leases().LeaseHeld, Approvals: conn.Approvals(),
+			Publisher: conn.Calls(), Tools: reg, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: conn.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,14 +38,14 @@ func reconcilerOn(t *testing.T) (*Reconciler, *jetstream.Conn) {
 // exhaust publishes c and naks every delivery of it until the queue gives up on it (its advisory is in).
 func exhaust(t *testing.T, conn *jetstream.Conn, c *call.Call) {
 	t.Helper()
-	if err := conn.Publish(context.Background(), c); err != nil {
+	if err := conn.Calls().Publish(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	delivered := make(chan uint64, 8)
 	done := make(chan error)
 	go func() {
-		done <- conn.Consume(ctx, 1, func(ctx context.Context, d queue.Delivery) {
+		done <- conn.Calls().Consume(ctx, 1, func(ctx context.Context, d queue.Delivery) {
 			delivered <- d.Attempt()
 			d.Nak(ctx, 0)
 		})
@@ -59,7 +59,7 @@ func exhaust(t *testing.T, conn *jetstream.Conn, c *call.Call) {
 	// a pending fetch: keep fetching until the advisory can be read (offered, and put back at once).
 	deadline := time.Now().Add(30 * time.Second)
 	for in := false; !in; {
-		if err := conn.Exhausted(context.Background(), 10, 0, func(_ context.Context, q queue.Stuck) bool {
+		if err := conn.Backlog().Exhausted(context.Background(), 10, 0, func(_ context.Context, q queue.Stuck) bool {
 			in = in || (q.Call != nil && q.Call.ID == c.ID)
 			return false
 		}); err != nil {
@@ -83,10 +83,10 @@ func TestReconcileExhaustedRunningCall(t *testing.T) {
 	c := &call.Call{ID: call.NewID(), Tenant: "t", Tool: "run_shell", CreatedAt: conn.Now(), Deadline: conn.Now().Add(time.Hour)}
 	res := call.NewResult(c, call.StatusRunning)
 	res.Worker = "w0"
-	if _, err := conn.Create(ctx, res); err != nil {
+	if _, err := conn.Records().Create(ctx, res); err != nil {
 		t.Fatal(err)
 	}
-	lease, err := conn.AcquireLease(ctx, c.ID, "w0", time.Minute)
+	lease, err := conn.Leases().AcquireLease(ctx, c.ID, "w0", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestReconcileExhaustedRunningCall(t *testing.T) {
 			if err := r.Pass(ctx); err != nil {
 				t.Fatal(err)
 			}
-			rec, _ := conn.Get(ctx, c.ID)
+			rec, _ := conn.Records().Get(ctx, c.ID)
 			if rec.Result.Status != call.StatusRunning || time.Now().After(deadline) {
 				return rec.Result.Status
 			}
@@ -111,7 +111,7 @@ func TestReconcileExhaustedRunningCall(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if rec, _ := conn.Get(ctx, c.ID); rec.Result.Status != call.StatusRunning {
+	if rec, _ := conn.Records().Get(ctx, c.ID); rec.Result.Status != call.StatusRunning {
 		t.Fatalf("a call whose runner holds its lease was settled: %s", rec.Result.Status)
 	}
 	if err := lease.Release(ctx); err != nil {
@@ -120,11 +120,11 @@ func TestReconcileExhaustedRunningCall(t *testing.T) {
 	if st := settledWhile(); st != call.StatusLost {
 		t.Fatalf("after the lease lapsed: %s, want lost", st)
 	}
-	rec, _ := conn.Get(ctx, c.ID)
+	rec, _ := conn.Records().Get(ctx, c.ID)
 	if rec.Result.Error == nil || rec.Result.Error.Type != call.ErrLost {
 		t.Fatalf("error %+v", rec.Result.Error)
 	}
-	if err := conn.Publish(ctx, &call.Call{ID: call.NewID(), Tenant: "t"}); err != nil {
+	if err := conn.Calls().Publish(ctx, &call.Call{ID: call.NewID(), Tenant: "t"}); err != nil {
 		t.Fatalf("the tenant's quota slot was not freed: %v", err)
 	}
 }
@@ -137,11 +137,11 @@ func TestReconcileWaitingPastDeadline(t *testing.T) {
 	past := conn.Now().Add(-time.Minute)
 	recorded := &call.Call{ID: call.NewID(), Tenant: "a", Tool: "run_shell", CreatedAt: past, Deadline: past}
 	unrecorded := &call.Call{ID: call.NewID(), Tenant: "b", Tool: "run_shell", CreatedAt: past, Deadline: past}
-	if _, err := conn.Create(ctx, call.NewResult(recorded, call.StatusQueued)); err != nil {
+	if _, err := conn.Records().Create(ctx, call.NewResult(recorded, call.StatusQueued)); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []*call.Call{recorded, unrecorded} {
-		if err := conn.Publish(ctx, c); err != nil {
+		if err := conn.Calls().Publish(ctx, c); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -149,11 +149,11 @@ func TestReconcileWaitingPastDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []*call.Call{recorded, unrecorded} {
-		rec, err := conn.Get(ctx, c.ID)
+		rec, err := conn.Records().Get(ctx, c.ID)
 		if err != nil || rec.Result.Status != call.StatusExpired {
 			t.Fatalf("call of tenant %s: %+v %v, want expired", c.Tenant, rec.Result, err)
 		}
-		if err := conn.Publish(ctx, &call.Call{ID: call.NewID(), Tenant: c.Tenant}); err != nil {
+		if err := conn.Calls().Publish(ctx, &call.Call{ID: call.NewID(), Tenant: c.Tenant}); err != nil {
 			t.Fatalf("tenant %s's quota slot was not freed: %v", c.Tenant, err)
 		}
 	}
@@ -167,25 +167,25 @@ func TestReconcileApprovals(t *testing.T) {
 	approved := &call.Call{ID: call.NewID(), Tenant: "t", Tool: "run_shell", CreatedAt: conn.Now(), Deadline: conn.Now().Add(time.Hour)}
 	orphan := &call.Call{ID: call.NewID(), Tenant: "t", Tool: "run_shell", CreatedAt: conn.Now().Add(-time.Minute)}
 	for _, c := range []*call.Call{approved, orphan} {
-		if err := conn.PutPending(ctx, &call.Pending{Call: c, ExpiresAt: c.CreatedAt.Add(time.Hour)}); err != nil {
+		if err := conn.Approvals().PutPending(ctx, &call.Pending{Call: c, ExpiresAt: c.CreatedAt.Add(time.Hour)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := conn.Create(ctx, call.NewResult(approved, call.StatusQueued)); err != nil { // approved, never published
+	if _, err := conn.Records().Create(ctx, call.NewResult(approved, call.StatusQueued)); err != nil { // approved, never published
 		t.Fatal(err)
 	}
 	if err := r.Pass(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []*call.Call{approved, orphan} {
-		if _, err := conn.GetPending(ctx, c.Tenant, c.ID); !errors.Is(err, queue.ErrNotFound) {
+		if _, err := conn.Approvals().GetPending(ctx, c.Tenant, c.ID); !errors.Is(err, queue.ErrNotFound) {
 			t.Errorf("parked call %s still parked: %v", c.ID, err)
 		}
 	}
 	got := make(chan string, 1)
 	cctx, stop := context.WithCancel(ctx)
 	defer stop()
-	go conn.Consume(cctx, 1, func(ctx context.Context, d queue.Delivery) {
+	go conn.Calls().Consume(cctx, 1, func(ctx context.Context, d queue.Delivery) {
 		c, _ := d.Call()
 		d.Ack(ctx)
 		got <- c.ID

@@ -179,36 +179,22 @@ func validTraceID(id string) string {
 	return id
 }
 
-// Store is the dispatcher's call store, the shape of dispatcher.Store.
-type Store interface {
-	Create(ctx context.Context, r *call.Result) (uint64, error)
-	Get(ctx context.Context, id string) (queue.Record, error)
-	Update(ctx context.Context, r *call.Result, rev uint64) (uint64, error)
-	Wait(ctx context.Context, id string, done func(*call.Result) bool) (*call.Result, error)
-}
-
-// WorkerStore is the worker's call store, the shape of worker.Store.
-type WorkerStore interface {
-	Get(ctx context.Context, id string) (queue.Record, error)
-	Update(ctx context.Context, r *call.Result, rev uint64) (uint64, error)
-	Wait(ctx context.Context, id string, done func(*call.Result) bool) (*call.Result, error)
-}
-
-// ObserveStore returns next, recording every call it creates (toolpool_policy_decisions_total) and every
+// ObserveStore returns the dispatcher's call records next, recording every call it creates (toolpool_policy_decisions_total) and every
 // final state it writes (toolpool_calls_total, the call histograms and the timeout, OOM, truncation and
 // output counters). Only writes that succeed count: a compare-and-set that loses counts nothing, because
-// the writer that won records the final state. It adds no calls to next and changes no argument.
-func ObserveStore(next Store, m *DispatcherMetrics) Store {
-	return &observedStore{Store: next, m: m}
+// the writer that won records the final state. It adds no calls to next and changes no argument: the
+// result keeps next's contract (queue.Records).
+func ObserveStore(next queue.Records, m *DispatcherMetrics) queue.Records {
+	return &observedStore{Records: next, m: m}
 }
 
 type observedStore struct {
-	Store
+	queue.Records
 	m *DispatcherMetrics
 }
 
 func (s *observedStore) Create(ctx context.Context, r *call.Result) (uint64, error) {
-	rev, err := s.Store.Create(ctx, r)
+	rev, err := s.Records.Create(ctx, r)
 	if err == nil {
 		s.m.created(r)
 		if r.Status.Terminal() {
@@ -219,26 +205,27 @@ func (s *observedStore) Create(ctx context.Context, r *call.Result) (uint64, err
 }
 
 func (s *observedStore) Update(ctx context.Context, r *call.Result, rev uint64) (uint64, error) {
-	next, err := s.Store.Update(ctx, r, rev)
+	next, err := s.Records.Update(ctx, r, rev)
 	if err == nil && r.Status.Terminal() {
 		s.m.finished(r)
 	}
 	return next, err
 }
 
-// ObserveWorkerStore is ObserveStore for the worker's store: every final state it writes is recorded
-// once, on the worker's /metrics.
-func ObserveWorkerStore(next WorkerStore, m *WorkerMetrics) WorkerStore {
-	return &observedWorkerStore{WorkerStore: next, m: m}
+// ObserveWorkerStore is ObserveStore for the worker's call records: every final state it writes with
+// Update is recorded once, on the worker's /metrics (Create, which a worker calls through its own
+// Creator, is passed through).
+func ObserveWorkerStore(next queue.Records, m *WorkerMetrics) queue.Records {
+	return &observedWorkerStore{Records: next, m: m}
 }
 
 type observedWorkerStore struct {
-	WorkerStore
+	queue.Records
 	m *WorkerMetrics
 }
 
 func (s *observedWorkerStore) Update(ctx context.Context, r *call.Result, rev uint64) (uint64, error) {
-	next, err := s.WorkerStore.Update(ctx, r, rev)
+	next, err := s.Records.Update(ctx, r, rev)
 	if err == nil && r.Status.Terminal() {
 		s.m.finished(r)
 		s.m.egress.finished(r)

@@ -1,11 +1,13 @@
 // Package queue declares how calls travel between dispatchers and workers and where their state lives:
 // a durable work queue of calls, a durable record per call that moves through its statuses by
-// compare-and-set, a lease per running call kept on the queue server's clock, and a store for outputs too
-// large for a record. queue/jetstream implements them on NATS JetStream.
+// compare-and-set, a lease per running call kept on the queue server's clock, a store for outputs too
+// large for a record, live output, parked approvals, shared state and the audit log. Its contracts, one
+// interface per concern, are in contracts.go; this file holds the errors and the values they exchange.
+// queue/jetstream implements them on NATS JetStream; queue/queuetest holds a fake Records and the suite
+// that holds both to one behaviour. Consumers narrow a contract to the methods they use.
 package queue
 
 import (
-	"context"
 	"errors"
 	"strconv"
 	"time"
@@ -13,7 +15,7 @@ import (
 	"github.com/toolpool/toolpool/internal/call"
 )
 
-// Errors of a Store, a lease store and a publisher.
+// Errors of the contracts (contracts.go), wrapped: test them with errors.Is.
 var (
 	// ErrNotFound: no record has that id.
 	ErrNotFound = errors.New("call not found")
@@ -27,39 +29,10 @@ var (
 	ErrTooLarge = errors.New("call is larger than a queue message may be")
 )
 
-// Delivery is one call handed to a worker. The worker settles it at most once with Ack, Nak or Term; until
-// then it must call InProgress more often than the ack wait, or the queue hands the call to another
-// worker. A worker that leaves a delivery unsettled (the call runs elsewhere) lets the queue redeliver it
-// after the ack wait unless its runner's heartbeats keep it: acks and heartbeats count for the message, not
-// for one delivery of it.
-type Delivery interface {
-	// Call decodes the delivered call.
-	Call() (*call.Call, error)
-	// Attempt counts deliveries of this call, from 1.
-	Attempt() uint64
-	InProgress(ctx context.Context) error
-	// Ack removes the call from the queue.
-	Ack(ctx context.Context) error
-	// Nak hands the call back for redelivery after delay.
-	Nak(ctx context.Context, delay time.Duration) error
-	// Term removes a call that must never be delivered again (undecodable, or settled elsewhere).
-	Term(ctx context.Context, reason string) error
-}
-
 // Record is a call's durable state and the revision it was read at, for compare-and-set updates.
 type Record struct {
 	Result   *call.Result
 	Revision uint64
-}
-
-// Lease is a worker's hold on a running call, kept on the queue server's clock: the server forgets it once
-// it goes a TTL without renewal, whatever any client's clock says. Safe for concurrent use.
-type Lease interface {
-	// Renew extends the lease by its TTL from now (server time). ErrConflict: the lease lapsed or another
-	// holder took it; the caller must stop the call and record nothing.
-	Renew(ctx context.Context) error
-	// Release gives the lease up; releasing a lease that lapsed is not an error.
-	Release(ctx context.Context) error
 }
 
 // OutputName names the stored copy of one output field ("output", "stdout", "stderr") or whole stream

@@ -52,7 +52,8 @@ func (p tracedPolicy) Decide(ctx context.Context, r policy.Request) policy.Decis
 	return d
 }
 
-// Publisher hands calls to the workers, the shape of dispatcher.Publisher.
+// Publisher hands calls to the workers: the publishing half of queue.Calls, the shape of
+// dispatcher.Publisher.
 type Publisher interface {
 	Publish(ctx context.Context, c *call.Call) error
 }
@@ -83,45 +84,31 @@ func (p tracedPublisher) Publish(ctx context.Context, c *call.Call) (err error) 
 	return p.next.Publish(ctx, c)
 }
 
-// Store is the dispatcher's call store, the shape of dispatcher.Store.
-type Store interface {
-	Create(ctx context.Context, r *call.Result) (uint64, error)
-	Get(ctx context.Context, id string) (queue.Record, error)
-	Update(ctx context.Context, r *call.Result, rev uint64) (uint64, error)
-	Wait(ctx context.Context, id string, done func(*call.Result) bool) (*call.Result, error)
-}
+// TraceStore returns the dispatcher's call records next with spans "call.record" (Create), "call.update"
+// (Update) and "call.wait" (Wait). Before a Create or Update it sets r.TraceID to ctx's trace id when r
+// has none, so the result envelope names the call's trace. Get is not traced. The result keeps next's
+// contract (queue.Records): errors and blocking are next's.
+func TraceStore(next queue.Records) queue.Records { return tracedStore{next} }
 
-// WorkerStore is the worker's call store, the shape of worker.Store.
-type WorkerStore interface {
-	Get(ctx context.Context, id string) (queue.Record, error)
-	Update(ctx context.Context, r *call.Result, rev uint64) (uint64, error)
-	Wait(ctx context.Context, id string, done func(*call.Result) bool) (*call.Result, error)
-}
-
-// TraceStore returns next with spans "call.record" (Create), "call.update" (Update) and "call.wait"
-// (Wait). Before a Create or Update it sets r.TraceID to ctx's trace id when r has none, so the result
-// envelope names the call's trace. Get is not traced.
-func TraceStore(next Store) Store { return tracedStore{next} }
-
-type tracedStore struct{ Store }
+type tracedStore struct{ queue.Records }
 
 func (s tracedStore) Create(ctx context.Context, r *call.Result) (_ uint64, err error) {
 	stamp(ctx, r)
 	ctx, span := Start(ctx, "call.record", resultAttributes(r)...)
 	defer func() { End(span, err) }()
-	return s.Store.Create(ctx, r)
+	return s.Records.Create(ctx, r)
 }
 
 func (s tracedStore) Update(ctx context.Context, r *call.Result, rev uint64) (_ uint64, err error) {
 	stamp(ctx, r)
 	ctx, span := Start(ctx, "call.update", resultAttributes(r)...)
 	defer func() { End(span, err) }()
-	return s.Store.Update(ctx, r, rev)
+	return s.Records.Update(ctx, r, rev)
 }
 
 func (s tracedStore) Wait(ctx context.Context, id string, done func(*call.Result) bool) (*call.Result, error) {
 	ctx, span := Start(ctx, "call.wait", AttrCallID.String(id))
-	r, err := s.Store.Wait(ctx, id, done)
+	r, err := s.Records.Wait(ctx, id, done)
 	if r != nil {
 		span.SetAttributes(AttrStatus.String(string(r.Status)))
 	}
@@ -135,15 +122,15 @@ func (s tracedStore) Wait(ctx context.Context, id string, done func(*call.Result
 	return r, err
 }
 
-// TraceWorkerStore returns next with a span around the Updates that move a call: "claim" (the first
+// TraceWorkerStore returns the worker's call records next with a span around the Updates that move a call: "claim" (the first
 // Update to running within a delivery TraceHandler traces), "result.publish" (the final status) and
 // "call.update" (anything else, such as handing a call that did not start back to the queue). Later
 // Updates to running within the same delivery renew the worker's lease: they get no span, only a
 // "lease.renew" event on the span in ctx, so that a long call does not make a span per heartbeat. Like
-// TraceStore it sets r.TraceID when r has none. Get and Wait are not traced.
-func TraceWorkerStore(next WorkerStore) WorkerStore { return tracedWorkerStore{next} }
+// TraceStore it sets r.TraceID when r has none. Create, Get and Wait are not traced.
+func TraceWorkerStore(next queue.Records) queue.Records { return tracedWorkerStore{next} }
 
-type tracedWorkerStore struct{ WorkerStore }
+type tracedWorkerStore struct{ queue.Records }
 
 func (s tracedWorkerStore) Update(ctx context.Context, r *call.Result, rev uint64) (_ uint64, err error) {
 	name := "call.update"
@@ -151,7 +138,7 @@ func (s tracedWorkerStore) Update(ctx context.Context, r *call.Result, rev uint6
 	case r.Status == call.StatusRunning:
 		if d, ok := ctx.Value(deliveryKey{}).(*deliveryState); ok && d.claimed.Swap(true) {
 			trace.SpanFromContext(ctx).AddEvent("lease.renew")
-			return s.WorkerStore.Update(ctx, r, rev)
+			return s.Records.Update(ctx, r, rev)
 		}
 		name = "claim"
 	case r.Status.Terminal():
@@ -160,7 +147,7 @@ func (s tracedWorkerStore) Update(ctx context.Context, r *call.Result, rev uint6
 	stamp(ctx, r)
 	ctx, span := Start(ctx, name, resultAttributes(r)...)
 	defer func() { End(span, err) }()
-	return s.WorkerStore.Update(ctx, r, rev)
+	return s.Records.Update(ctx, r, rev)
 }
 
 func stamp(ctx context.Context, r *call.Result) {

@@ -289,7 +289,8 @@ func TestTracePublisherWithTracingOff(t *testing.T) {
 
 type memStore struct{}
 
-func (memStore) Get(ctx context.Context, id string) (queue.Record, error) { return queue.Record{}, nil }
+func (memStore) Create(ctx context.Context, r *call.Result) (uint64, error) { return 1, nil }
+func (memStore) Get(ctx context.Context, id string) (queue.Record, error)   { return queue.Record{}, nil }
 func (memStore) Update(ctx context.Context, r *call.Result, rev uint64) (uint64, error) {
 	return rev + 1, nil
 }
@@ -374,21 +375,21 @@ func startStack(t *testing.T) *stack {
 	dreg := prometheus.NewRegistry()
 	dm := metrics.NewDispatcher(dreg, metrics.Options{TenantLabel: true})
 	pstore := policy.NewStore(policy.Default(), policy.KnownTools(reg.Names()...))
-	audited := audit.Wrap(conn, conn, func(err error) { t.Errorf("write audit event: %v", err) })
+	audited := audit.Wrap(conn.Records(), conn.Audit(), func(err error) { t.Errorf("write audit event: %v", err) })
 	cfg := dispatcher.DefaultConfig()
 	cfg.Tenants = []dispatcher.Tenant{{Name: "acme", Tokens: []dispatcher.Token{{Token: traceToken, Role: dispatcher.RoleApprover}}}}
 	api, err := dispatcher.New(cfg,
 		dispatcher.Deps{
 			Store:     tracing.TraceStore(metrics.ObserveStore(audited, dm)),
-			Publisher: tracing.TracePublisher(conn),
+			Publisher: tracing.TracePublisher(conn.Calls()),
 			Tools:     reg,
 			Policy:    tracing.TracePolicy(pstore),
-			Approvals: conn,
+			Approvals: conn.Approvals(),
 			Log:       log,
 		},
 		dispatcher.WithReadyChecks(conn.Ready),
-		dispatcher.WithAudit(conn, audited),
-		dispatcher.WithRuleBook(dispatcher.NewSharedRules(conn, "allow_rules", pstore), nil),
+		dispatcher.WithAudit(conn.Audit(), audited),
+		dispatcher.WithRuleBook(dispatcher.NewSharedRules(conn.SharedState(), "allow_rules", pstore), nil),
 	)
 	if err != nil {
 		t.Fatal(err)
@@ -404,11 +405,11 @@ func startStack(t *testing.T) *stack {
 	s := &stack{url: httpSrv.URL, conn: conn, wreg: prometheus.NewRegistry(), runtime: &fakeRuntime{out: outcome}}
 	wm := metrics.NewWorker(s.wreg, metrics.Options{TenantLabel: true})
 	wstore := tracing.TraceWorkerStore(metrics.ObserveWorkerStore(
-		audit.Wrap(wconn, wconn, func(err error) { t.Errorf("write audit event: %v", err) }), wm))
+		audit.Wrap(wconn.Records(), wconn.Audit(), func(err error) { t.Errorf("write audit event: %v", err) }), wm))
 	// Lease renewals go to the leases bucket, outside the traced store: they add nothing to the trace.
 	w, err := worker.New(worker.Config{ID: "worker-1", WorkspacesDir: t.TempDir(), Heartbeat: wconn.AckWait() / 3,
 		AckWait: wconn.AckWait(), MaxDeliver: wconn.MaxDeliver(), Now: wconn.Now, UID: 65532, GID: 65532},
-		tracing.TraceRuntime(metrics.ObserveRuntime(s.runtime, wm)), wstore, reg, log, worker.WithLeases(wconn), worker.WithOutputs(wconn))
+		tracing.TraceRuntime(metrics.ObserveRuntime(s.runtime, wm)), wstore, reg, log, worker.WithLeases(wconn.Leases()), worker.WithOutputs(wconn.Outputs()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -416,7 +417,7 @@ func startStack(t *testing.T) *stack {
 	ctx, stop := context.WithCancel(context.Background())
 	consumed := make(chan error, 1)
 	go func() {
-		consumed <- wconn.ConsumeWith(ctx, ctx, slots, metrics.InstrumentHandler(slots, tracing.TraceHandler(w.Handle), wm))
+		consumed <- wconn.Calls().ConsumeWith(ctx, ctx, slots, metrics.InstrumentHandler(slots, tracing.TraceHandler(w.Handle), wm))
 	}()
 	t.Cleanup(func() {
 		stop()
@@ -569,7 +570,7 @@ func TestOneTracePerCall(t *testing.T) {
 					}
 				}
 			}
-			rec, err := s.conn.Get(context.Background(), res.ID)
+			rec, err := s.conn.Records().Get(context.Background(), res.ID)
 			if err != nil || rec.Result.TraceID != res.TraceID {
 				t.Errorf("the record names trace %q (%v), want %s", rec.Result.TraceID, err, res.TraceID)
 			}

@@ -20,19 +20,21 @@ const clockSyncInterval = 30 * time.Second
 
 // Now is the server's current time, as this client estimates it. Safe for concurrent use. Differences
 // between two Now values use the local monotonic clock.
-func (c *Conn) Now() time.Time {
-	return c.clock.local().Add(time.Duration(c.clock.offset.Load()))
+func (c *Conn) Now() time.Time { return c.now() }
+
+func (s *session) now() time.Time {
+	return s.clock.local().Add(time.Duration(s.clock.offset.Load()))
 }
 
 // syncClock measures the offset of the local clock from the records bucket's stream leader.
-func (c *Conn) syncClock(ctx context.Context) error {
-	s, err := c.js.Stream(ctx, "KV_"+c.cfg.Bucket)
+func (s *session) syncClock(ctx context.Context) error {
+	stream, err := s.js.Stream(ctx, "KV_"+s.cfg.Bucket)
 	if err != nil {
 		return fmt.Errorf("sync clock with nats: %w", err)
 	}
-	before := c.clock.local()
-	info, err := s.Info(ctx)
-	after := c.clock.local()
+	before := s.clock.local()
+	info, err := stream.Info(ctx)
+	after := s.clock.local()
 	if err != nil {
 		return fmt.Errorf("sync clock with nats: %w", err)
 	}
@@ -40,12 +42,12 @@ func (c *Conn) syncClock(ctx context.Context) error {
 		return nil // a server too old to say; keep the local clock
 	}
 	mid := before.Add(after.Sub(before) / 2)
-	c.clock.offset.Store(int64(info.TimeStamp.Sub(mid)))
+	s.clock.offset.Store(int64(info.TimeStamp.Sub(mid)))
 	return nil
 }
 
 // keepClock syncs the clock every clockSyncInterval until ctx ends. It blocks.
-func (c *Conn) keepClock(ctx context.Context) {
+func (s *session) keepClock(ctx context.Context) {
 	t := time.NewTicker(clockSyncInterval)
 	defer t.Stop()
 	for {
@@ -54,7 +56,7 @@ func (c *Conn) keepClock(ctx context.Context) {
 			return
 		case <-t.C:
 			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			_ = c.syncClock(sctx) // a failed sync keeps the last offset
+			_ = s.syncClock(sctx) // a failed sync keeps the last offset
 			cancel()
 		}
 	}

@@ -38,11 +38,11 @@ func pollUntil(t *testing.T, within time.Duration, what string, cond func() bool
 func TestLeaseLapsesOnServerClock(t *testing.T) {
 	c := connect(t)
 	ctx := context.Background()
-	l, err := c.AcquireLease(ctx, "c_lease", "w1", time.Second)
+	l, err := c.Leases().AcquireLease(ctx, "c_lease", "w1", time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.AcquireLease(ctx, "c_lease", "w2", time.Second); !errors.Is(err, queue.ErrExists) {
+	if _, err := c.Leases().AcquireLease(ctx, "c_lease", "w2", time.Second); !errors.Is(err, queue.ErrExists) {
 		t.Fatalf("second acquire: %v, want ErrExists", err)
 	}
 	// Renewed for three TTLs, it stays held.
@@ -50,26 +50,26 @@ func TestLeaseLapsesOnServerClock(t *testing.T) {
 		if err := l.Renew(ctx); err != nil {
 			t.Fatalf("renew: %v", err)
 		}
-		if held, err := c.LeaseHeld(ctx, "c_lease"); err != nil || !held {
+		if held, err := c.Leases().LeaseHeld(ctx, "c_lease"); err != nil || !held {
 			t.Fatalf("renewed lease not held: %v %v", held, err)
 		}
 	}
 	// Left alone, the server removes it.
 	pollUntil(t, 10*time.Second, "the lease to lapse", func() bool {
-		held, err := c.LeaseHeld(ctx, "c_lease")
+		held, err := c.Leases().LeaseHeld(ctx, "c_lease")
 		return err == nil && !held
 	})
 	if err := l.Renew(ctx); !errors.Is(err, queue.ErrConflict) {
 		t.Fatalf("renew after lapse: %v, want ErrConflict", err)
 	}
-	l2, err := c.AcquireLease(ctx, "c_lease", "w2", time.Second)
+	l2, err := c.Leases().AcquireLease(ctx, "c_lease", "w2", time.Second)
 	if err != nil {
 		t.Fatalf("acquire after lapse: %v", err)
 	}
 	if err := l.Release(ctx); err != nil { // the old holder's release must not remove the new lease
 		t.Fatal(err)
 	}
-	if held, _ := c.LeaseHeld(ctx, "c_lease"); !held {
+	if held, _ := c.Leases().LeaseHeld(ctx, "c_lease"); !held {
 		t.Fatal("the old holder's release removed the new holder's lease")
 	}
 	if err := l2.Release(ctx); err != nil {
@@ -78,7 +78,7 @@ func TestLeaseLapsesOnServerClock(t *testing.T) {
 	if err := l2.Release(ctx); err != nil {
 		t.Fatalf("second release: %v", err)
 	}
-	if held, _ := c.LeaseHeld(ctx, "c_lease"); held {
+	if held, _ := c.Leases().LeaseHeld(ctx, "c_lease"); held {
 		t.Fatal("released lease still held")
 	}
 }
@@ -90,22 +90,22 @@ func TestOutputStore(t *testing.T) {
 	ctx := context.Background()
 	data := bytes.Repeat([]byte("ab\x00cd"), 1<<20) // 5 MiB
 	name := queue.OutputName("c_out", 7, "stdout")
-	n, err := c.PutOutput(ctx, name, bytes.NewReader(data))
+	n, err := c.Outputs().PutOutput(ctx, name, bytes.NewReader(data))
 	if err != nil || n != int64(len(data)) {
 		t.Fatalf("put: %d %v", n, err)
 	}
-	all, err := c.ReadOutput(ctx, name, 0, -1)
+	all, err := c.Outputs().ReadOutput(ctx, name, 0, -1)
 	if err != nil || !bytes.Equal(all, data) {
 		t.Fatalf("read all: %d bytes, %v", len(all), err)
 	}
-	part, err := c.ReadOutput(ctx, name, 3_000_001, 10)
+	part, err := c.Outputs().ReadOutput(ctx, name, 3_000_001, 10)
 	if err != nil || !bytes.Equal(part, data[3_000_001:3_000_011]) {
 		t.Fatalf("read range: %q %v", part, err)
 	}
-	if err := c.DeleteOutput(ctx, name); err != nil {
+	if err := c.Outputs().DeleteOutput(ctx, name); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.ReadOutput(ctx, name, 0, -1); !errors.Is(err, queue.ErrNotFound) {
+	if _, err := c.Outputs().ReadOutput(ctx, name, 0, -1); !errors.Is(err, queue.ErrNotFound) {
 		t.Fatalf("read deleted: %v, want ErrNotFound", err)
 	}
 }
@@ -114,7 +114,7 @@ func TestOutputStore(t *testing.T) {
 func TestPublishTooLarge(t *testing.T) {
 	c := connect(t)
 	args, _ := json.Marshal(map[string]string{"content": strings.Repeat("x", 1<<20)})
-	err := c.Publish(context.Background(), &call.Call{ID: call.NewID(), Tenant: "t", Args: args})
+	err := c.Calls().Publish(context.Background(), &call.Call{ID: call.NewID(), Tenant: "t", Args: args})
 	if !errors.Is(err, queue.ErrTooLarge) {
 		t.Fatalf("publish of 1 MiB of arguments: %v, want ErrTooLarge", err)
 	}
@@ -129,7 +129,7 @@ func TestUpdateStateConcurrently(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := c.UpdateState(ctx, "list", func(old []byte) ([]byte, error) {
+			err := c.SharedState().UpdateState(ctx, "list", func(old []byte) ([]byte, error) {
 				var items []string
 				if old != nil {
 					if err := json.Unmarshal(old, &items); err != nil {
@@ -147,7 +147,7 @@ func TestUpdateStateConcurrently(t *testing.T) {
 	got := make(chan []byte, 1)
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if err := c.WatchState(wctx, "list", func(b []byte) {
+	if err := c.SharedState().WatchState(wctx, "list", func(b []byte) {
 		select {
 		case got <- b:
 		default:
@@ -180,20 +180,20 @@ func TestExhaustedAndStale(t *testing.T) {
 	defer cancel()
 
 	waiting := &call.Call{ID: call.NewID(), Tenant: "idle"}
-	if err := c.Publish(ctx, waiting); err != nil {
+	if err := c.Calls().Publish(ctx, waiting); err != nil {
 		t.Fatal(err)
 	}
 	var seen []queue.Stuck
 	collect := func(_ context.Context, s queue.Stuck) { seen = append(seen, s) }
-	if err := c.Stale(ctx, time.Hour, time.Hour, collect); err != nil || len(seen) != 0 {
+	if err := c.Backlog().Stale(ctx, time.Hour, time.Hour, collect); err != nil || len(seen) != 0 {
 		t.Fatalf("young calls reported stale: %+v %v", seen, err)
 	}
-	if err := c.Stale(ctx, time.Hour, 0, collect); err != nil || len(seen) != 1 || seen[0].Call.ID != waiting.ID || seen[0].Delivered {
+	if err := c.Backlog().Stale(ctx, time.Hour, 0, collect); err != nil || len(seen) != 1 || seen[0].Call.ID != waiting.ID || seen[0].Delivered {
 		t.Fatalf("waiting call: %+v %v", seen, err)
 	}
 
 	bounced := &call.Call{ID: call.NewID(), Tenant: "bounce"}
-	if err := c.Publish(ctx, bounced); err != nil {
+	if err := c.Calls().Publish(ctx, bounced); err != nil {
 		t.Fatal(err)
 	}
 	consumeCtx, stop := context.WithCancel(ctx)
@@ -201,7 +201,7 @@ func TestExhaustedAndStale(t *testing.T) {
 	var mu sync.Mutex
 	deliveries := 0
 	go func() {
-		done <- c.Consume(consumeCtx, 2, func(ctx context.Context, d queue.Delivery) {
+		done <- c.Calls().Consume(consumeCtx, 2, func(ctx context.Context, d queue.Delivery) {
 			cl, _ := d.Call()
 			if cl.ID == waiting.ID {
 				return // held unsettled: delivered, in flight
@@ -214,7 +214,7 @@ func TestExhaustedAndStale(t *testing.T) {
 	}()
 	var offered []queue.Stuck
 	pollUntil(t, 30*time.Second, "the max-deliveries advisory", func() bool {
-		err := c.Exhausted(ctx, 10, 100*time.Millisecond, func(_ context.Context, s queue.Stuck) bool {
+		err := c.Backlog().Exhausted(ctx, 10, 100*time.Millisecond, func(_ context.Context, s queue.Stuck) bool {
 			offered = append(offered, s)
 			return len(offered) > 1 // settled the second time it is offered
 		})
@@ -234,20 +234,20 @@ func TestExhaustedAndStale(t *testing.T) {
 	}
 	mu.Unlock()
 	seen = nil
-	if err := c.Stale(ctx, 0, time.Hour, collect); err != nil {
+	if err := c.Backlog().Stale(ctx, 0, time.Hour, collect); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.ContainsFunc(seen, func(s queue.Stuck) bool { return s.Call.ID == waiting.ID && s.Delivered }) {
 		t.Fatalf("the delivered call was not reported in flight: %+v", seen)
 	}
-	if err := c.Remove(ctx, offered[0].Seq); err != nil {
+	if err := c.Backlog().Remove(ctx, offered[0].Seq); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Remove(ctx, offered[0].Seq); err != nil {
+	if err := c.Backlog().Remove(ctx, offered[0].Seq); err != nil {
 		t.Fatalf("second remove: %v", err)
 	}
 	// Removed, it frees the tenant's quota and no longer counts as queued.
-	if err := c.Exhausted(ctx, 10, time.Second, func(context.Context, queue.Stuck) bool {
+	if err := c.Backlog().Exhausted(ctx, 10, time.Second, func(context.Context, queue.Stuck) bool {
 		t.Error("an advisory was offered again after it was settled")
 		return true
 	}); err != nil {
@@ -274,21 +274,21 @@ func TestLeaseLapsedButNotRemoved(t *testing.T) {
 	if _, err := kv.Create(ctx, "c_stuck", []byte("w0 token 1000000000"), natsjs.KeyTTL(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	if held, err := c.LeaseHeld(ctx, "c_stuck"); err != nil || !held {
+	if held, err := c.Leases().LeaseHeld(ctx, "c_stuck"); err != nil || !held {
 		t.Fatalf("fresh lease: held %v, %v", held, err)
 	}
 	pollUntil(t, 10*time.Second, "the lease to count as lapsed", func() bool {
-		held, err := c.LeaseHeld(ctx, "c_stuck")
+		held, err := c.Leases().LeaseHeld(ctx, "c_stuck")
 		return err == nil && !held
 	})
-	l, err := c.AcquireLease(ctx, "c_stuck", "w1", time.Minute)
+	l, err := c.Leases().AcquireLease(ctx, "c_stuck", "w1", time.Minute)
 	if err != nil {
 		t.Fatalf("take over a lapsed lease: %v", err)
 	}
-	if held, _ := c.LeaseHeld(ctx, "c_stuck"); !held {
+	if held, _ := c.Leases().LeaseHeld(ctx, "c_stuck"); !held {
 		t.Fatal("the new holder's lease is not held")
 	}
-	if _, err := c.AcquireLease(ctx, "c_stuck", "w2", time.Minute); !errors.Is(err, queue.ErrExists) {
+	if _, err := c.Leases().AcquireLease(ctx, "c_stuck", "w2", time.Minute); !errors.Is(err, queue.ErrExists) {
 		t.Fatalf("a third holder: %v, want ErrExists", err)
 	}
 	if err := l.Renew(ctx); err != nil {

@@ -24,7 +24,7 @@ import (
 // redeliveries ring no bell and are found by polling, every 250ms after a call was found and backing off to every 4s when the
 // queue stays empty. Consume returns when ctx ends, after every handle it started has returned; handle gets
 // ctx too and settles its Delivery (or leaves it to the call's runner elsewhere).
-func (c *Conn) Consume(ctx context.Context, slots int, handle func(context.Context, queue.Delivery)) error {
+func (c *Calls) Consume(ctx context.Context, slots int, handle func(context.Context, queue.Delivery)) error {
 	return c.ConsumeWith(ctx, ctx, slots, handle)
 }
 
@@ -37,9 +37,9 @@ const (
 // ConsumeWith is Consume with separate contexts: fetching stops when fetchCtx ends, while the handlers run
 // on runCtx, so that a draining worker finishes its calls (cancel runCtx after a grace period to stop
 // them). It returns once fetching stopped and every handler returned.
-func (c *Conn) ConsumeWith(fetchCtx, runCtx context.Context, slots int, handle func(context.Context, queue.Delivery)) error {
+func (c *Calls) ConsumeWith(fetchCtx, runCtx context.Context, slots int, handle func(context.Context, queue.Delivery)) error {
 	bell := make(chan struct{}, 1)
-	f := &laneFetcher{conn: c, consumers: make([]jetstream.Consumer, c.cfg.Lanes), rung: make([]bool, c.cfg.Lanes)}
+	f := &laneFetcher{calls: c, consumers: make([]jetstream.Consumer, c.cfg.Lanes), rung: make([]bool, c.cfg.Lanes)}
 	prefix := c.cfg.SubjectPrefix + "_ready."
 	sub, err := c.nc.Subscribe(prefix+"*", func(m *nats.Msg) {
 		if l, err := strconv.Atoi(strings.TrimPrefix(m.Subject, prefix)); err == nil {
@@ -97,7 +97,7 @@ func (c *Conn) ConsumeWith(fetchCtx, runCtx context.Context, slots int, handle f
 // laneFetcher takes one message at a time, round-robin over the lanes. Used by one goroutine, but for
 // ring, which the bell subscription calls.
 type laneFetcher struct {
-	conn      *Conn
+	calls     *Calls
 	consumers []jetstream.Consumer // by lane, looked up on first use
 	turn      int
 	mu        sync.Mutex
@@ -163,8 +163,8 @@ func (f *laneFetcher) consumer(ctx context.Context, l int) (jetstream.Consumer, 
 	if cons := f.consumers[l]; cons != nil {
 		return cons, nil
 	}
-	cfg := f.conn.cfg
-	cons, err := f.conn.js.Consumer(ctx, cfg.Stream, cfg.laneConsumer(l))
+	cfg := f.calls.cfg
+	cons, err := f.calls.js.Consumer(ctx, cfg.Stream, cfg.laneConsumer(l))
 	if err != nil {
 		return nil, fmt.Errorf("find consumer %s (a dispatcher provisions it at start): %w", cfg.laneConsumer(l), err)
 	}
@@ -199,41 +199,3 @@ func (d delivery) Nak(ctx context.Context, delay time.Duration) error {
 	return d.msg.NakWithDelay(delay)
 }
 func (d delivery) Term(ctx context.Context, reason string) error { return d.msg.TermWithReason(reason) }
-
-// QueueState is the number of calls waiting for a worker (delivered and running calls not counted) and
-// the age of the oldest of them.
-type QueueState struct {
-	Pending   uint64
-	OldestAge time.Duration
-}
-
-// State reads the queue's depth and the age of its oldest waiting call from JetStream: per lane, the
-// undelivered count of its consumer and the first message past what the consumer delivered. It costs two
-// API calls per lane with calls waiting, one per idle lane. It is a gauge: a consumer counts a message a
-// moment after its publish was acknowledged, so a call published just before may not be counted yet.
-func (c *Conn) State(ctx context.Context) (QueueState, error) {
-	s, err := c.js.Stream(ctx, c.cfg.Stream)
-	if err != nil {
-		return QueueState{}, fmt.Errorf("get stream %s: %w", c.cfg.Stream, err)
-	}
-	var st QueueState
-	now := c.Now()
-	for l := range c.cfg.Lanes {
-		cons, err := s.Consumer(ctx, c.cfg.laneConsumer(l))
-		if err != nil {
-			return QueueState{}, fmt.Errorf("find consumer %s: %w", c.cfg.laneConsumer(l), err)
-		}
-		ci, err := cons.Info(ctx)
-		if err != nil {
-			return QueueState{}, fmt.Errorf("read consumer %s: %w", c.cfg.laneConsumer(l), err)
-		}
-		if ci.NumPending == 0 {
-			continue
-		}
-		st.Pending += ci.NumPending
-		if msg, err := s.GetMsg(ctx, ci.Delivered.Stream+1, jetstream.WithGetMsgSubject(c.cfg.laneFilter(l))); err == nil {
-			st.OldestAge = max(st.OldestAge, now.Sub(msg.Time))
-		}
-	}
-	return st, nil
-}

@@ -29,24 +29,24 @@ func TestRecordCompareAndSet(t *testing.T) {
 	c := connect(t)
 	ctx := context.Background()
 	r := &call.Result{ID: call.NewID(), Tenant: "t", Status: call.StatusQueued}
-	rev, err := c.Create(ctx, r)
+	rev, err := c.Records().Create(ctx, r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Create(ctx, r); !errors.Is(err, queue.ErrExists) {
+	if _, err := c.Records().Create(ctx, r); !errors.Is(err, queue.ErrExists) {
 		t.Fatalf("second Create: %v, want ErrExists", err)
 	}
 	r.Status = call.StatusRunning
-	if _, err := c.Update(ctx, r, rev); err != nil {
+	if _, err := c.Records().Update(ctx, r, rev); err != nil {
 		t.Fatalf("Update at current revision: %v", err)
 	}
-	if _, err := c.Update(ctx, r, rev); !errors.Is(err, queue.ErrConflict) {
+	if _, err := c.Records().Update(ctx, r, rev); !errors.Is(err, queue.ErrConflict) {
 		t.Fatalf("Update at stale revision: %v, want ErrConflict", err)
 	}
-	if _, err := c.Get(ctx, "c_missing"); !errors.Is(err, queue.ErrNotFound) {
+	if _, err := c.Records().Get(ctx, "c_missing"); !errors.Is(err, queue.ErrNotFound) {
 		t.Fatalf("Get missing: %v, want ErrNotFound", err)
 	}
-	got, err := c.Get(ctx, r.ID)
+	got, err := c.Records().Get(ctx, r.ID)
 	if err != nil || got.Result.Status != call.StatusRunning {
 		t.Fatalf("Get: %+v %v", got, err)
 	}
@@ -61,13 +61,13 @@ func TestPublishConsumeWait(t *testing.T) {
 	for range n {
 		cl := &call.Call{ID: call.NewID(), Tenant: "t1", Tool: "run_shell"}
 		ids[cl.ID] = true
-		if _, err := c.Create(ctx, call.NewResult(cl, call.StatusQueued)); err != nil {
+		if _, err := c.Records().Create(ctx, call.NewResult(cl, call.StatusQueued)); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.Publish(ctx, cl); err != nil {
+		if err := c.Calls().Publish(ctx, cl); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.Publish(ctx, cl); err != nil { // a retried publish is deduplicated
+		if err := c.Calls().Publish(ctx, cl); err != nil { // a retried publish is deduplicated
 			t.Fatal(err)
 		}
 	}
@@ -77,7 +77,7 @@ func TestPublishConsumeWait(t *testing.T) {
 	consumeCtx, stop := context.WithCancel(ctx)
 	done := make(chan error)
 	go func() {
-		done <- c.Consume(consumeCtx, 3, func(ctx context.Context, d queue.Delivery) {
+		done <- c.Calls().Consume(consumeCtx, 3, func(ctx context.Context, d queue.Delivery) {
 			cl, err := d.Call()
 			if err != nil {
 				t.Error(err)
@@ -89,13 +89,13 @@ func TestPublishConsumeWait(t *testing.T) {
 			maxRunning = max(maxRunning, running)
 			mu.Unlock()
 			time.Sleep(20 * time.Millisecond)
-			rec, err := c.Get(ctx, cl.ID)
+			rec, err := c.Records().Get(ctx, cl.ID)
 			if err != nil {
 				t.Error(err)
 				return
 			}
 			rec.Result.Status = call.StatusOK
-			if _, err := c.Update(ctx, rec.Result, rec.Revision); err != nil {
+			if _, err := c.Records().Update(ctx, rec.Result, rec.Revision); err != nil {
 				t.Error(err)
 			}
 			mu.Lock()
@@ -107,7 +107,7 @@ func TestPublishConsumeWait(t *testing.T) {
 		})
 	}()
 	for id := range ids {
-		r, err := c.Wait(ctx, id, func(r *call.Result) bool { return r.Status.Terminal() })
+		r, err := c.Records().Wait(ctx, id, func(r *call.Result) bool { return r.Status.Terminal() })
 		if err != nil || r.Status != call.StatusOK {
 			t.Fatalf("Wait %s: %+v %v", id, r, err)
 		}
@@ -124,7 +124,7 @@ func TestPublishConsumeWait(t *testing.T) {
 	if maxRunning > 3 {
 		t.Errorf("%d calls ran at once with 3 slots", maxRunning)
 	}
-	st, err := c.State(ctx)
+	st, err := c.Calls().State(ctx)
 	if err != nil || st.Pending != 0 {
 		t.Errorf("queue state after draining: %+v %v", st, err)
 	}
@@ -141,7 +141,7 @@ func TestFairAcrossTenants(t *testing.T) {
 	defer cancel()
 	publish := func(tenant string) string {
 		cl := &call.Call{ID: call.NewID(), Tenant: tenant, Tool: "run_shell"}
-		if err := c.Publish(ctx, cl); err != nil {
+		if err := c.Calls().Publish(ctx, cl); err != nil {
 			t.Fatal(err)
 		}
 		return cl.ID
@@ -155,7 +155,7 @@ func TestFairAcrossTenants(t *testing.T) {
 	consumeCtx, stop := context.WithCancel(ctx)
 	done := make(chan error)
 	go func() {
-		done <- c.Consume(consumeCtx, 1, func(ctx context.Context, d queue.Delivery) {
+		done <- c.Calls().Consume(consumeCtx, 1, func(ctx context.Context, d queue.Delivery) {
 			cl, _ := d.Call()
 			mu.Lock()
 			order = append(order, cl.Tenant+":"+cl.ID)
@@ -189,14 +189,14 @@ func TestTenantQuota(t *testing.T) {
 	c := connectWith(t, func(cfg *jetstream.Config) { cfg.MaxPendingPerTenant = 3 })
 	ctx := context.Background()
 	for i := range 3 {
-		if err := c.Publish(ctx, &call.Call{ID: call.NewID(), Tenant: "busy"}); err != nil {
+		if err := c.Calls().Publish(ctx, &call.Call{ID: call.NewID(), Tenant: "busy"}); err != nil {
 			t.Fatalf("publish %d: %v", i, err)
 		}
 	}
-	if err := c.Publish(ctx, &call.Call{ID: call.NewID(), Tenant: "busy"}); !errors.Is(err, queue.ErrTenantFull) {
+	if err := c.Calls().Publish(ctx, &call.Call{ID: call.NewID(), Tenant: "busy"}); !errors.Is(err, queue.ErrTenantFull) {
 		t.Fatalf("fourth publish: %v, want ErrTenantFull", err)
 	}
-	if err := c.Publish(ctx, &call.Call{ID: call.NewID(), Tenant: "other"}); err != nil {
+	if err := c.Calls().Publish(ctx, &call.Call{ID: call.NewID(), Tenant: "other"}); err != nil {
 		t.Fatalf("another tenant's publish: %v", err)
 	}
 }
@@ -208,11 +208,11 @@ func TestStateCountsOnlyWaitingCalls(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for range 3 {
-		if err := c.Publish(ctx, &call.Call{ID: call.NewID(), Tenant: "t1"}); err != nil {
+		if err := c.Calls().Publish(ctx, &call.Call{ID: call.NewID(), Tenant: "t1"}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := c.Publish(ctx, &call.Call{ID: call.NewID(), Tenant: "t2"}); err != nil {
+	if err := c.Calls().Publish(ctx, &call.Call{ID: call.NewID(), Tenant: "t2"}); err != nil {
 		t.Fatal(err)
 	}
 	// A consumer's pending count follows the stream's new messages asynchronously, a moment after the
@@ -222,7 +222,7 @@ func TestStateCountsOnlyWaitingCalls(t *testing.T) {
 		var st jetstream.QueueState
 		var err error
 		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-			if st, err = c.State(ctx); err == nil && st.Pending == pending {
+			if st, err = c.Calls().State(ctx); err == nil && st.Pending == pending {
 				return st
 			}
 		}
@@ -238,7 +238,7 @@ func TestStateCountsOnlyWaitingCalls(t *testing.T) {
 	consumeCtx, stop := context.WithCancel(ctx)
 	done := make(chan error)
 	go func() {
-		done <- c.Consume(consumeCtx, 1, func(ctx context.Context, d queue.Delivery) {
+		done <- c.Calls().Consume(consumeCtx, 1, func(ctx context.Context, d queue.Delivery) {
 			close(got)
 			<-release
 			d.Ack(context.WithoutCancel(ctx))

@@ -23,26 +23,35 @@ import (
 // with another client's. The value is "<holder> <token> <ttl>": the token names one acquisition, so that
 // a write whose reply was lost can be recognised as its own.
 
+// Leases is the leases of running calls, in the leases bucket. It implements queue.Leases. Safe for
+// concurrent use; it lives as long as its Conn.
+type Leases struct {
+	*session
+	kv jetstream.KeyValue
+}
+
+var _ queue.Leases = (*Leases)(nil)
+
 // AcquireLease takes the lease of call id for holder, for ttl (at least a second). queue.ErrExists: another
 // holder has it. A lease that lapsed but was not removed yet is taken over by compare-and-set. The caller
 // must Release it or let it lapse.
-func (c *Conn) AcquireLease(ctx context.Context, id, holder string, ttl time.Duration) (queue.Lease, error) {
+func (s *Leases) AcquireLease(ctx context.Context, id, holder string, ttl time.Duration) (queue.Lease, error) {
 	if ttl < time.Second {
 		return nil, fmt.Errorf("acquire lease of call %s: ttl %s is below the server's 1s", id, ttl)
 	}
-	l := &lease{c: c, id: id, value: holder + " " + nuid.Next() + " " + strconv.FormatInt(int64(ttl), 10), ttl: ttl}
-	rev, err := c.leases.Create(ctx, id, []byte(l.value), jetstream.KeyTTL(ttl))
+	l := &lease{s: s, id: id, value: holder + " " + nuid.Next() + " " + strconv.FormatInt(int64(ttl), 10), ttl: ttl}
+	rev, err := s.kv.Create(ctx, id, []byte(l.value), jetstream.KeyTTL(ttl))
 	if err == nil {
 		l.rev = rev
 		return l, nil
 	}
 	// A create retried after its reply was lost finds the key made by its own first attempt.
-	e, gerr := c.leases.Get(ctx, id)
+	e, gerr := s.kv.Get(ctx, id)
 	switch {
 	case gerr == nil && string(e.Value()) == l.value:
 		l.rev = e.Revision()
 		return l, nil
-	case gerr == nil && c.lapsed(e):
+	case gerr == nil && s.lapsed(e):
 		if err := l.write(ctx, e.Revision()); err != nil {
 			return nil, fmt.Errorf("take over lapsed lease of call %s: %w", id, err)
 		}
@@ -55,19 +64,19 @@ func (c *Conn) AcquireLease(ctx context.Context, id, holder string, ttl time.Dur
 
 // LeaseHeld reports whether anyone holds the lease of call id: false once it was released or lapsed on
 // the server's clock. It reads from the stream's leader.
-func (c *Conn) LeaseHeld(ctx context.Context, id string) (bool, error) {
-	e, err := c.leases.Get(ctx, id)
+func (s *Leases) LeaseHeld(ctx context.Context, id string) (bool, error) {
+	e, err := s.kv.Get(ctx, id)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
 		return false, nil
 	case err != nil:
 		return false, fmt.Errorf("read lease of call %s: %w", id, err)
 	}
-	return !c.lapsed(e), nil
+	return !s.lapsed(e), nil
 }
 
 // lapsed reports whether lease entry e was last written longer than its TTL ago, on the server's clock.
-func (c *Conn) lapsed(e jetstream.KeyValueEntry) bool {
+func (s *Leases) lapsed(e jetstream.KeyValueEntry) bool {
 	f := strings.Fields(string(e.Value()))
 	if len(f) != 3 {
 		return false
@@ -76,11 +85,11 @@ func (c *Conn) lapsed(e jetstream.KeyValueEntry) bool {
 	if err != nil {
 		return false
 	}
-	return !c.Now().Before(e.Created().Add(time.Duration(ns)))
+	return !s.now().Before(e.Created().Add(time.Duration(ns)))
 }
 
 type lease struct {
-	c         *Conn
+	s         *Leases
 	id, value string
 	ttl       time.Duration
 	mu        sync.Mutex
@@ -91,12 +100,12 @@ type lease struct {
 // write stores the lease at revision rev (compare-and-set) with a fresh TTL. Called with mu held or
 // before the lease is shared.
 func (l *lease) write(ctx context.Context, rev uint64) error {
-	msg := nats.NewMsg("$KV." + l.c.cfg.leaseBucket() + "." + l.id)
+	msg := nats.NewMsg("$KV." + l.s.cfg.leaseBucket() + "." + l.id)
 	msg.Data = []byte(l.value)
-	ack, err := l.c.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(l.ttl))
+	ack, err := l.s.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(l.ttl))
 	if err != nil {
 		// A write whose reply was lost leaves a newer revision of ours: it was applied.
-		if e, gerr := l.c.leases.Get(ctx, l.id); gerr == nil && string(e.Value()) == l.value && e.Revision() != rev {
+		if e, gerr := l.s.kv.Get(ctx, l.id); gerr == nil && string(e.Value()) == l.value && e.Revision() != rev {
 			l.rev = e.Revision()
 			return nil
 		}
@@ -127,7 +136,7 @@ func (l *lease) Release(ctx context.Context) error {
 	if l.released {
 		return nil
 	}
-	err := l.c.leases.Delete(ctx, l.id, jetstream.LastRevision(l.rev))
+	err := l.s.kv.Delete(ctx, l.id, jetstream.LastRevision(l.rev))
 	if err != nil && !isWrongSequence(err) && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("release lease of call %s: %w", l.id, err)
 	}

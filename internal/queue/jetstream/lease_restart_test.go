@@ -32,7 +32,7 @@ func TestLeaseSurvivesServerRestart(t *testing.T) {
 	srv := start()
 	c := jstest.Connect(t, srv.URL(), "worker", true)
 	ctx := context.Background()
-	l, err := c.AcquireLease(ctx, "c_restart", "w1", 4*time.Second)
+	l, err := c.Leases().AcquireLease(ctx, "c_restart", "w1", 4*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,10 +64,10 @@ func TestLeaseSurvivesServerRestart(t *testing.T) {
 	if last != nil {
 		t.Fatalf("renewal after the restart: %v", last)
 	}
-	if held, err := c.LeaseHeld(ctx, "c_restart"); err != nil || !held {
+	if held, err := c.Leases().LeaseHeld(ctx, "c_restart"); err != nil || !held {
 		t.Fatalf("lease after the restart: held %v, %v", held, err)
 	}
-	if _, err := c.AcquireLease(ctx, "c_restart", "w2", 4*time.Second); err == nil {
+	if _, err := c.Leases().AcquireLease(ctx, "c_restart", "w2", 4*time.Second); err == nil {
 		t.Fatal("another holder took a lease that lives")
 	}
 }

@@ -19,22 +19,22 @@ func TestLiveOutput(t *testing.T) {
 	c := connect(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	fast, err := c.FollowOutput(ctx, "c_a", 1000)
+	fast, err := c.Live().FollowOutput(ctx, "c_a", 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
 	stuckCtx, stopStuck := context.WithCancel(ctx)
-	stuck, err := c.FollowOutput(stuckCtx, "c_a", 1)
+	stuck, err := c.Live().FollowOutput(stuckCtx, "c_a", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.PublishChunk(ctx, "c_b", queue.Chunk{Stream: "stdout", Offset: 0, Data: []byte("other call")}); err != nil {
+	if err := c.Live().PublishChunk(ctx, "c_b", queue.Chunk{Stream: "stdout", Offset: 0, Data: []byte("other call")}); err != nil {
 		t.Fatal(err)
 	}
 	var want []byte
 	for i := range 100 {
 		data := bytes.Repeat([]byte{byte(i), 0xff, '\n'}, 100)
-		if err := c.PublishChunk(ctx, "c_a", queue.Chunk{Stream: "stderr", Offset: int64(len(want)), Data: data}); err != nil {
+		if err := c.Live().PublishChunk(ctx, "c_a", queue.Chunk{Stream: "stderr", Offset: int64(len(want)), Data: data}); err != nil {
 			t.Fatal(err)
 		}
 		want = append(want, data...)
@@ -76,10 +76,10 @@ func TestOpenOutput(t *testing.T) {
 	c := connect(t)
 	ctx := context.Background()
 	data := bytes.Repeat([]byte("0123456789"), 50000) // 500 000 bytes: several object chunks
-	if _, err := c.PutOutput(ctx, "c_x/1/full-stdout/0", bytes.NewReader(data)); err != nil {
+	if _, err := c.Outputs().PutOutput(ctx, "c_x/1/full-stdout/0", bytes.NewReader(data)); err != nil {
 		t.Fatal(err)
 	}
-	rd, err := c.OpenOutput(ctx, "c_x/1/full-stdout/0", 300001)
+	rd, err := c.Outputs().OpenOutput(ctx, "c_x/1/full-stdout/0", 300001)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestOpenOutput(t *testing.T) {
 	if err != nil || !bytes.Equal(b, data[300001:]) {
 		t.Fatalf("read %d bytes (%v), want the %d from offset 300001", len(b), err, len(data)-300001)
 	}
-	if _, err := c.OpenOutput(ctx, "c_x/1/nothing", 0); !errors.Is(err, queue.ErrNotFound) {
+	if _, err := c.Outputs().OpenOutput(ctx, "c_x/1/nothing", 0); !errors.Is(err, queue.ErrNotFound) {
 		t.Fatalf("missing object: %v, want queue.ErrNotFound", err)
 	}
 }
@@ -102,10 +102,10 @@ func TestOpenOutputWaitsForALaggingReplica(t *testing.T) {
 	put := make(chan error, 1)
 	go func() {
 		time.Sleep(300 * time.Millisecond)
-		_, err := c.PutOutput(ctx, "c_y/1/stdout", strings.NewReader("late"))
+		_, err := c.Outputs().PutOutput(ctx, "c_y/1/stdout", strings.NewReader("late"))
 		put <- err
 	}()
-	b, err := c.ReadOutput(ctx, "c_y/1/stdout", 0, -1)
+	b, err := c.Outputs().ReadOutput(ctx, "c_y/1/stdout", 0, -1)
 	if perr := <-put; perr != nil {
 		t.Fatal(perr)
 	}
@@ -113,7 +113,7 @@ func TestOpenOutputWaitsForALaggingReplica(t *testing.T) {
 		t.Fatalf("read %q (%v), want the object written 300ms after the read began", b, err)
 	}
 	began := time.Now()
-	if _, err := c.ReadOutput(ctx, "c_y/1/never", 0, -1); !errors.Is(err, queue.ErrNotFound) || time.Since(began) > 5*time.Second {
+	if _, err := c.Outputs().ReadOutput(ctx, "c_y/1/never", 0, -1); !errors.Is(err, queue.ErrNotFound) || time.Since(began) > 5*time.Second {
 		t.Fatalf("missing object: %v after %s, want queue.ErrNotFound within a few seconds", err, time.Since(began))
 	}
 }
@@ -124,10 +124,10 @@ func TestOpenOutputSlowReader(t *testing.T) {
 	c := connect(t)
 	ctx := context.Background()
 	data := bytes.Repeat([]byte("0123456789"), 200000) // 2 MB: many object chunks
-	if _, err := c.PutOutput(ctx, "c_y/1/archive", bytes.NewReader(data)); err != nil {
+	if _, err := c.Outputs().PutOutput(ctx, "c_y/1/archive", bytes.NewReader(data)); err != nil {
 		t.Fatal(err)
 	}
-	rd, err := c.OpenOutput(ctx, "c_y/1/archive", 0)
+	rd, err := c.Outputs().OpenOutput(ctx, "c_y/1/archive", 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,7 +33,7 @@ func TestFollowOutput(t *testing.T) {
 	first := make(chan struct{})
 	followed := make(chan error, 1)
 	go func() {
-		followed <- dispatcher.Follow(ctx, id, func(chunk string) {
+		followed <- dispatcher.Live().Follow(ctx, id, func(chunk string) {
 			mu.Lock()
 			defer mu.Unlock()
 			got = append(got, chunk)
@@ -47,7 +47,7 @@ func TestFollowOutput(t *testing.T) {
 	defer probe.Stop()
 wait:
 	for {
-		if err := worker.PublishChunk(ctx, id, queue.Chunk{Stream: "stdout", Data: []byte("probe\n")}); err != nil {
+		if err := worker.Live().PublishChunk(ctx, id, queue.Chunk{Stream: "stdout", Data: []byte("probe\n")}); err != nil {
 			t.Fatal(err)
 		}
 		select {
@@ -59,14 +59,14 @@ wait:
 		}
 	}
 	for i := range 50 {
-		if err := worker.PublishChunk(ctx, other, queue.Chunk{Stream: "stdout", Data: []byte("other\n")}); err != nil {
+		if err := worker.Live().PublishChunk(ctx, other, queue.Chunk{Stream: "stdout", Data: []byte("other\n")}); err != nil {
 			t.Fatal(err)
 		}
-		if err := worker.PublishChunk(ctx, id, queue.Chunk{Stream: "stdout", Data: []byte(strings.Repeat("x", i) + "\n")}); err != nil {
+		if err := worker.Live().PublishChunk(ctx, id, queue.Chunk{Stream: "stdout", Data: []byte(strings.Repeat("x", i) + "\n")}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := worker.PublishChunk(ctx, id, queue.Chunk{Stream: "stdout", Data: []byte("end\n")}); err != nil {
+	if err := worker.Live().PublishChunk(ctx, id, queue.Chunk{Stream: "stdout", Data: []byte("end\n")}); err != nil {
 		t.Fatal(err)
 	}
 	for {
@@ -106,7 +106,7 @@ wait:
 			t.Fatalf("chunk %d is %q: out of order or another call's", i, c)
 		}
 	}
-	st, err := dispatcher.State(context.Background())
+	st, err := dispatcher.Calls().State(context.Background())
 	if err != nil || st.Pending != 0 {
 		t.Errorf("the calls stream holds %+v (%v), want no output in it", st, err)
 	}

@@ -104,14 +104,14 @@ func TestTenantScaleMemory(t *testing.T) {
 	began := time.Now()
 	for i := range tenants {
 		for range 2 {
-			if err := c.Publish(ctx, &call.Call{ID: call.NewID(), Tenant: fmt.Sprintf("tenant%05d", i), Tool: "run_shell"}); err != nil {
+			if err := c.Calls().Publish(ctx, &call.Call{ID: call.NewID(), Tenant: fmt.Sprintf("tenant%05d", i), Tool: "run_shell"}); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 	time.Sleep(5 * time.Second) // let the servers settle before measuring, not synchronisation
 	t.Logf("%d tenants with 2 calls each (published in %s), lanes: %s", tenants, time.Since(began).Round(time.Millisecond), rss())
-	st, err := c.State(ctx)
+	st, err := c.Calls().State(ctx)
 	if err != nil || st.Pending != uint64(2*tenants) {
 		t.Fatalf("queue state %+v %v", st, err)
 	}

@@ -22,7 +22,7 @@ func TestWaitSeesAnUpdateRacingItsStart(t *testing.T) {
 	var slowest time.Duration
 	for i := range rounds {
 		r := &call.Result{ID: call.NewID(), Tenant: "t", Status: call.StatusRunning}
-		rev, err := writer.Create(ctx, r)
+		rev, err := writer.Records().Create(ctx, r)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -33,11 +33,11 @@ func TestWaitSeesAnUpdateRacingItsStart(t *testing.T) {
 			}
 			r2 := *r
 			r2.Status = call.StatusOK
-			_, err := writer.Update(ctx, &r2, rev)
+			_, err := writer.Records().Update(ctx, &r2, rev)
 			done <- err
 		}()
 		start := time.Now()
-		got, err := waiter.Wait(ctx, r.ID, func(r *call.Result) bool { return r.Status.Terminal() })
+		got, err := waiter.Records().Wait(ctx, r.ID, func(r *call.Result) bool { return r.Status.Terminal() })
 		took := time.Since(start)
 		if err != nil || got.Status != call.StatusOK {
 			t.Fatalf("round %d: Wait: %+v %v", i, got, err)

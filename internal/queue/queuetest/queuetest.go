@@ -1,5 +1,7 @@
-// Package queuetest holds an in-memory call store for tests of the services built on internal/queue's
-// seams (dispatcher.Store, worker.Store and the decorators around them). It is imported by tests only.
+// Package queuetest holds an in-memory call store (Store, a queue.Records) for tests of the services
+// built on internal/queue's contracts (dispatcher.Store, worker.Store and the decorators around them), and
+// StoreSuite, the tests of queue.Records that both that fake and queue/jetstream pass. It is imported by
+// tests only.
 package queuetest
 
 import (
@@ -24,9 +26,9 @@ const (
 	OpWait   Op = "wait"
 )
 
-// Store is an in-memory call store with queue/jetstream's semantics: Create refuses a taken id
-// (queue.ErrExists), Get of an unknown id is queue.ErrNotFound, Update is a compare-and-set on the revision
-// (queue.ErrConflict), and Wait wakes on every write. Records are kept as JSON, as the real store keeps
+// Store is an in-memory queue.Records with queue/jetstream's semantics, held to them by StoreSuite: Create
+// refuses a taken id (queue.ErrExists), Get of an unknown id is queue.ErrNotFound, Update is a
+// compare-and-set on the revision (queue.ErrConflict), and Wait wakes on every write. Records are kept as JSON, as the real store keeps
 // them, so that no caller shares memory with the store or with another caller. Safe for concurrent use.
 type Store struct {
 	mu      sync.Mutex
@@ -128,10 +130,11 @@ func (s *Store) get(id string) (queue.Record, error) {
 	return queue.Record{Result: &r, Revision: st.rev}, nil
 }
 
-// Update replaces a call's record if it is still at revision rev; queue.ErrConflict otherwise.
+// Update replaces a call's record if it is still at revision rev; queue.ErrConflict otherwise. Revision 0
+// is no record: Update at 0 writes the first record of a call that has none, as JetStream does.
 func (s *Store) Update(_ context.Context, r *call.Result, rev uint64) (uint64, error) {
 	return s.set(OpUpdate, r, func(cur stored, exists bool) error {
-		if !exists || cur.rev != rev {
+		if exists && cur.rev != rev || !exists && rev != 0 {
 			return fmt.Errorf("update call %s at revision %d: %w", r.ID, rev, queue.ErrConflict)
 		}
 		return nil

@@ -14,10 +14,14 @@ import (
 	"github.com/toolpool/toolpool/internal/queue"
 )
 
-// What the dispatchers' reconciler reads: calls the queue gave up delivering (from the max-deliveries
-// advisories), and calls that have sat in the queue for long. Both are safe to run in every dispatcher at
-// once: the advisories go through one shared durable consumer, and every settlement is a compare-and-set
-// on the call's record.
+// Backlog is what the dispatchers' reconciler reads: calls the queue gave up delivering (from the
+// max-deliveries advisories), and calls that have sat in the queue for long. Both are safe to run in every
+// dispatcher at once: the advisories go through one shared durable consumer, and every settlement is a
+// compare-and-set on the call's record. It implements queue.Backlog. Safe for concurrent use; it lives as
+// long as its Conn.
+type Backlog struct{ *session }
+
+var _ queue.Backlog = (*Backlog)(nil)
 
 // staleScanLimit bounds how many messages of one lane a Stale pass reads in each of its two ranges.
 const staleScanLimit = 1000
@@ -26,7 +30,7 @@ const staleScanLimit = 1000
 // dispatcher), at most max of them. When fn returns true the advisory is done; when it returns false the
 // call is offered again after retry (its runner may still be alive). A call whose message is gone already
 // is not offered. It does not block waiting for advisories.
-func (c *Conn) Exhausted(ctx context.Context, max int, retry time.Duration, fn func(context.Context, queue.Stuck) bool) error {
+func (c *Backlog) Exhausted(ctx context.Context, max int, retry time.Duration, fn func(context.Context, queue.Stuck) bool) error {
 	cons, err := c.js.Consumer(ctx, c.cfg.advisoryStream(), reconcilerConsumer)
 	if err != nil {
 		return fmt.Errorf("find consumer %s of %s: %w", reconcilerConsumer, c.cfg.advisoryStream(), err)
@@ -75,12 +79,12 @@ func (c *Conn) Exhausted(ctx context.Context, max int, retry time.Duration, fn f
 // worker was handed yet and that has waited waitingAge or longer (past any deadline). Ages are on the
 // server's clock. It reads at most staleScanLimit messages per lane and range, and only the messages
 // in those ranges, so a long backlog of young calls costs nothing.
-func (c *Conn) Stale(ctx context.Context, inFlightAge, waitingAge time.Duration, fn func(context.Context, queue.Stuck)) error {
+func (c *Backlog) Stale(ctx context.Context, inFlightAge, waitingAge time.Duration, fn func(context.Context, queue.Stuck)) error {
 	s, err := c.js.Stream(ctx, c.cfg.Stream)
 	if err != nil {
 		return fmt.Errorf("get stream %s: %w", c.cfg.Stream, err)
 	}
-	now := c.Now()
+	now := c.now()
 	var errs []error
 	for l := range c.cfg.Lanes {
 		cons, err := s.Consumer(ctx, c.cfg.laneConsumer(l))
@@ -126,7 +130,7 @@ func (c *Conn) Stale(ctx context.Context, inFlightAge, waitingAge time.Duration,
 
 // Remove deletes the call message at seq from the queue (its call is settled); a message removed
 // already is not an error.
-func (c *Conn) Remove(ctx context.Context, seq uint64) error {
+func (c *Backlog) Remove(ctx context.Context, seq uint64) error {
 	s, err := c.js.Stream(ctx, c.cfg.Stream)
 	if err != nil {
 		return fmt.Errorf("get stream %s: %w", c.cfg.Stream, err)
