@@ -19,8 +19,13 @@ import (
 // This file is the HTTP API's frame: routes, authentication, strict JSON bodies, and writing answers.
 // Handlers are in http_*.go; the one mapping of an error's Kind to a status code is in httperr.go.
 
+// api is the HTTP adapter over the call service (the Server): its handlers authenticate the caller, decode
+// the request, call the service and write the answer, and every error through writeErr. It holds nothing
+// of its own.
+type api struct{ *Server }
+
 // routes is the API's route table.
-func (s *Server) routes() http.Handler {
+func (s *api) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -47,13 +52,13 @@ func (s *Server) routes() http.Handler {
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Authenticate returns next behind the API's bearer-token authentication: a request without a known token
-// gets 401; next's requests carry the caller in their context, for the methods of this file.
-func (s *Server) Authenticate(next http.Handler) http.Handler { return s.auth(next.ServeHTTP) }
+// gets 401; next's requests carry the caller in their context, for the call service's methods (calls.go).
+func (s *Server) Authenticate(next http.Handler) http.Handler { return (&api{s}).auth(next.ServeHTTP) }
 
 func principalFrom(ctx context.Context) principal { return ctx.Value(ctxKey{}).(principal) }
 
 // auth resolves the bearer token to a tenant, comparing digests in constant time.
-func (s *Server) auth(next http.HandlerFunc) http.Handler {
+func (s *api) auth(next http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := r.Header.Get("Authorization")
 		token, ok := strings.CutPrefix(h, "Bearer ")
@@ -78,7 +83,7 @@ func (s *Server) auth(next http.HandlerFunc) http.Handler {
 }
 
 // decodeBody reads a JSON object body strictly: bounded size, valid UTF-8, no unknown fields, one value.
-func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+func (s *api) decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
@@ -120,7 +125,7 @@ func describeJSONError(err error) string {
 
 // writeCall answers with a call's envelope, with the output fields a worker stored outside the record
 // read back in.
-func (s *Server) writeCall(ctx context.Context, w http.ResponseWriter, r *call.Result) {
+func (s *api) writeCall(ctx context.Context, w http.ResponseWriter, r *call.Result) {
 	full, err := s.present(ctx, r)
 	if err != nil {
 		s.log.ErrorContext(ctx, "read stored output", "call_id", r.ID, "error", err)

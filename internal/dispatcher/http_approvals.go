@@ -13,7 +13,7 @@ import (
 // decide (approvals.go) applies a decision.
 
 // approver lets only tokens with the approver role through.
-func (s *Server) approver(next http.HandlerFunc) http.HandlerFunc {
+func (s *api) approver(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if principalFrom(r.Context()).role != RoleApprover {
 			writeErr(w, mayNotApprove())
@@ -36,7 +36,7 @@ type approvalView struct {
 	ExpiresAt  time.Time       `json:"expires_at"`
 }
 
-func (s *Server) listApprovals(w http.ResponseWriter, r *http.Request) {
+func (s *api) listApprovals(w http.ResponseWriter, r *http.Request) {
 	p := principalFrom(r.Context())
 	pending, err := s.approvals.ListPending(r.Context(), p.tenant)
 	if err != nil {
@@ -72,7 +72,7 @@ type approvalRequest struct {
 	ArgvPrefix []string `json:"argv_prefix"`
 }
 
-func (s *Server) decideApproval(w http.ResponseWriter, r *http.Request) {
+func (s *api) decideApproval(w http.ResponseWriter, r *http.Request) {
 	var req approvalRequest
 	if rerr := s.decodeBody(w, r, &req); rerr != nil {
 		writeErr(w, rerr)
@@ -91,7 +91,7 @@ func (s *Server) decideApproval(w http.ResponseWriter, r *http.Request) {
 	s.writeCall(r.Context(), w, res)
 }
 
-func (s *Server) readAudit(w http.ResponseWriter, r *http.Request) {
+func (s *api) readAudit(w http.ResponseWriter, r *http.Request) {
 	p := principalFrom(r.Context())
 	if s.auditLog == nil {
 		writeErr(w, call.Reject(call.KindNotFound, call.ErrNotFound, "this dispatcher keeps no audit log"))

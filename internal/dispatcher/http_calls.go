@@ -40,7 +40,7 @@ func (b *callRequest) request() *call.Request {
 		CPUMillis: b.CPUMillis, PIDs: b.PIDs, TmpBytes: b.TmpBytes}
 }
 
-func (s *Server) postCall(w http.ResponseWriter, r *http.Request) {
+func (s *api) postCall(w http.ResponseWriter, r *http.Request) {
 	p := principalFrom(r.Context())
 	var req callRequest
 	if err := s.decodeBody(w, r, &req); err != nil {
@@ -71,7 +71,7 @@ func (s *Server) postCall(w http.ResponseWriter, r *http.Request) {
 	s.waitAndWrite(w, r, c.ID, wait)
 }
 
-func (s *Server) waitAndWrite(w http.ResponseWriter, r *http.Request, id string, wait time.Duration) {
+func (s *api) waitAndWrite(w http.ResponseWriter, r *http.Request, id string, wait time.Duration) {
 	res, err := s.await(r.Context(), id, wait)
 	if err != nil {
 		writeErr(w, err)
@@ -80,7 +80,7 @@ func (s *Server) waitAndWrite(w http.ResponseWriter, r *http.Request, id string,
 	s.writeCall(r.Context(), w, res)
 }
 
-func (s *Server) getCall(w http.ResponseWriter, r *http.Request) {
+func (s *api) getCall(w http.ResponseWriter, r *http.Request) {
 	p := principalFrom(r.Context())
 	id := r.PathValue("id")
 	rec, err := s.lookup(r.Context(), p.tenant, id)
@@ -102,7 +102,7 @@ func (s *Server) getCall(w http.ResponseWriter, r *http.Request) {
 	s.waitAndWrite(w, r, id, min(wait, s.cfg.MaxWait))
 }
 
-func (s *Server) deleteCall(w http.ResponseWriter, r *http.Request) {
+func (s *api) deleteCall(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	res, err := s.cancel(r.Context(), principalFrom(r.Context()), id)
 	switch {
@@ -115,7 +115,7 @@ func (s *Server) deleteCall(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (s *Server) listTools(w http.ResponseWriter, r *http.Request) {
+func (s *api) listTools(w http.ResponseWriter, r *http.Request) {
 	p := principalFrom(r.Context())
 	format := r.URL.Query().Get("format")
 	list, err := tools.Render(format, s.enabledTools(p.tenant, nil), tools.WithNetwork(s.networkGranted(r.Context(), p.tenant)))
@@ -132,7 +132,7 @@ func (s *Server) listTools(w http.ResponseWriter, r *http.Request) {
 }
 
 // checkPolicy answers what policy would decide for a call, without running it.
-func (s *Server) checkPolicy(w http.ResponseWriter, r *http.Request) {
+func (s *api) checkPolicy(w http.ResponseWriter, r *http.Request) {
 	p := principalFrom(r.Context())
 	var req callRequest
 	if err := s.decodeBody(w, r, &req); err != nil {
@@ -147,7 +147,7 @@ func (s *Server) checkPolicy(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"tool": c.Tool, "decision": c.Decision, "limits": c.Limits, "would_run": dec.Action == policy.Allow})
 }
 
-func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+func (s *api) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 	defer cancel()
 	for _, check := range s.ready {

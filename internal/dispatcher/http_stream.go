@@ -136,7 +136,7 @@ type lagEvent struct {
 	Message string `json:"message"`
 }
 
-func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
+func (s *api) getEvents(w http.ResponseWriter, r *http.Request) {
 	p := principalFrom(r.Context())
 	id := r.PathValue("id")
 	last := r.Header.Get("Last-Event-ID")
@@ -161,7 +161,7 @@ func wantsEvents(r *http.Request) bool {
 // with the final envelope, after which the stream closes. It starts after pos. Output that live delivery
 // missed (this follower was behind, or not yet connected) is sent from the output store once the call
 // ends, in order, so that a follower gets every byte kept exactly once.
-func (s *Server) follow(w http.ResponseWriter, r *http.Request, tenant, id string, pos position) {
+func (s *api) follow(w http.ResponseWriter, r *http.Request, tenant, id string, pos position) {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	var chunks <-chan queue.Chunk
@@ -238,7 +238,7 @@ func (s *Server) follow(w http.ResponseWriter, r *http.Request, tenant, id strin
 }
 
 // sendChunk sends what of ch this follower does not have yet, or notes that the stream skipped ahead.
-func (s *Server) sendChunk(ev *sse, pos *position, live map[string]bool, ch queue.Chunk) error {
+func (s *api) sendChunk(ev *sse, pos *position, live map[string]bool, ch queue.Chunk) error {
 	at := pos.at(ch.Stream)
 	switch {
 	case !live[ch.Stream] || ch.End() <= *at:
@@ -255,7 +255,7 @@ func (s *Server) sendChunk(ev *sse, pos *position, live map[string]bool, ch queu
 }
 
 // catchUp sends the stored stream from where this follower is to the end of what was kept.
-func (s *Server) catchUp(ctx context.Context, ev *sse, pos *position, res *call.Result, name string) error {
+func (s *api) catchUp(ctx context.Context, ev *sse, pos *position, res *call.Result, name string) error {
 	st := res.Streams[name]
 	at := pos.at(name)
 	if st == nil || st.Object == "" || *at >= st.Kept || s.outputs == nil {
@@ -287,7 +287,7 @@ func (s *Server) catchUp(ctx context.Context, ev *sse, pos *position, res *call.
 
 // watch sends the call's record each time its status changes, until it is final or ctx ends; then the
 // channel is closed.
-func (s *Server) watch(ctx context.Context, id string, from call.Status) <-chan *call.Result {
+func (s *api) watch(ctx context.Context, id string, from call.Status) <-chan *call.Result {
 	out := make(chan *call.Result, 1)
 	go func() {
 		defer close(out)
@@ -321,7 +321,7 @@ func (s *Server) watch(ctx context.Context, id string, from call.Status) <-chan 
 
 // getStream answers GET /v1/calls/{id}/stdout and /stderr: the raw bytes of the call's full stream from
 // offset on, at most limit of them.
-func (s *Server) getStream(w http.ResponseWriter, r *http.Request) {
+func (s *api) getStream(w http.ResponseWriter, r *http.Request) {
 	p := principalFrom(r.Context())
 	id, name := r.PathValue("id"), r.PathValue("stream")
 	q := r.URL.Query()

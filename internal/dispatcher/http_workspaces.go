@@ -20,7 +20,7 @@ import (
 // The handlers of the workspace API (/v1/workspaces/...), over runWorkspaceOp (workspaces.go). Uploads
 // are stored in the transfer store before their operation is queued; downloads are streamed from it.
 
-func (s *Server) routeWorkspaces(mux *http.ServeMux) {
+func (s *api) routeWorkspaces(mux *http.ServeMux) {
 	mux.Handle("GET /v1/workspaces", s.auth(s.listWorkspaces))
 	mux.Handle("PUT /v1/workspaces/{name}", s.auth(s.createWorkspace))
 	mux.Handle("GET /v1/workspaces/{name}", s.auth(s.simpleWorkspaceOp(workspace.OpInfo)))
@@ -37,7 +37,7 @@ func (s *Server) routeWorkspaces(mux *http.ServeMux) {
 // workspaceOp runs operation op on workspace ws for the request's caller (runWorkspaceOp). It answers the
 // request itself (and returns a nil Output, with the call's result when there is one) unless the
 // operation ran and succeeded.
-func (s *Server) workspaceOp(w http.ResponseWriter, r *http.Request, op, ws string, args workspace.Args) (*call.Result, *workspace.Output) {
+func (s *api) workspaceOp(w http.ResponseWriter, r *http.Request, op, ws string, args workspace.Args) (*call.Result, *workspace.Output) {
 	res, out, err := s.runWorkspaceOp(r.Context(), principalFrom(r.Context()), op, ws, args)
 	switch {
 	case errors.Is(err, errNotRecorded):
@@ -66,7 +66,7 @@ func writeWorkspace(w http.ResponseWriter, code int, res *call.Result, out *work
 	writeJSON(w, code, map[string]any{"workspace": out.Workspace, "call_id": res.ID})
 }
 
-func (s *Server) listWorkspaces(w http.ResponseWriter, r *http.Request) {
+func (s *api) listWorkspaces(w http.ResponseWriter, r *http.Request) {
 	res, out := s.workspaceOp(w, r, workspace.OpList, "default", workspace.Args{})
 	if out == nil {
 		return
@@ -77,7 +77,7 @@ func (s *Server) listWorkspaces(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"workspaces": out.Workspaces, "call_id": res.ID})
 }
 
-func (s *Server) simpleWorkspaceOp(op string) http.HandlerFunc {
+func (s *api) simpleWorkspaceOp(op string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		name, ok := workspaceName(w, r)
 		if !ok {
@@ -97,7 +97,7 @@ func (s *Server) simpleWorkspaceOp(op string) http.HandlerFunc {
 
 // createWorkspace: PUT /v1/workspaces/{name}, with no body (empty), an archive (tar, tar.gz, zip), or
 // with Content-Type application/json a git source, {"git": {"url": URL, "ref": REF}} (workspace_clone).
-func (s *Server) createWorkspace(w http.ResponseWriter, r *http.Request) {
+func (s *api) createWorkspace(w http.ResponseWriter, r *http.Request) {
 	name, ok := workspaceName(w, r)
 	if !ok {
 		return
@@ -133,7 +133,7 @@ func (s *Server) createWorkspace(w http.ResponseWriter, r *http.Request) {
 }
 
 // gitSource reads and checks the JSON body of a create from git; it answers the refusal itself when bad.
-func (s *Server) gitSource(w http.ResponseWriter, r *http.Request) (*workspace.Git, bool) {
+func (s *api) gitSource(w http.ResponseWriter, r *http.Request) (*workspace.Git, bool) {
 	const shape = `{"git": {"url": "https://host/owner/repo.git", "ref": "main"}} (ref optional: the default branch)`
 	var body struct {
 		Git *workspace.Git `json:"git"`
@@ -164,7 +164,7 @@ func (s *Server) gitSource(w http.ResponseWriter, r *http.Request) (*workspace.G
 }
 
 // uploadArchive: POST /v1/workspaces/{name}/files?path=DIR with an archive as the body.
-func (s *Server) uploadArchive(w http.ResponseWriter, r *http.Request) {
+func (s *api) uploadArchive(w http.ResponseWriter, r *http.Request) {
 	name, ok := workspaceName(w, r)
 	if !ok {
 		return
@@ -188,7 +188,7 @@ func (s *Server) uploadArchive(w http.ResponseWriter, r *http.Request) {
 
 // uploadFile: PUT /v1/workspaces/{name}/files/{path} with the file's bytes as the body (Content-Length
 // required). It travels as a one-entry archive, under the same checks.
-func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) {
+func (s *api) uploadFile(w http.ResponseWriter, r *http.Request) {
 	name, ok := workspaceName(w, r)
 	if !ok {
 		return
@@ -224,7 +224,7 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) {
 }
 
 // storeUpload streams an upload into the transfer store, bounded by MaxUploadBytes, and returns its name.
-func (s *Server) storeUpload(w http.ResponseWriter, r *http.Request, body io.Reader) (string, bool) {
+func (s *api) storeUpload(w http.ResponseWriter, r *http.Request, body io.Reader) (string, bool) {
 	if s.transfers == nil {
 		writeErr(w, call.Reject(call.KindUnavailable, call.ErrInternal, "this dispatcher has no transfer store for uploads"))
 		return "", false
@@ -253,7 +253,7 @@ func (s *Server) storeUpload(w http.ResponseWriter, r *http.Request, body io.Rea
 // dropUpload deletes the upload of an operation that is over without success (refused, denied, failed;
 // the worker deletes what it consumed, and a second delete is harmless); one that waits for approval or
 // runs still is the worker's to delete.
-func (s *Server) dropUpload(ctx context.Context, name string, res *call.Result) {
+func (s *api) dropUpload(ctx context.Context, name string, res *call.Result) {
 	if name == "" || (res != nil && !res.Status.Terminal()) {
 		return
 	}
@@ -262,7 +262,7 @@ func (s *Server) dropUpload(ctx context.Context, name string, res *call.Result) 
 
 // branchWorkspace: POST .../snapshot {"snapshot": NAME}, .../fork {"to": NAME, "snapshot": optional},
 // .../restore {"snapshot": NAME}.
-func (s *Server) branchWorkspace(op string) http.HandlerFunc {
+func (s *api) branchWorkspace(op string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		name, ok := workspaceName(w, r)
 		if !ok {
@@ -310,7 +310,7 @@ func (s *Server) branchWorkspace(op string) http.HandlerFunc {
 
 // downloadFile: GET /v1/workspaces/{name}/files/{path}, the file's bytes; one range of "Range: bytes=" is
 // honoured (206), several are answered with the whole file.
-func (s *Server) downloadFile(w http.ResponseWriter, r *http.Request) {
+func (s *api) downloadFile(w http.ResponseWriter, r *http.Request) {
 	name, ok := workspaceName(w, r)
 	if !ok {
 		return
@@ -381,7 +381,7 @@ func parseRange(h string) (off, length int64, ok bool) {
 }
 
 // downloadArchive: GET /v1/workspaces/{name}/archive?path=DIR, the tree as tar.gz.
-func (s *Server) downloadArchive(w http.ResponseWriter, r *http.Request) {
+func (s *api) downloadArchive(w http.ResponseWriter, r *http.Request) {
 	name, ok := workspaceName(w, r)
 	if !ok {
 		return
@@ -396,7 +396,7 @@ func (s *Server) downloadArchive(w http.ResponseWriter, r *http.Request) {
 }
 
 // streamObject copies a download from the transfer store to the client, then deletes it.
-func (s *Server) streamObject(w http.ResponseWriter, r *http.Request, out *workspace.Output, code int) {
+func (s *api) streamObject(w http.ResponseWriter, r *http.Request, out *workspace.Output, code int) {
 	defer s.dropObject(r.Context(), out.Object)
 	if s.transfers == nil {
 		writeErr(w, call.Reject(call.KindUnavailable, call.ErrInternal, "this dispatcher has no transfer store for downloads"))
@@ -416,7 +416,7 @@ func (s *Server) streamObject(w http.ResponseWriter, r *http.Request, out *works
 	}
 }
 
-func (s *Server) dropObject(ctx context.Context, name string) {
+func (s *api) dropObject(ctx context.Context, name string) {
 	if s.transfers != nil && name != "" {
 		_ = s.transfers.DeleteOutput(context.WithoutCancel(ctx), name)
 	}

@@ -2,9 +2,9 @@
 // approvals.go, stream.go, workspaces.go) authenticates nothing and speaks no protocol: it checks each
 // call against its tool's schema and the policy, records it durably, publishes it for a worker, and
 // answers with the call's result envelope, or refuses with a *call.Rejection classed by its Kind. The
-// HTTP API (http*.go) is one adapter over it: it authenticates the tenant, decodes requests, and maps a
-// Kind to a status code in one place (httpStatus, httperr.go); internal/mcp is the other, through the
-// methods of calls.go. It keeps no state between requests: every call lives in the Store, so any replica
+// HTTP API (http*.go, type api over the Server) is one adapter over it: it authenticates the tenant,
+// decodes requests, and maps a Kind to a status code in one place (httpStatus, httperr.go);
+// internal/mcp is the other, through the methods of calls.go. It keeps no state between requests: every call lives in the Store, so any replica
 // can answer for any call.
 package dispatcher
 
@@ -185,7 +185,7 @@ func New(cfg Config, deps Deps, opts ...Option) (*Server, error) {
 	for _, o := range opts {
 		o(s)
 	}
-	s.handler = s.routes()
+	s.handler = (&api{s}).routes()
 	return s, nil
 }
 
