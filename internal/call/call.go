@@ -1,6 +1,7 @@
-// Package call holds toolpool's wire types: the Call a dispatcher publishes, and the Result envelope
-// (DESIGN.md §3) that every API path returns. It imports nothing of toolpool's and only the standard
-// library, so every other package may depend on it.
+// Package call holds toolpool's wire types: the Call a dispatcher publishes, the Result envelope that
+// every API path returns (docs/architecture.md), and the classed errors of the call service (Rejection,
+// Kind). It imports nothing of toolpool's and only the standard library, so every other package may
+// depend on it.
 package call
 
 import (
@@ -16,7 +17,7 @@ import (
 // Status is the state of a call. Terminal statuses never change once recorded.
 type Status string
 
-// The statuses of DESIGN.md §3.
+// The statuses of a call: the envelope's "status" (docs/architecture.md).
 const (
 	StatusQueued          Status = "queued"
 	StatusPendingApproval Status = "pending_approval"
@@ -169,8 +170,8 @@ type EgressConn struct {
 	BytesDown int64 `json:"bytes_down"`
 }
 
-// Result is the envelope of DESIGN.md §3: every API path returns this shape, for queued, running and
-// finished calls alike.
+// Result is the result envelope (docs/architecture.md): every API path returns this shape, for queued,
+// running and finished calls alike.
 type Result struct {
 	ID          string     `json:"id"`
 	Tenant      string     `json:"tenant"`

@@ -7,11 +7,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"time"
 )
 
-// Request is a caller's request for one call, as a protocol front end other than POST /v1/calls (MCP's
-// tools/call) hands it to the dispatcher's call path.
+// Request is a caller's request for one call, as the dispatcher's call service takes it from any front
+// end: the HTTP API decodes it from the body of POST /v1/calls, MCP builds it from a tools/call.
 type Request struct {
 	Tool string
 	// Args are the tool's arguments as received; their SHA-256 (ArgsDigest) is what an approval binds to.
@@ -22,19 +21,23 @@ type Request struct {
 	// another request (a cancellation that arrives elsewhere) derives it with DeriveID. A second request
 	// with the same ID finds the call the first one created, as an idempotency key does.
 	ID string
-}
+	// IdempotencyKey, when not empty, names the call for the tenant: a second request with it finds the
+	// first's call, or is refused when it asks for another call.
+	IdempotencyKey string
+	// Tools, when not empty, is the request's "tools" object as received: tools it turns off (or on, where
+	// policy lets a request choose).
+	Tools json.RawMessage
 
-// Rejection is why a request did not become a call, or why an operation on a call was refused. Type is
-// one of the error types of ErrorInfo (invalid_params, not_found, permission_denied, quota_exceeded,
-// internal, ...); Message is written for the model or the person who sent it.
-type Rejection struct {
-	Type    string
-	Message string
-	// RetryAfter, when positive, is how long to wait before retrying (quota, a transient failure).
-	RetryAfter time.Duration
+	// The caller's asks; nil or zero means the default. The call service clamps them to what policy and
+	// the server allow, and refuses an ask above a ceiling.
+	TimeoutMS   *int64 // how long the call may run
+	DeadlineMS  *int64 // how long it may wait in the queue
+	OutputBytes int64
+	MemoryBytes int64
+	CPUMillis   int64
+	PIDs        int64
+	TmpBytes    int64
 }
-
-func (r *Rejection) Error() string { return r.Type + ": " + r.Message }
 
 // ArgsDigest is "sha256:" and the hex SHA-256 of args as received: what an approval binds to.
 func ArgsDigest(args json.RawMessage) string {

@@ -193,10 +193,10 @@ func TestAdmitCarriesDeniedGlobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := &callRequest{Tool: "grep", Args: json.RawMessage(`{"pattern":"SECRET"}`)}
+	req := &call.Request{Tool: "grep", Args: json.RawMessage(`{"pattern":"SECRET"}`)}
 	c, _, rerr := s.admit(context.Background(), principal{tenant: "t1"}, req)
 	if rerr != nil {
-		t.Fatal(rerr.msg)
+		t.Fatal(rerr)
 	}
 	if !slices.Contains(c.Limits.DeniedGlobs, "**/.env") {
 		t.Errorf("the call's limits carry no denied globs: %v", c.Limits.DeniedGlobs)
@@ -207,9 +207,9 @@ func TestAdmitCarriesDeniedGlobs(t *testing.T) {
 	if c.ArgsDigest != call.ArgsDigest(json.RawMessage(`{"pattern":"SECRET"}`)) {
 		t.Errorf("digest %s is not of the arguments as sent", c.ArgsDigest)
 	}
-	shell, _, rerr := s.admit(context.Background(), principal{tenant: "t1"}, &callRequest{Tool: "run_shell", Args: json.RawMessage(`{"command":"ls"}`)})
+	shell, _, rerr := s.admit(context.Background(), principal{tenant: "t1"}, &call.Request{Tool: "run_shell", Args: json.RawMessage(`{"command":"ls"}`)})
 	if rerr != nil {
-		t.Fatal(rerr.msg)
+		t.Fatal(rerr)
 	}
 	if shell.Limits.DeniedGlobs != nil {
 		t.Errorf("a run_shell call, whose runner applies no globs, carries %d of them", len(shell.Limits.DeniedGlobs))

@@ -2,24 +2,20 @@ package dispatcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/toolpool/toolpool/internal/call"
-	"github.com/toolpool/toolpool/internal/policy"
 	"github.com/toolpool/toolpool/internal/tools"
 )
 
-// This file is the call path of POST /v1/calls, DELETE /v1/calls/{id} and POST /v1/approvals/{id} as Go
-// methods, for protocol front ends mounted behind Authenticate (internal/mcp). They take the same steps
-// as the HTTP handlers (admit, accept, awaitResult, cancel, decide): policy, approvals, the queue, the
-// audit log, metrics and the trace are the same. Each acts for the caller that Authenticate put in ctx,
-// and treats another tenant's call as one that does not exist. Their errors are *call.Rejection.
-
-// Authenticate returns next behind the API's bearer-token authentication: a request without a known token
-// gets 401; next's requests carry the caller in their context, for the methods of this file.
-func (s *Server) Authenticate(next http.Handler) http.Handler { return s.auth(next.ServeHTTP) }
+// This file is the call service as Go methods, for protocol front ends mounted behind Authenticate
+// (internal/mcp): the call path of POST /v1/calls, DELETE /v1/calls/{id} and POST /v1/approvals/{id}.
+// They take the same steps as the HTTP handlers (admit, accept, awaitResult, cancel, decide): policy,
+// approvals, the queue, the audit log, metrics and the trace are the same. Each acts for the caller that
+// Authenticate put in ctx, and treats another tenant's call as one that does not exist. Their refusals
+// are *call.Rejection, classed by Kind; other errors are ctx's.
 
 // Submit admits r and accepts it, as POST /v1/calls does, and returns at once with the call's first
 // record: queued, pending_approval, or denied by policy; a read_output call is answered at once, final
@@ -31,14 +27,14 @@ func (s *Server) Submit(ctx context.Context, r call.Request) (*call.Result, erro
 		return nil, err
 	}
 	if r.ID != "" && !call.ValidID(r.ID) {
-		return nil, &call.Rejection{Type: call.ErrInvalidParams, Message: fmt.Sprintf("call id %q is not an id toolpool gives", r.ID)}
+		return nil, call.Reject(call.KindInvalidParams, call.ErrInvalidParams, fmt.Sprintf("call id %q is not an id toolpool gives", r.ID))
 	}
-	_, res, rerr := s.submit(ctx, p, &callRequest{Tool: r.Tool, Args: r.Args, Workspace: r.Workspace, id: r.ID})
-	if rerr == errNotRecorded {
+	_, res, err := s.submit(ctx, p, &r)
+	if errors.Is(err, errNotRecorded) {
 		return res, nil // queued; its record follows
 	}
-	if rerr != nil {
-		return nil, rerr.rejection()
+	if err != nil {
+		return nil, err
 	}
 	return res, nil
 }
@@ -51,16 +47,16 @@ func (s *Server) Wait(ctx context.Context, id string, until func(*call.Result) b
 	if err != nil {
 		return nil, err
 	}
-	rec, rerr := s.lookup(ctx, p.tenant, id)
-	if rerr != nil {
-		return nil, rerr.rejection()
+	rec, err := s.lookup(ctx, p.tenant, id)
+	if err != nil {
+		return nil, err
 	}
 	if res := s.expireIfDue(ctx, rec); res.Status.Terminal() || until(res) {
 		return s.whole(ctx, res)
 	}
 	res, err := s.awaitResult(ctx, id, until)
 	if res == nil {
-		return nil, &call.Rejection{Type: call.ErrInternal, Message: "toolpool could not read the call's state; retry", RetryAfter: time.Second}
+		return nil, &call.Rejection{Kind: call.KindUnavailable, Type: call.ErrInternal, Message: "toolpool could not read the call's state; retry", RetryAfter: time.Second}
 	}
 	if err != nil {
 		return res, err
@@ -73,7 +69,7 @@ func (s *Server) whole(ctx context.Context, res *call.Result) (*call.Result, err
 	full, err := s.present(ctx, res)
 	if err != nil {
 		s.log.ErrorContext(ctx, "read stored output", "call_id", res.ID, "error", err)
-		return nil, &call.Rejection{Type: call.ErrInternal, Message: "toolpool could not read the call's stored output; retry", RetryAfter: time.Second}
+		return nil, &call.Rejection{Kind: call.KindUnavailable, Type: call.ErrInternal, Message: "toolpool could not read the call's stored output; retry", RetryAfter: time.Second}
 	}
 	return full, nil
 }
@@ -86,11 +82,7 @@ func (s *Server) Cancel(ctx context.Context, id string) (*call.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	res, rerr := s.cancel(ctx, p, id)
-	if rerr != nil {
-		return nil, rerr.rejection()
-	}
-	return res, nil
+	return s.cancel(ctx, p, id)
 }
 
 // Tools lists the tools the caller's tenant may use, in MCP's shape, with the hints its policy implies.
@@ -117,38 +109,16 @@ func (s *Server) Decide(ctx context.Context, id, argsDigest string, approve bool
 		return nil, err
 	}
 	if p.role != RoleApprover {
-		return nil, &call.Rejection{Type: call.ErrPermissionDenied, Message: "this token may not approve calls: approvals need a token with role approver"}
+		return nil, mayNotApprove()
 	}
-	req := approvalRequest{Decision: "deny", ArgsDigest: argsDigest}
-	if approve {
-		req.Decision = "approve"
-	}
-	res, rerr := s.decide(ctx, p, id, req, "mcp")
-	if rerr != nil {
-		return nil, rerr.rejection()
-	}
-	return res, nil
+	return s.decide(ctx, p, id, decision{approve: approve, argsDigest: argsDigest}, "mcp")
 }
 
 // caller is the principal the API's authentication put in ctx.
 func caller(ctx context.Context) (principal, error) {
 	p, ok := ctx.Value(ctxKey{}).(principal)
 	if !ok {
-		return p, &call.Rejection{Type: call.ErrPermissionDenied, Message: "the request carries no authenticated caller"}
+		return p, call.Reject(call.KindUnauthenticated, call.ErrPermissionDenied, "the request carries no authenticated caller")
 	}
 	return p, nil
-}
-
-// networkGranted reports, for a tool of tenant, whether its policy gives the tool's containers network
-// (the limits of a call that names nothing more than the tool).
-func (s *Server) networkGranted(ctx context.Context, tenant string) func(tool string) bool {
-	return func(name string) bool {
-		t, ok := s.tools.Lookup(name)
-		return ok && s.policy.Decide(ctx, policy.Request{Tenant: tenant, Tool: name, Kind: string(t.Kind)}).Limits.Network
-	}
-}
-
-// rejection is e for callers that are not HTTP handlers.
-func (e *requestError) rejection() *call.Rejection {
-	return &call.Rejection{Type: e.typ, Message: e.msg, RetryAfter: time.Duration(e.retryAfter) * time.Second}
 }

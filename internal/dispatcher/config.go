@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/toolpool/toolpool/internal/call"
@@ -199,9 +198,8 @@ func (t Token) hash() (string, error) {
 	}
 }
 
-// check refuses a request that asks for more than a ceiling allows, with a 422 that says how much it
-// may ask for.
-func (c Ceilings) check(req *callRequest) *requestError {
+// check refuses a request that asks for more than a ceiling allows, saying how much it may ask for.
+func (c Ceilings) check(req *call.Request) error {
 	for _, f := range []struct {
 		name       string
 		asked, max int64
@@ -213,8 +211,8 @@ func (c Ceilings) check(req *callRequest) *requestError {
 		{"tmp_bytes", req.TmpBytes, c.TmpBytes, "bytes"},
 	} {
 		if f.max > 0 && f.asked > f.max {
-			return &requestError{code: http.StatusUnprocessableEntity, typ: call.ErrInvalidParams,
-				msg: fmt.Sprintf("%s %d is above this server's ceiling of %d %s: ask for at most %d, or leave %s out for the default", f.name, f.asked, f.max, f.unit, f.max, f.name)}
+			return &call.Rejection{Kind: call.KindInvalidParams, Type: call.ErrInvalidParams,
+				Message: fmt.Sprintf("%s %d is above this server's ceiling of %d %s: ask for at most %d, or leave %s out for the default", f.name, f.asked, f.max, f.unit, f.max, f.name)}
 		}
 	}
 	return nil

@@ -1,18 +1,10 @@
 package dispatcher
 
 import (
-	"archive/tar"
-	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"io"
-	"mime"
-	"net/http"
 	"path"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/toolpool/toolpool/internal/call"
@@ -24,7 +16,8 @@ import (
 // The workspace API turns each request into a call of a workspace operation (workspace.Ops): policy
 // decides it by its own kind, it is recorded, audited and counted like any call, and a worker runs it on
 // the shared workspaces directory. Archives and files travel through the output store: an upload is
-// stored before its call is queued, a download is stored by the worker and streamed from the store.
+// stored before its call is queued, a download is stored by the worker and streamed from the store. This
+// file is the core of it; the HTTP handlers are in http_workspaces.go.
 
 // Transfers moves archives and files between the dispatcher and the workers.
 type Transfers interface {
@@ -36,26 +29,13 @@ type Transfers interface {
 // WithTransfers serves the workspace API's uploads and downloads through t; without it they answer 503.
 func WithTransfers(t Transfers) Option { return func(s *Server) { s.transfers = t } }
 
-func (s *Server) routeWorkspaces(mux *http.ServeMux) {
-	mux.Handle("GET /v1/workspaces", s.auth(s.listWorkspaces))
-	mux.Handle("PUT /v1/workspaces/{name}", s.auth(s.createWorkspace))
-	mux.Handle("GET /v1/workspaces/{name}", s.auth(s.simpleWorkspaceOp(workspace.OpInfo)))
-	mux.Handle("DELETE /v1/workspaces/{name}", s.auth(s.simpleWorkspaceOp(workspace.OpDelete)))
-	mux.Handle("POST /v1/workspaces/{name}/files", s.auth(s.uploadArchive))
-	mux.Handle("PUT /v1/workspaces/{name}/files/{path...}", s.auth(s.uploadFile))
-	mux.Handle("GET /v1/workspaces/{name}/files/{path...}", s.auth(s.downloadFile))
-	mux.Handle("GET /v1/workspaces/{name}/archive", s.auth(s.downloadArchive))
-	mux.Handle("POST /v1/workspaces/{name}/snapshot", s.auth(s.branchWorkspace(workspace.OpSnapshot)))
-	mux.Handle("POST /v1/workspaces/{name}/fork", s.auth(s.branchWorkspace(workspace.OpFork)))
-	mux.Handle("POST /v1/workspaces/{name}/restore", s.auth(s.branchWorkspace(workspace.OpRestore)))
-}
-
-// workspaceOp decides, records and queues operation op on workspace ws, and waits for its result. It
-// answers the request itself (and returns a nil Output, with the call's result when there is one) unless
-// the operation ran and succeeded.
-func (s *Server) workspaceOp(w http.ResponseWriter, r *http.Request, op, ws string, args workspace.Args) (*call.Result, *workspace.Output) {
-	p := principalFrom(r.Context())
-	ctx := r.Context()
+// runWorkspaceOp decides, records and queues operation op on workspace ws for p, and waits for its
+// result. It returns the operation's output when the operation ran and succeeded. Otherwise the output is
+// nil and the error says why: errNotRecorded with the call's first result (queued, but not recorded yet);
+// a *call.Rejection, with the call's result when the call exists (an operation that failed); or no error,
+// with the result of a call that did not end ok (pending approval, denied, still running, cancelled,
+// expired), whose envelope is the answer.
+func (s *Server) runWorkspaceOp(ctx context.Context, p principal, op, ws string, args workspace.Args) (*call.Result, *workspace.Output, error) {
 	rawArgs, _ := json.Marshal(args)
 	var facts policy.Facts
 	if args.Path != "" {
@@ -79,14 +59,9 @@ func (s *Server) workspaceOp(w http.ResponseWriter, r *http.Request, op, ws stri
 		c.Limits.Runtime = p.runtime
 	}
 	c.Deadline = c.CreatedAt.Add(s.cfg.QueueTimeout)
-	res, rerr := s.accept(ctx, c, dec, false)
-	if rerr == errNotRecorded {
-		writeResult(w, res)
-		return nil, nil
-	}
-	if rerr != nil {
-		writeRequestError(w, rerr)
-		return nil, nil
+	res, err := s.accept(ctx, c, dec, false)
+	if err != nil {
+		return res, nil, err
 	}
 	if !res.Status.Terminal() && res.Status != call.StatusPendingApproval {
 		wctx, cancel := context.WithTimeout(ctx, min(timeout+30*time.Second, s.cfg.MaxWait))
@@ -100,414 +75,40 @@ func (s *Server) workspaceOp(w http.ResponseWriter, r *http.Request, op, ws stri
 	}
 	if res.Status != call.StatusOK {
 		if res.Status == call.StatusError && res.Error != nil {
-			writeError(w, workspaceErrorCode(res.Error.Type), res.Error.Type, res.Error.Message+" (call "+res.ID+")")
-			return res, nil
+			return res, nil, call.Reject(workspaceKind(res.Error.Type), res.Error.Type, res.Error.Message+" (call "+res.ID+")")
 		}
-		s.writeCall(ctx, w, res) // pending approval, denied, still running, cancelled, expired
-		return res, nil
+		return res, nil, nil // pending approval, denied, still running, cancelled, expired
 	}
 	if len(res.Stored) > 0 {
 		full, err := s.fillStored(ctx, res)
 		if err != nil {
-			writeError(w, http.StatusServiceUnavailable, call.ErrInternal, "toolpool could not read the operation's stored result; GET /v1/calls/"+res.ID)
-			return res, nil
+			return res, nil, call.Reject(call.KindUnavailable, call.ErrInternal, "toolpool could not read the operation's stored result; GET /v1/calls/"+res.ID)
 		}
 		res = full
 	}
 	var out workspace.Output
 	if err := json.Unmarshal([]byte(res.Output), &out); err != nil {
-		writeError(w, http.StatusInternalServerError, call.ErrInternal, "the worker's answer to the workspace operation does not decode: "+err.Error())
-		return res, nil
+		return res, nil, call.Reject(call.KindInternal, call.ErrInternal, "the worker's answer to the workspace operation does not decode: "+err.Error())
 	}
-	return res, &out
+	return res, &out, nil
 }
 
-// workspaceErrorCode maps a failed operation's error type to its HTTP status.
-func workspaceErrorCode(typ string) int {
+// workspaceKind classes the error type of a failed workspace operation (a workspace.Error's Type, or a
+// call error the worker recorded for it): the boundary where the dispatcher receives it.
+func workspaceKind(typ string) call.Kind {
 	switch typ {
 	case call.ErrInvalidParams:
-		return http.StatusUnprocessableEntity
+		return call.KindInvalidParams
 	case call.ErrNotFound:
-		return http.StatusNotFound
+		return call.KindNotFound
 	case workspace.TypeExists, call.ErrQuota:
-		return http.StatusConflict
+		return call.KindConflict
 	case workspace.TypeTooLarge:
-		return http.StatusRequestEntityTooLarge
+		return call.KindTooLarge
 	case call.ErrTimeout:
-		return http.StatusGatewayTimeout
+		return call.KindTimeout
 	case call.ErrPolicyDenied:
-		return http.StatusForbidden
+		return call.KindDenied
 	}
-	return http.StatusInternalServerError
-}
-
-// workspaceName reads and checks the {name} of the path; it answers 400 itself when bad.
-func workspaceName(w http.ResponseWriter, r *http.Request) (string, bool) {
-	name := r.PathValue("name")
-	if err := call.ValidateName("workspace", name); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
-		return "", false
-	}
-	return name, true
-}
-
-// writeWorkspace answers with one workspace's description.
-func writeWorkspace(w http.ResponseWriter, code int, res *call.Result, out *workspace.Output) {
-	writeJSON(w, code, map[string]any{"workspace": out.Workspace, "call_id": res.ID})
-}
-
-func (s *Server) listWorkspaces(w http.ResponseWriter, r *http.Request) {
-	res, out := s.workspaceOp(w, r, workspace.OpList, "default", workspace.Args{})
-	if out == nil {
-		return
-	}
-	if out.Workspaces == nil {
-		out.Workspaces = []workspace.Info{}
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"workspaces": out.Workspaces, "call_id": res.ID})
-}
-
-func (s *Server) simpleWorkspaceOp(op string) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		name, ok := workspaceName(w, r)
-		if !ok {
-			return
-		}
-		res, out := s.workspaceOp(w, r, op, name, workspace.Args{})
-		if out == nil {
-			return
-		}
-		if op == workspace.OpDelete {
-			writeJSON(w, http.StatusOK, map[string]any{"deleted": name, "call_id": res.ID})
-			return
-		}
-		writeWorkspace(w, http.StatusOK, res, out)
-	}
-}
-
-// createWorkspace: PUT /v1/workspaces/{name}, with no body (empty), an archive (tar, tar.gz, zip), or
-// with Content-Type application/json a git source, {"git": {"url": URL, "ref": REF}} (workspace_clone).
-func (s *Server) createWorkspace(w http.ResponseWriter, r *http.Request) {
-	name, ok := workspaceName(w, r)
-	if !ok {
-		return
-	}
-	op := workspace.OpCreate
-	var args workspace.Args
-	switch mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); {
-	case r.ContentLength == 0:
-	case mt == "application/json":
-		g, ok := s.gitSource(w, r)
-		if !ok {
-			return
-		}
-		op, args.Git = workspace.OpClone, g
-	default:
-		body := bufio.NewReader(r.Body)
-		if b, err := body.Peek(1); err == nil && b[0] == '{' {
-			writeError(w, http.StatusUnsupportedMediaType, "invalid_request", `the body looks like JSON: to seed from git, send {"git": {"url": ..., "ref": ...}} with Content-Type: application/json; to seed from an archive, send a tar, tar.gz or zip`)
-			return
-		}
-		obj, ok := s.storeUpload(w, r, body)
-		if !ok {
-			return
-		}
-		args.Archive = obj
-	}
-	res, out := s.workspaceOp(w, r, op, name, args)
-	if out == nil {
-		s.dropUpload(r.Context(), args.Archive, res)
-		return
-	}
-	writeWorkspace(w, http.StatusCreated, res, out)
-}
-
-// gitSource reads and checks the JSON body of a create from git; it answers 400 itself when bad.
-func (s *Server) gitSource(w http.ResponseWriter, r *http.Request) (*workspace.Git, bool) {
-	const shape = `{"git": {"url": "https://host/owner/repo.git", "ref": "main"}} (ref optional: the default branch)`
-	var body struct {
-		Git *workspace.Git `json:"git"`
-	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&body); err != nil {
-		why := describeJSONError(err)
-		if msg, unknown := strings.CutPrefix(err.Error(), "json: "); unknown && strings.HasPrefix(msg, "unknown field") {
-			why = msg
-		}
-		writeError(w, http.StatusBadRequest, "invalid_request", "the body is not a git source: "+why+"; send "+shape)
-		return nil, false
-	}
-	if dec.More() {
-		writeError(w, http.StatusBadRequest, "invalid_request", "the body has data after the JSON object: send exactly "+shape)
-		return nil, false
-	}
-	if body.Git == nil {
-		writeError(w, http.StatusBadRequest, "invalid_request", "the JSON body names no git source: send "+shape)
-		return nil, false
-	}
-	if _, err := body.Git.Check(); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
-		return nil, false
-	}
-	return body.Git, true
-}
-
-// uploadArchive: POST /v1/workspaces/{name}/files?path=DIR with an archive as the body.
-func (s *Server) uploadArchive(w http.ResponseWriter, r *http.Request) {
-	name, ok := workspaceName(w, r)
-	if !ok {
-		return
-	}
-	if r.ContentLength == 0 {
-		writeError(w, http.StatusBadRequest, "invalid_request", "send a tar, tar.gz or zip archive as the body (or PUT one file to /v1/workspaces/"+name+"/files/PATH)")
-		return
-	}
-	obj, ok := s.storeUpload(w, r, r.Body)
-	if !ok {
-		return
-	}
-	args := workspace.Args{Archive: obj, Path: r.URL.Query().Get("path")}
-	res, out := s.workspaceOp(w, r, workspace.OpUpload, name, args)
-	if out == nil {
-		s.dropUpload(r.Context(), obj, res)
-		return
-	}
-	writeWorkspace(w, http.StatusOK, res, out)
-}
-
-// uploadFile: PUT /v1/workspaces/{name}/files/{path} with the file's bytes as the body (Content-Length
-// required). It travels as a one-entry archive, under the same checks.
-func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) {
-	name, ok := workspaceName(w, r)
-	if !ok {
-		return
-	}
-	p := strings.Trim(r.PathValue("path"), "/")
-	if r.ContentLength < 0 {
-		writeError(w, http.StatusLengthRequired, "invalid_request", "send the file with a Content-Length header (not chunked)")
-		return
-	}
-	pr, pw := io.Pipe()
-	go func() {
-		tw := tar.NewWriter(pw)
-		err := tw.WriteHeader(&tar.Header{Name: p, Typeflag: tar.TypeReg, Mode: 0o644, Size: r.ContentLength, ModTime: s.now()})
-		if err == nil {
-			_, err = io.CopyN(tw, r.Body, r.ContentLength)
-		}
-		if err == nil {
-			err = tw.Close()
-		}
-		pw.CloseWithError(err)
-	}()
-	obj, ok := s.storeUpload(w, r, pr)
-	pr.Close()
-	if !ok {
-		return
-	}
-	res, out := s.workspaceOp(w, r, workspace.OpUpload, name, workspace.Args{Archive: obj})
-	if out == nil {
-		s.dropUpload(r.Context(), obj, res)
-		return
-	}
-	writeWorkspace(w, http.StatusOK, res, out)
-}
-
-// storeUpload streams an upload into the transfer store, bounded by MaxUploadBytes, and returns its name.
-func (s *Server) storeUpload(w http.ResponseWriter, r *http.Request, body io.Reader) (string, bool) {
-	if s.transfers == nil {
-		writeError(w, http.StatusServiceUnavailable, call.ErrInternal, "this dispatcher has no transfer store for uploads")
-		return "", false
-	}
-	if r.ContentLength > s.cfg.MaxUploadBytes {
-		writeError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the upload is %d bytes, over the %d-byte limit: upload it in parts, into several paths", r.ContentLength, s.cfg.MaxUploadBytes))
-		return "", false
-	}
-	name := "upload/" + call.NewID()
-	limited := &io.LimitedReader{R: body, N: s.cfg.MaxUploadBytes + 1}
-	n, err := s.transfers.PutOutput(r.Context(), name, limited)
-	switch {
-	case err != nil:
-		_ = s.transfers.DeleteOutput(context.WithoutCancel(r.Context()), name)
-		s.log.ErrorContext(r.Context(), "store upload", "error", err)
-		writeError(w, http.StatusServiceUnavailable, call.ErrInternal, "toolpool could not store the upload; nothing was written: retry")
-		return "", false
-	case n > s.cfg.MaxUploadBytes:
-		_ = s.transfers.DeleteOutput(context.WithoutCancel(r.Context()), name)
-		writeError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the upload is over the %d-byte limit; nothing was written: upload it in parts, into several paths", s.cfg.MaxUploadBytes))
-		return "", false
-	}
-	return name, true
-}
-
-// dropUpload deletes the upload of an operation that is over without success (refused, denied, failed;
-// the worker deletes what it consumed, and a second delete is harmless); one that waits for approval or
-// runs still is the worker's to delete.
-func (s *Server) dropUpload(ctx context.Context, name string, res *call.Result) {
-	if name == "" || (res != nil && !res.Status.Terminal()) {
-		return
-	}
-	_ = s.transfers.DeleteOutput(context.WithoutCancel(ctx), name)
-}
-
-// branchWorkspace: POST .../snapshot {"snapshot": NAME}, .../fork {"to": NAME, "snapshot": optional},
-// .../restore {"snapshot": NAME}.
-func (s *Server) branchWorkspace(op string) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		name, ok := workspaceName(w, r)
-		if !ok {
-			return
-		}
-		var body struct {
-			Snapshot string `json:"snapshot"`
-			To       string `json:"to"`
-		}
-		if r.ContentLength != 0 {
-			if rerr := s.decodeBody(w, r, &body); rerr != nil {
-				writeError(w, rerr.code, rerr.typ, rerr.msg)
-				return
-			}
-		}
-		switch {
-		case op == workspace.OpSnapshot && body.Snapshot == "":
-			body.Snapshot = "snap-" + s.now().UTC().Format("20060102-150405")
-		case op == workspace.OpRestore && body.Snapshot == "":
-			writeError(w, http.StatusBadRequest, "invalid_request", `name the snapshot to restore: {"snapshot": "NAME"} (GET /v1/workspaces/`+name+` lists them)`)
-			return
-		case op == workspace.OpFork && body.To == "":
-			writeError(w, http.StatusBadRequest, "invalid_request", `name the new workspace: {"to": "NAME"}, and optionally {"snapshot": "NAME"} to fork a snapshot`)
-			return
-		}
-		for what, v := range map[string]string{"snapshot": body.Snapshot, "to": body.To} {
-			if v != "" {
-				if err := call.ValidateName(what, v); err != nil {
-					writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
-					return
-				}
-			}
-		}
-		res, out := s.workspaceOp(w, r, op, name, workspace.Args{Snapshot: body.Snapshot, To: body.To})
-		if out == nil {
-			return
-		}
-		code := http.StatusOK
-		if op != workspace.OpRestore {
-			code = http.StatusCreated
-		}
-		writeWorkspace(w, code, res, out)
-	}
-}
-
-// downloadFile: GET /v1/workspaces/{name}/files/{path}, the file's bytes; one range of "Range: bytes=" is
-// honoured (206), several are answered with the whole file.
-func (s *Server) downloadFile(w http.ResponseWriter, r *http.Request) {
-	name, ok := workspaceName(w, r)
-	if !ok {
-		return
-	}
-	args := workspace.Args{Path: r.PathValue("path"), Length: -1}
-	ranged := false
-	if h := r.Header.Get("Range"); h != "" {
-		off, length, ok := parseRange(h)
-		if !ok {
-			writeError(w, http.StatusRequestedRangeNotSatisfiable, "invalid_request", fmt.Sprintf("the Range header %q is not one range of the form bytes=START-END, bytes=START- or bytes=-SUFFIX", h))
-			return
-		}
-		if off != 0 || length != -1 {
-			args.Offset, args.Length, ranged = off, length, true
-		}
-	}
-	_, out := s.workspaceOp(w, r, workspace.OpReadFile, name, args)
-	if out == nil {
-		return
-	}
-	if ranged && args.Offset >= 0 && out.Offset >= out.FileBytes && out.FileBytes > 0 {
-		s.dropObject(r.Context(), out.Object)
-		w.Header().Set("Content-Range", fmt.Sprintf("bytes */%d", out.FileBytes))
-		writeError(w, http.StatusRequestedRangeNotSatisfiable, "invalid_request", fmt.Sprintf("the range starts at or after the end of the %d-byte file", out.FileBytes))
-		return
-	}
-	h := w.Header()
-	h.Set("Content-Type", "application/octet-stream")
-	h.Set("Accept-Ranges", "bytes")
-	code := http.StatusOK
-	if ranged {
-		code = http.StatusPartialContent
-		h.Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", out.Offset, out.Offset+out.ObjectBytes-1, out.FileBytes))
-	}
-	s.streamObject(w, r, out, code)
-}
-
-// parseRange parses one "bytes=" range into an offset and a length (-1: to the end); a suffix range
-// "bytes=-N" is offset -N.
-func parseRange(h string) (off, length int64, ok bool) {
-	spec, found := strings.CutPrefix(h, "bytes=")
-	if !found || strings.Contains(spec, ",") {
-		return 0, 0, false
-	}
-	first, last, found := strings.Cut(strings.TrimSpace(spec), "-")
-	if !found {
-		return 0, 0, false
-	}
-	if first == "" {
-		n, err := strconv.ParseInt(last, 10, 64)
-		if err != nil || n <= 0 {
-			return 0, 0, false
-		}
-		return -n, -1, true
-	}
-	start, err := strconv.ParseInt(first, 10, 64)
-	if err != nil || start < 0 {
-		return 0, 0, false
-	}
-	if last == "" {
-		return start, -1, true
-	}
-	end, err := strconv.ParseInt(last, 10, 64)
-	if err != nil || end < start {
-		return 0, 0, false
-	}
-	return start, end - start + 1, true
-}
-
-// downloadArchive: GET /v1/workspaces/{name}/archive?path=DIR, the tree as tar.gz.
-func (s *Server) downloadArchive(w http.ResponseWriter, r *http.Request) {
-	name, ok := workspaceName(w, r)
-	if !ok {
-		return
-	}
-	_, out := s.workspaceOp(w, r, workspace.OpArchive, name, workspace.Args{Path: r.URL.Query().Get("path")})
-	if out == nil {
-		return
-	}
-	w.Header().Set("Content-Type", "application/gzip")
-	w.Header().Set("Content-Disposition", fmt.Sprintf(`attachment; filename="%s.tar.gz"`, name))
-	s.streamObject(w, r, out, http.StatusOK)
-}
-
-// streamObject copies a download from the transfer store to the client, then deletes it.
-func (s *Server) streamObject(w http.ResponseWriter, r *http.Request, out *workspace.Output, code int) {
-	defer s.dropObject(r.Context(), out.Object)
-	if s.transfers == nil {
-		writeError(w, http.StatusServiceUnavailable, call.ErrInternal, "this dispatcher has no transfer store for downloads")
-		return
-	}
-	rc, err := s.transfers.OpenOutput(r.Context(), out.Object, 0)
-	if err != nil {
-		s.log.ErrorContext(r.Context(), "open download", "object", out.Object, "error", err)
-		writeError(w, http.StatusServiceUnavailable, call.ErrInternal, "toolpool could not read the download back; retry")
-		return
-	}
-	defer rc.Close()
-	w.Header().Set("Content-Length", strconv.FormatInt(out.ObjectBytes, 10))
-	w.WriteHeader(code)
-	if _, err := io.Copy(w, rc); err != nil && !errors.Is(err, context.Canceled) {
-		s.log.WarnContext(r.Context(), "stream download", "object", out.Object, "error", err)
-	}
-}
-
-func (s *Server) dropObject(ctx context.Context, name string) {
-	if s.transfers != nil && name != "" {
-		_ = s.transfers.DeleteOutput(context.WithoutCancel(ctx), name)
-	}
+	return call.KindInternal
 }

@@ -199,18 +199,26 @@ func (h *Handler) followOutput(ctx context.Context, id string, prog *progress, r
 	return func() { cancel(); <-done }
 }
 
-// rejected turns an error of Calls or Approvals into the tool's answer: a tool error the model can act on
-// for a problem with the request, a protocol error when toolpool itself failed.
+// rejected turns an error of Calls or Approvals into the tool's answer, by its class (call.Kind): the one
+// place where this endpoint maps an error. A refusal the model can act on (a problem with the request, a
+// call that is not there or moved on, a full tenant, an operation that ran out of time) is a tool error
+// with the message, and when to retry; toolpool's own failure (internal, unavailable, or an error of no
+// class) is a JSON-RPC internal error.
 func rejected(err error) (*sdk.CallToolResult, error) {
 	var rej *call.Rejection
-	if !errors.As(err, &rej) || rej.Type == call.ErrInternal {
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "toolpool failed: " + err.Error()}
+	if errors.As(err, &rej) {
+		switch rej.Kind {
+		case call.KindInvalid, call.KindInvalidParams, call.KindUnauthenticated, call.KindForbidden, call.KindDenied,
+			call.KindNotFound, call.KindConflict, call.KindTooLarge, call.KindLengthRequired, call.KindUnsupportedMedia,
+			call.KindRangeNotSatisfiable, call.KindTenantFull, call.KindTimeout:
+			msg := rej.Message
+			if rej.RetryAfter > 0 {
+				msg += fmt.Sprintf(" (retry after %s)", rej.RetryAfter)
+			}
+			return failure(msg), nil
+		}
 	}
-	msg := rej.Message
-	if rej.RetryAfter > 0 {
-		msg += fmt.Sprintf(" (retry after %s)", rej.RetryAfter)
-	}
-	return failure(msg), nil
+	return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "toolpool failed: " + err.Error()}
 }
 
 // normalArgs is a call's arguments as the dispatcher records them: absent or null is {}.

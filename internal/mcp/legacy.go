@@ -151,7 +151,7 @@ func (h *Handler) cancelLegacy(ctx context.Context, s session, params json.RawMe
 	}
 	if _, err := h.calls.Cancel(ctx, id); err != nil {
 		var rej *call.Rejection
-		if !errors.As(err, &rej) || rej.Type != call.ErrNotFound {
+		if !errors.As(err, &rej) || rej.Kind != call.KindNotFound {
 			h.log.WarnContext(ctx, "cancel call for mcp notifications/cancelled", "call_id", id, "error", err)
 		}
 	}

@@ -63,7 +63,8 @@ const (
 
 // Calls is the dispatcher's call path. Every method acts for the caller that the request's context
 // carries (the dispatcher's authentication put it there) and treats another tenant's call as one that
-// does not exist. Errors that are a *call.Rejection say what was wrong; others are toolpool's failures.
+// does not exist. A refusal is a *call.Rejection, classed by its Kind (rejected maps it to the answer);
+// other errors are toolpool's failures.
 type Calls interface {
 	// Tools lists the tools the caller may use, with hints from the tenant's policy.
 	Tools(ctx context.Context) ([]tools.MCPTool, error)

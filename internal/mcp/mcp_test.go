@@ -144,9 +144,9 @@ func (f *fakeCalls) Submit(ctx context.Context, r call.Request) (*call.Result, e
 	f.traceIDs = append(f.traceIDs, tracing.TraceID(ctx))
 	switch r.Tool {
 	case "bad":
-		return nil, &call.Rejection{Type: call.ErrInvalidParams, Message: `"text" must be a string`}
+		return nil, &call.Rejection{Kind: call.KindInvalidParams, Type: call.ErrInvalidParams, Message: `"text" must be a string`}
 	case "broken":
-		return nil, &call.Rejection{Type: call.ErrInternal, Message: "toolpool could not record the call; retry"}
+		return nil, &call.Rejection{Kind: call.KindUnavailable, Type: call.ErrInternal, Message: "toolpool could not record the call; retry"}
 	}
 	id := r.ID
 	if id == "" {
@@ -191,7 +191,7 @@ func (f *fakeCalls) Wait(ctx context.Context, id string, until func(*call.Result
 		ch := f.changed
 		f.mu.Unlock()
 		if !ok {
-			return nil, &call.Rejection{Type: call.ErrNotFound, Message: "no call " + id}
+			return nil, &call.Rejection{Kind: call.KindNotFound, Type: call.ErrNotFound, Message: "no call " + id}
 		}
 		if c.Status.Terminal() || until(&c) {
 			return &c, nil
@@ -211,7 +211,7 @@ func (f *fakeCalls) Cancel(ctx context.Context, id string) (*call.Result, error)
 	f.cancelled = append(f.cancelled, id)
 	f.mu.Unlock()
 	if !ok {
-		return nil, &call.Rejection{Type: call.ErrNotFound, Message: "no call " + id}
+		return nil, &call.Rejection{Kind: call.KindNotFound, Type: call.ErrNotFound, Message: "no call " + id}
 	}
 	var res call.Result
 	f.update(id, func(r *call.Result) {
@@ -247,9 +247,9 @@ func (f *fakeCalls) Decide(ctx context.Context, id, digest string, approve bool)
 	f.mu.Unlock()
 	switch {
 	case !ok || r.Status != call.StatusPendingApproval:
-		return nil, &call.Rejection{Type: "not_pending", Message: "no call " + id + " waits for approval"}
+		return nil, &call.Rejection{Kind: call.KindConflict, Type: call.ErrNotPending, Message: "no call " + id + " waits for approval"}
 	case digest != r.ArgsDigest:
-		return nil, &call.Rejection{Type: "digest_mismatch", Message: "another digest"}
+		return nil, &call.Rejection{Kind: call.KindConflict, Type: call.ErrDigestMismatch, Message: "another digest"}
 	}
 	f.update(id, func(r *call.Result) {
 		if approve {

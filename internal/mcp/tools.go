@@ -26,7 +26,7 @@ func sdkTool(t tools.MCPTool) *sdk.Tool {
 	}
 }
 
-// summary is a tool result's structuredContent: the result envelope (DESIGN.md §3) without the output,
+// summary is a tool result's structuredContent: the result envelope (call.Result) without the output,
 // which is the result's text content.
 type summary struct {
 	ID          string          `json:"id"`
