@@ -13,17 +13,9 @@ import (
 	"github.com/toolpool/toolpool/internal/tools"
 )
 
-// Backlog is the queue as the reconciler sees it: calls that may be stuck, and their removal.
-type Backlog interface {
-	// Exhausted hands fn up to max calls the queue stopped delivering; fn returns whether the call is
-	// settled, else it is offered again after retry.
-	Exhausted(ctx context.Context, max int, retry time.Duration, fn func(context.Context, queue.Stuck) bool) error
-	// Stale hands fn delivered calls queued inFlightAge ago or longer, and never delivered calls queued
-	// waitingAge ago or longer.
-	Stale(ctx context.Context, inFlightAge, waitingAge time.Duration, fn func(context.Context, queue.Stuck)) error
-	// Remove deletes a settled call's message from the queue.
-	Remove(ctx context.Context, seq uint64) error
-}
+// Backlog is the queue as the reconciler sees it, calls that may be stuck and their removal: the
+// queue's Backlog contract.
+type Backlog = queue.Backlog
 
 // LeaseChecker reports whether anyone holds call id's lease (judged on the queue server's clock).
 type LeaseChecker func(ctx context.Context, id string) (bool, error)

@@ -9,7 +9,7 @@ import (
 )
 
 // SharedState is shared, named state that every dispatcher replica reads and changes by compare-and-set.
-type SharedState interface {
+type SharedState interface { // the writing half of queue.SharedState
 	// UpdateState stores what edit makes of the current value (nil when none), starting over when another
 	// writer changed it meanwhile.
 	UpdateState(ctx context.Context, key string, edit func(old []byte) ([]byte, error)) error

@@ -24,14 +24,9 @@ import (
 	"github.com/toolpool/toolpool/internal/tools"
 )
 
-// Store is the durable record of each call.
-type Store interface {
-	Create(ctx context.Context, r *call.Result) (uint64, error)
-	Get(ctx context.Context, id string) (queue.Record, error)
-	Update(ctx context.Context, r *call.Result, rev uint64) (uint64, error)
-	// Wait returns the record once done is true for it, or the latest one with ctx's error.
-	Wait(ctx context.Context, id string, done func(*call.Result) bool) (*call.Result, error)
-}
+// Store is the durable record of each call: the whole of the queue's Records contract, which the
+// dispatcher creates, reads, updates and waits on.
+type Store = queue.Records
 
 // Publisher hands a call to the workers.
 type Publisher interface {
@@ -44,15 +39,10 @@ type Policy interface {
 	ToolEnabled(tenant, tool string, requestTools map[string]bool) bool
 }
 
-// Approvals parks calls that wait for a person's approval.
-type Approvals interface {
-	PutPending(ctx context.Context, p *call.Pending) error
-	GetPending(ctx context.Context, tenant, id string) (*call.Pending, error)
-	ListPending(ctx context.Context, tenant string) ([]*call.Pending, error)
-	DeletePending(ctx context.Context, tenant, id string) error
-}
+// Approvals parks calls that wait for a person's approval: the queue's Approvals contract, all of it.
+type Approvals = queue.Approvals
 
-// AuditLog reads the audit log.
+// AuditLog reads the audit log: the reading half of queue.Audit.
 type AuditLog interface {
 	ReadAudit(ctx context.Context, tenant string, since time.Time, limit int) ([]call.AuditEvent, error)
 }
@@ -67,7 +57,8 @@ type RuleBook interface {
 	AddAllowRule(ctx context.Context, tenant, tool string, argvPrefix []string) error
 }
 
-// Outputs reads output fields that workers kept outside a call's record (call.Result.Stored).
+// Outputs reads output fields that workers kept outside a call's record (call.Result.Stored): the
+// reading half of queue.Outputs.
 type Outputs interface {
 	// ReadOutput returns up to limit bytes of object name from offset on (limit < 0: to the end).
 	ReadOutput(ctx context.Context, name string, offset, limit int64) ([]byte, error)

@@ -18,7 +18,7 @@ import (
 // handlers that serve them, and the live event stream, are in http_stream.go.
 
 // Live delivers the output of running calls as workers publish it.
-type Live interface {
+type Live interface { // the following half of queue.Live
 	// FollowOutput delivers call id's chunks from now until ctx ends (then the channel is closed),
 	// dropping chunks when the receiver is more than buffer chunks behind.
 	FollowOutput(ctx context.Context, id string, buffer int) (<-chan queue.Chunk, error)

@@ -20,7 +20,7 @@ import (
 // file is the core of it; the HTTP handlers are in http_workspaces.go.
 
 // Transfers moves archives and files between the dispatcher and the workers.
-type Transfers interface {
+type Transfers interface { // queue.Outputs without ReadOutput
 	PutOutput(ctx context.Context, name string, r io.Reader) (int64, error)
 	OpenOutput(ctx context.Context, name string, offset int64) (io.ReadCloser, error)
 	DeleteOutput(ctx context.Context, name string) error
