@@ -144,9 +144,10 @@ type Runtime struct {
 	mu     sync.Mutex
 	active map[string]bool // ids of the calls Run is running or removing, which RemoveOrphans leaves alone
 
-	pool      *pool         // nil without Config.Pool
-	shimGroup atomic.Uint64 // the next container's shim group (ShimGroups)
-	started   time.Time     // names this Runtime's root, slots and shim groups
+	pool      *pool           // the warm pool; nil without Config.Pool
+	slots     *containerSlots // what makes the pool's containers; nil without Config.Pool
+	shimGroup atomic.Uint64   // the next container's shim group (ShimGroups)
+	started   time.Time       // names this Runtime's root, slots and shim groups
 
 	trustMu      sync.Mutex
 	trustWritten map[string]bool // the CA bundles written under StateDir/ca, by name
@@ -206,9 +207,12 @@ func New(ctx context.Context, cfg Config) (_ *Runtime, retErr error) {
 	r := &Runtime{cfg: cfg, client: client, rootfs: rootfs, fifos: fifos, warnings: warnings, backends: all, def: def,
 		active: map[string]bool{}, trustWritten: map[string]bool{}, cleanupSlots: make(chan struct{}, maxPendingCleanups), started: started}
 	if cfg.Pool.MaxSize > 0 {
-		if err := r.startPool(ctx, started); err != nil {
+		slots, err := newContainerSlots(r, cfg.Pool, started)
+		if err != nil {
 			return nil, fmt.Errorf("start pool: %w", err)
 		}
+		r.slots, r.pool = slots, newPool(cfg.Pool, slots)
+		r.pool.Start(ctx)
 	}
 	return r, nil
 }
@@ -229,11 +233,11 @@ func (r *Runtime) Close() error {
 	}
 	var errs []error
 	if r.pool != nil {
-		r.closePool()
+		r.pool.Close()
 	}
 	r.WaitCleanups()
-	if r.pool != nil {
-		errs = append(errs, r.pool.removeSlotsDir())
+	if r.slots != nil {
+		errs = append(errs, r.slots.removeDir())
 	}
 	errs = append(errs, r.client.Close())
 	r.client = nil
