@@ -4,7 +4,7 @@ import "context"
 
 // MeasurePool measures the pool's memory now (the pool does every few ticks), for a benchmark that reads
 // PoolStats right after a short run.
-func (r *Runtime) MeasurePool() { r.measurePool() }
+func (r *Runtime) MeasurePool() { r.pool.measure() }
 
 // RuncVersion and RuncTooOld let the external tests compare Runtime.Warnings with the version check itself.
 var (

@@ -209,7 +209,7 @@ func (r *Runtime) removeOldSlots() error {
 	old, _ := filepath.Glob(filepath.Join(r.cfg.StateDir, slotsPrefix+"*"))
 	var errs []error
 	for _, dir := range old {
-		if r.pool != nil && dir == r.pool.dir {
+		if r.slots != nil && dir == r.slots.dir {
 			entries, _ := os.ReadDir(dir)
 			for _, e := range entries {
 				if !r.running(e.Name()) {

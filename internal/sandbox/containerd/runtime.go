@@ -13,21 +13,17 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
-	cgroup1stats "github.com/containerd/cgroups/v3/cgroup1/stats"
-	cgroup2stats "github.com/containerd/cgroups/v3/cgroup2/stats"
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/cio"
 	"github.com/containerd/containerd/errdefs"
 	"github.com/containerd/containerd/namespaces"
 	"github.com/containerd/containerd/snapshots"
-	"github.com/containerd/typeurl/v2"
 
 	"github.com/toolpool/toolpool/internal/sandbox"
 )
@@ -148,9 +144,10 @@ type Runtime struct {
 	mu     sync.Mutex
 	active map[string]bool // ids of the calls Run is running or removing, which RemoveOrphans leaves alone
 
-	pool      *pool         // nil without Config.Pool
-	shimGroup atomic.Uint64 // the next container's shim group (ShimGroups)
-	started   time.Time     // names this Runtime's root, slots and shim groups
+	pool      *pool           // the warm pool; nil without Config.Pool
+	slots     *containerSlots // what makes the pool's containers; nil without Config.Pool
+	shimGroup atomic.Uint64   // the next container's shim group (ShimGroups)
+	started   time.Time       // names this Runtime's root, slots and shim groups
 
 	trustMu      sync.Mutex
 	trustWritten map[string]bool // the CA bundles written under StateDir/ca, by name
@@ -210,9 +207,12 @@ func New(ctx context.Context, cfg Config) (_ *Runtime, retErr error) {
 	r := &Runtime{cfg: cfg, client: client, rootfs: rootfs, fifos: fifos, warnings: warnings, backends: all, def: def,
 		active: map[string]bool{}, trustWritten: map[string]bool{}, cleanupSlots: make(chan struct{}, maxPendingCleanups), started: started}
 	if cfg.Pool.MaxSize > 0 {
-		if err := r.startPool(ctx, started); err != nil {
+		slots, err := newContainerSlots(r, cfg.Pool, started)
+		if err != nil {
 			return nil, fmt.Errorf("start pool: %w", err)
 		}
+		r.slots, r.pool = slots, newPool(cfg.Pool, slots)
+		r.pool.Start(ctx)
 	}
 	return r, nil
 }
@@ -233,11 +233,11 @@ func (r *Runtime) Close() error {
 	}
 	var errs []error
 	if r.pool != nil {
-		r.closePool()
+		r.pool.Close()
 	}
 	r.WaitCleanups()
-	if r.pool != nil {
-		errs = append(errs, r.pool.removeSlotsDir())
+	if r.slots != nil {
+		errs = append(errs, r.slots.removeDir())
 	}
 	errs = append(errs, r.client.Close())
 	r.client = nil
@@ -584,53 +584,6 @@ func watchWorkspace(dir string, quota int64) (over <-chan struct{}, stop func())
 	return ch, func() { once.Do(func() { close(done) }) }
 }
 
-// maxPendingCleanups bounds the containers being removed in the background; a Run that would exceed it
-// removes its container before it returns.
-const maxPendingCleanups = 32
-
-// removeLater removes a finished call's container and task in the background, on a fresh bounded
-// context, runs then (when not nil), then releases the id. Config.OnCleanup hears how long it took and
-// whether it failed.
-func (r *Runtime) removeLater(ctx context.Context, id string, container containerd.Container, task containerd.Task, then func() error) {
-	remove := func() {
-		began := time.Now()
-		var steps []sandbox.Step
-		clock := stepClock{steps: &steps, last: began}
-		err := r.remove(ctx, container, task, &clock)
-		if then != nil {
-			err = errors.Join(err, then())
-			clock.done("slot")
-		}
-		r.end(id)
-		if r.cfg.OnCleanup != nil {
-			r.cfg.OnCleanup(time.Since(began), steps, err)
-		}
-	}
-	select {
-	case r.cleanupSlots <- struct{}{}:
-	default:
-		remove() // too many pending: this caller pays, which slows the intake
-		return
-	}
-	r.cleanups.Add(1)
-	go func() {
-		defer r.cleanups.Done()
-		defer func() { <-r.cleanupSlots }()
-		// A moment later, off the call's path: the worker records the result and the dispatcher answers
-		// in the next milliseconds, and the removal (runc kill and delete, the shim's exit) would take
-		// their CPU.
-		time.Sleep(removalDelay)
-		remove()
-	}()
-}
-
-// removalDelay is how long after its call a container's removal starts.
-const removalDelay = 50 * time.Millisecond
-
-// WaitCleanups blocks until every container of a finished call has been removed. Tests use it before
-// they check that nothing is left; Close calls it.
-func (r *Runtime) WaitCleanups() { r.cleanups.Wait() }
-
 // begin marks id (a call's, or a pooled container's) as running, so that RemoveOrphans leaves it alone, and
 // creates its FIFO directory when fifos is set.
 func (r *Runtime) begin(id string, fifos bool) error {
@@ -728,209 +681,6 @@ func (r *Runtime) drain(callIO cio.IO) {
 	select {
 	case <-done:
 	case <-time.After(ioDrainTimeout):
-	}
-}
-
-// collectUsage reads the container's cgroup: peak memory, CPU time, and whether the OOM killer struck. A
-// runc container's cgroup is read from its files (cgroupFileUsage), which spares a round trip through
-// containerd and the shim on every call's path; other runtimes' (and a layout it does not know) are asked
-// of the shim.
-func (r *Runtime) collectUsage(ctx context.Context, task containerd.Task, runtime string, out *sandbox.Outcome) {
-	if be, err := r.backendFor(runtime); err == nil && be.runc {
-		if u, ok := cgroupFileUsage(cgroup2Root, r.cgroupsPath(task.ID())); ok {
-			out.MaxRSSBytes, out.CPUTime, out.OOMKilled = u.maxRSS, u.cpu, u.oomKilled
-			return
-		}
-	}
-	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	m, err := task.Metrics(mctx)
-	if err != nil || m == nil || m.Data == nil {
-		return
-	}
-	v, err := typeurl.UnmarshalAny(m.Data)
-	if err != nil {
-		return
-	}
-	switch s := v.(type) {
-	case *cgroup1stats.Metrics:
-		if s.Memory != nil && s.Memory.Usage != nil {
-			out.MaxRSSBytes = int64(s.Memory.Usage.Max)
-		}
-		if s.CPU != nil && s.CPU.Usage != nil {
-			out.CPUTime = time.Duration(s.CPU.Usage.Total)
-		}
-		if s.MemoryOomControl != nil && s.MemoryOomControl.OomKill > 0 {
-			out.OOMKilled = true
-		}
-	case *cgroup2stats.Metrics:
-		// cgroup v2's stats carry no peak (containerd's shims report memory.current): read memory.peak
-		// (Linux 5.19 and later) from the cgroup itself, which runc creates at the mount point plus the
-		// spec's cgroupsPath and removes only when the task is deleted, after this.
-		if peak, ok := cgroup2MemoryPeak(cgroup2Root, r.cgroupsPath(task.ID())); ok {
-			out.MaxRSSBytes = peak
-		} else if s.Memory != nil {
-			out.MaxRSSBytes = int64(s.Memory.Usage) // the usage at the end: all an older kernel tells
-		}
-		if s.CPU != nil {
-			out.CPUTime = time.Duration(s.CPU.UsageUsec) * time.Microsecond
-		}
-		if s.MemoryEvents != nil && s.MemoryEvents.OomKill > 0 {
-			out.OOMKilled = true
-		}
-	}
-}
-
-// cgroupUsage is what a call's cgroup says of it when the call is over.
-type cgroupUsage struct {
-	maxRSS    int64
-	cpu       time.Duration
-	oomKilled bool
-}
-
-// cgroupFileUsage reads the usage of the cgroup at cgroupsPath from its files below root (where runc puts
-// it): cgroup v1's memory and cpuacct hierarchies (memory.max_usage_in_bytes, cpuacct.usage,
-// memory.oom_control), which a hybrid host uses too, or else cgroup v2's (memory.peak, cpu.stat,
-// memory.events). ok is false when a file it needs is missing or unreadable (another layout, cgroup v2
-// before Linux 5.19 keeps no peak): ask the shim then.
-func cgroupFileUsage(root, cgroupsPath string) (u cgroupUsage, ok bool) {
-	readInt := func(file string) (int64, bool) {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return 0, false
-		}
-		n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-		return n, err == nil && n >= 0
-	}
-	// field reads "key value" lines; a missing key (an older kernel's memory.oom_control) is 0.
-	field := func(file, key string) (int64, bool) {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return 0, false
-		}
-		for _, l := range strings.Split(string(b), "\n") {
-			if k, v, found := strings.Cut(l, " "); found && k == key {
-				n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-				return n, err == nil
-			}
-		}
-		return 0, true
-	}
-	mem := filepath.Join(root, "memory", cgroupsPath)
-	if peak, ok := readInt(filepath.Join(mem, "memory.max_usage_in_bytes")); ok {
-		cpu, okCPU := readInt(filepath.Join(root, "cpuacct", cgroupsPath, "cpuacct.usage"))
-		oom, okOOM := field(filepath.Join(mem, "memory.oom_control"), "oom_kill")
-		return cgroupUsage{maxRSS: peak, cpu: time.Duration(cpu), oomKilled: oom > 0}, okCPU && okOOM
-	}
-	dir := filepath.Join(root, cgroupsPath)
-	peak, okPeak := cgroup2MemoryPeak(root, cgroupsPath)
-	usec, okCPU := field(filepath.Join(dir, "cpu.stat"), "usage_usec")
-	oom, okOOM := field(filepath.Join(dir, "memory.events"), "oom_kill")
-	return cgroupUsage{maxRSS: peak, cpu: time.Duration(usec) * time.Microsecond, oomKilled: oom > 0}, okPeak && okCPU && okOOM
-}
-
-// cgroup2Root is where runc's cgroup v2 manager puts a container's cgroup: here, joined with its
-// cgroupsPath (an absolute one, as cgroupsPath returns, is not relative to runc's own cgroup).
-const cgroup2Root = "/sys/fs/cgroup"
-
-// cgroupsPath is the cgroup of call id's container: /<namespace>/<id>, below every hierarchy.
-func (r *Runtime) cgroupsPath(id string) string { return "/" + r.cfg.Namespace + "/" + id }
-
-// usageBefore readies a pooled container's cgroup for its call, whose usage must not count what the init
-// did while it waited: it resets cgroup v1's peak memory to the current usage, and returns the CPU time
-// used so far (0 when the layout is not v1's or v2's, or unreadable). Under cgroup v2 the peak, which only
-// a reader's own descriptor can reset, still counts the init's start-up.
-func usageBefore(root, cgroupsPath string) time.Duration {
-	mem := filepath.Join(root, "memory", cgroupsPath)
-	if err := os.WriteFile(filepath.Join(mem, "memory.max_usage_in_bytes"), []byte("0"), 0); err == nil {
-		if b, err := os.ReadFile(filepath.Join(root, "cpuacct", cgroupsPath, "cpuacct.usage")); err == nil {
-			if n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && n > 0 {
-				return time.Duration(n)
-			}
-		}
-		return 0
-	}
-	b, err := os.ReadFile(filepath.Join(root, cgroupsPath, "cpu.stat"))
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "usage_usec "); ok {
-			if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil && n > 0 {
-				return time.Duration(n) * time.Microsecond
-			}
-		}
-	}
-	return 0
-}
-
-// cgroup2MemoryPeak reads memory.peak, the most memory the cgroup at cgroupsPath below the cgroup v2 mount
-// root has used since it was created; ok is false when the file is missing (kernels before 5.19) or
-// unreadable.
-func cgroup2MemoryPeak(root, cgroupsPath string) (peak int64, ok bool) {
-	b, err := os.ReadFile(filepath.Join(root, cgroupsPath, "memory.peak"))
-	if err != nil {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	return n, err == nil && n >= 0
-}
-
-// remove deletes the task (killing it if it still runs) and the container with its snapshot, on a fresh
-// bounded context, timing both on clock.
-func (r *Runtime) remove(ctx context.Context, container containerd.Container, task containerd.Task, clock *stepClock) error {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	var errs []error
-	if task == nil {
-		// A creation cut short may have left a task its caller never got.
-		if t, err := container.Task(cctx, nil); err == nil {
-			task = t
-		}
-	}
-	if task != nil {
-		// A task whose process has exited is deleted as it is: WithProcessKill signals it first, which runc
-		// answers with "not found" but runsc with an error that fails the delete.
-		if _, err := task.Delete(cctx); err != nil && !errdefs.IsNotFound(err) {
-			_, err := task.Delete(cctx, containerd.WithProcessKill)
-			if err != nil && !errdefs.IsNotFound(err) && stopTask(cctx, task) == nil {
-				// The shim refused ("cannot delete a running process"): the kill's exit had not reached it
-				// yet. Once the task reports stopped, delete it again.
-				_, err = task.Delete(cctx)
-			}
-			if err != nil && !errdefs.IsNotFound(err) {
-				errs = append(errs, fmt.Errorf("delete task %s: %w", task.ID(), err))
-			}
-		}
-	}
-	clock.done("delete_task")
-	if err := container.Delete(cctx, containerd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
-		errs = append(errs, fmt.Errorf("delete container %s: %w", container.ID(), err))
-	}
-	clock.done("delete_container")
-	return errors.Join(errs...)
-}
-
-// stopTask kills every process of task and waits, until ctx ends, for the shim to report it stopped.
-func stopTask(ctx context.Context, task containerd.Task) error {
-	if err := task.Kill(ctx, syscall.SIGKILL, containerd.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
-		return fmt.Errorf("kill task %s: %w", task.ID(), err)
-	}
-	t := time.NewTicker(50 * time.Millisecond)
-	defer t.Stop()
-	for {
-		st, err := task.Status(ctx)
-		if err != nil {
-			return fmt.Errorf("status of task %s: %w", task.ID(), err)
-		}
-		if st.Status == containerd.Stopped {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("wait for task %s to stop: %w", task.ID(), ctx.Err())
-		case <-t.C:
-		}
 	}
 }
 

@@ -1,14 +1,10 @@
 package containerd
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -119,75 +115,4 @@ func removeSlotsTree(dir string) error {
 		return fmt.Errorf("remove slots dir: %w", err)
 	}
 	return nil
-}
-
-// cgroupMemory is the memory charged to container id's cgroup (v2 memory.current, v1
-// memory.usage_in_bytes), 0 when unknown.
-func cgroupMemory(namespace, id string) int64 {
-	for _, f := range []string{
-		filepath.Join("/sys/fs/cgroup", namespace, id, "memory.current"),
-		filepath.Join("/sys/fs/cgroup/memory", namespace, id, "memory.usage_in_bytes"),
-	} {
-		if b, err := os.ReadFile(f); err == nil {
-			n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-			return n
-		}
-	}
-	return 0
-}
-
-// parentPID is pid's parent, 0 when unknown.
-func parentPID(pid int) int {
-	if pid <= 0 {
-		return 0
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 2 {
-		return 0
-	}
-	ppid, _ := strconv.Atoi(f[1])
-	return ppid
-}
-
-// childPIDs lists pid's children (those of each of its threads).
-func childPIDs(pid int) []int {
-	files, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
-	var kids []int
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		for _, s := range strings.Fields(string(b)) {
-			if n, err := strconv.Atoi(s); err == nil {
-				kids = append(kids, n)
-			}
-		}
-	}
-	return kids
-}
-
-// procPSS is pid's proportional set size in bytes (its share of the pages it shares), 0 when unknown.
-func procPSS(pid int) int64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "Pss:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
 }

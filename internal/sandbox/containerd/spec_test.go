@@ -44,8 +44,11 @@ func generate(t *testing.T, spec sandbox.Spec) *oci.Spec {
 	return s
 }
 
-// TestSpecHardening checks the generated spec for every hardened default of DESIGN.md §4, for a call that
-// asks for everything a call can ask for (extra writable mounts, environment, a working directory).
+// TestSpecHardening checks the generated spec for every hardened default (docs/security.md, "Layers: who
+// enforces what": the sandbox user, no capabilities, no_new_privs, OOM score, read-only root, the working
+// directory through the trampoline, rlimits, private namespaces, nosuid and nodev mounts, masked and
+// read-only paths, no devices, cgroup limits, seccomp), for a call that asks for everything a call can ask
+// for (extra writable mounts, environment, a working directory).
 func TestSpecHardening(t *testing.T) {
 	s := generate(t, sandbox.Spec{
 		ID: "c1", Argv: []string{"/bin/true"}, Env: []string{"PATH=/evil", "LD_PRELOAD=/workspace/x.so"}, Cwd: "/workspace/sub",
