@@ -42,12 +42,12 @@ type PoolConfig struct {
 	// no budget beyond MaxSize.
 	MemoryBytes int64
 	// MaxAge is the longest a container waits in the pool: an older one is destroyed, never claimed.
-	// Default 10 minutes.
+	// Default DefaultPoolMaxAge (10 minutes).
 	MaxAge time.Duration
-	// Fillers is how many containers the pool creates at once; default 2.
+	// Fillers is how many containers the pool creates at once; default DefaultPoolFillers (2).
 	Fillers int
-	// MaxProfiles bounds the profiles (root filesystem or image, /tmp size) kept warm at once; default 4.
-	// A call of another profile runs cold ("profiles").
+	// MaxProfiles bounds the profiles (root filesystem or image, /tmp size) kept warm at once; default
+	// DefaultPoolMaxProfiles (4). A call of another profile runs cold ("profiles").
 	MaxProfiles int
 	// InitBinary is the host path of a static binary that runs sandboxinit.Main for its
 	// sandboxinit.Command sub-command (toolpool-init), mounted read-only at InitPath (under /.toolpool)
@@ -237,16 +237,7 @@ type pool struct {
 
 // startPool prepares the slots directory and starts filling. The pool stops in closePool.
 func (r *Runtime) startPool(ctx context.Context, started time.Time) error {
-	cfg := r.cfg.Pool
-	if cfg.MaxAge == 0 {
-		cfg.MaxAge = 10 * time.Minute
-	}
-	if cfg.Fillers == 0 {
-		cfg.Fillers = 2
-	}
-	if cfg.MaxProfiles == 0 {
-		cfg.MaxProfiles = 4
-	}
+	cfg := r.cfg.Pool.withDefaults()
 	dir := filepath.Join(r.cfg.StateDir, fmt.Sprintf("%s%d", slotsPrefix, started.UnixNano()))
 	if err := setupSlotsDir(dir); err != nil {
 		return err
