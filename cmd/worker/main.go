@@ -19,6 +19,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -54,6 +55,9 @@ func main() {
 	}
 }
 
+// run runs the worker until a signal, then drains. Shutdown is ordered (teardown): stop taking calls,
+// drain the running ones, stop the loops and the HTTP server and join their goroutines, then close the
+// queue connection, the runtime and the private containerd.
 func run(args []string) (retErr error) {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	cfg, err := loadConfig(fs, args)
@@ -84,14 +88,22 @@ func run(args []string) (retErr error) {
 	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(signals)
 	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
+	td := newTeardown(stop)
+	defer func() { retErr = errors.Join(retErr, td.shutdown()) }()
 	secondSignal := make(chan struct{})
-	go func() {
-		<-signals
-		stop()
-		<-signals
-		close(secondSignal)
-	}()
+	td.Go(func() {
+		select {
+		case <-signals:
+			stop()
+		case <-td.Quit():
+			return
+		}
+		select {
+		case <-signals:
+			close(secondSignal)
+		case <-td.Quit():
+		}
+	})
 
 	// Tracing is off (no-op, no cost) unless an OTEL_* exporter variable is set.
 	shutdownTracing, err := tracing.Setup(ctx, "toolpool-worker", tracing.WithLogger(log),
@@ -99,7 +111,7 @@ func run(args []string) (retErr error) {
 	if err != nil {
 		return err
 	}
-	defer tracing.Flush(shutdownTracing)
+	td.OnClose(func() error { tracing.Flush(shutdownTracing); return nil })
 	promReg := prometheus.NewRegistry()
 	wm := metrics.NewWorker(promReg, cfg.Metrics)
 
@@ -110,7 +122,7 @@ func run(args []string) (retErr error) {
 		if err != nil {
 			return err
 		}
-		defer func() { retErr = errors.Join(retErr, daemon.Stop()) }()
+		td.OnClose(daemon.Stop)
 		address = daemon.Address()
 		log.Info("started private containerd", "address", address)
 	}
@@ -124,15 +136,15 @@ func run(args []string) (retErr error) {
 	if err != nil {
 		return err
 	}
-	defer rt.Close()
+	td.OnClose(func() error { rt.Close(); return nil })
 	// The first call of the usual profile (the worker's root filesystem, default limits) finds a container
 	// ready; other profiles warm up from their first call.
 	rt.Prewarm(sandbox.Spec{Image: cfg.Image})
 	// Draining a worker drains its pool: no idle containers are kept for calls that will not come.
-	go func() {
+	td.Go(func() {
 		<-ctx.Done()
 		rt.DrainPool()
-	}()
+	})
 	wm.WatchPool(func() metrics.PoolState {
 		st := rt.PoolStats()
 		return metrics.PoolState{Ready: st.Ready, Creating: st.Creating, Target: st.Target, MemoryBytes: st.MemoryBytes,
@@ -150,7 +162,7 @@ func run(args []string) (retErr error) {
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	td.OnClose(func() error { conn.Close(); return nil })
 	// A container whose call's lease is gone is removed, whichever worker made it: a worker killed and
 	// replaced under another id leaves its containers to the replacement.
 	ownerGone := func(ctx context.Context, id string) (bool, error) {
@@ -167,7 +179,7 @@ func run(args []string) (retErr error) {
 	removeOrphans()
 	// A container whose removal failed after its call finished, or whose owner's lease lapsed since, is
 	// swept up here (calls in flight are spared): once per lease.
-	go func() {
+	td.Go(func() {
 		t := time.NewTicker(max(cfg.Lease, time.Second))
 		defer t.Stop()
 		for {
@@ -178,11 +190,11 @@ func run(args []string) (retErr error) {
 				removeOrphans()
 			}
 		}
-	}()
+	})
 	if daemon != nil {
 		// A containerd that died took its calls' task streams with it: those calls end with an error,
 		// and once it is back, whatever they left is removed.
-		go daemon.Supervise(ctx, removeOrphans)
+		td.Go(func() { daemon.Supervise(ctx, removeOrphans) })
 	}
 	for _, p := range []string{incontainer.RunnerPath, incontainer.EgressSocket} {
 		if err := rt.EnsureMountPoint(p, false); err != nil {
@@ -207,7 +219,7 @@ func run(args []string) (retErr error) {
 		return err
 	}
 	if cfg.Workspaces.IdleTTL > 0 {
-		go sweepWorkspaces(ctx, w, cfg.Workspaces.SweepEvery, log)
+		td.Go(func() { sweepWorkspaces(ctx, w, cfg.Workspaces.SweepEvery, log) })
 	}
 
 	mux := http.NewServeMux()
@@ -221,12 +233,12 @@ func run(args []string) (retErr error) {
 		fmt.Fprintln(w, "ready")
 	})
 	srv := &http.Server{Addr: cfg.Listen, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
+	td.OnStop(func() { srv.Close() })
+	td.Go(func() {
 		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("serve health and metrics", "error", err)
 		}
-	}()
-	defer srv.Close()
+	})
 
 	log.Info("worker ready", "image", cfg.Image, "slots", cfg.Slots, "nats", cfg.NATSURL, "containerd", address, "runtime", cfg.Runtime,
 		"runtimes", rt.Runtimes(), "oci_runtime", rt.OCIRuntime(), "pool_size", cfg.Pool.MaxSize, "workspaces", cfg.WorkspacesDir)
@@ -241,13 +253,15 @@ func run(args []string) (retErr error) {
 // consumeDraining runs consume and drains it when ctx ends (SIGTERM): consume's fetch context is ctx, so it
 // stops taking calls at once, while its run context, which the running calls get, lasts until grace has
 // passed or kill is closed (a second signal); the calls still running then are killed, and each is recorded
-// as cancelled. It returns consume's error once consume has returned.
+// as cancelled. It returns consume's error once consume and its own goroutine have returned.
 func consumeDraining(ctx context.Context, grace time.Duration, kill <-chan struct{}, log *slog.Logger,
 	consume func(fetchCtx, runCtx context.Context) error) error {
 	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRun()
 	consumed := make(chan struct{})
-	go func() {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
 		select {
 		case <-ctx.Done():
 			log.Info("worker draining", "drain_timeout", grace.String())
@@ -263,7 +277,7 @@ func consumeDraining(ctx context.Context, grace time.Duration, kill <-chan struc
 			cancelRun()
 		case <-consumed:
 		}
-	}()
+	})
 	err := consume(ctx, runCtx)
 	close(consumed)
 	return err
