@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"sync"
 	"syscall"
 	"time"
 
@@ -60,6 +61,9 @@ func shareAllowRules(ctx context.Context, conn *jetstream.Conn, pstore *policy.S
 	return dispatcher.NewSharedRules(conn, allowRulesKey, pstore), nil
 }
 
+// run serves until a signal, then shuts down in order: stop taking requests and finish those in flight,
+// stop the reconciler and the policy watch and join every goroutine, then close the queue connection and
+// the embedded NATS server.
 func run(args []string) error {
 	cfg, err := loadConfig(args)
 	if errors.Is(err, errPrintPolicy) {
@@ -115,6 +119,12 @@ func run(args []string) error {
 		return err
 	}
 	defer conn.Close()
+	// Every goroutine below is joined before the connection closes: the context ends them.
+	var bg sync.WaitGroup
+	defer func() {
+		stop()
+		bg.Wait()
+	}()
 	if err := checkMessageSize(cfg.API.MaxBodyBytes, conn.MaxMessage()); err != nil {
 		return err
 	}
@@ -131,7 +141,7 @@ func run(args []string) error {
 	// Policy: hot-reloaded from its file; approve-always rules are shared by every replica through NATS.
 	pstore := policy.NewStore(pol, policy.KnownTools(append(reg.Names(), workspace.Ops...)...))
 	if cfg.PolicyFile != "" {
-		go func() {
+		bg.Go(func() {
 			_ = pstore.Watch(ctx, cfg.PolicyFile, 2*time.Second, func(err error) {
 				dm.PolicyReload(err)
 				if err != nil {
@@ -140,7 +150,7 @@ func run(args []string) error {
 				}
 				log.Info("reloaded policy", "file", cfg.PolicyFile)
 			})
-		}()
+		})
 	}
 	rules, err := shareAllowRules(ctx, conn, pstore, log)
 	if err != nil {
@@ -178,7 +188,7 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	go reconciler.Run(ctx)
+	bg.Go(func() { reconciler.Run(ctx) })
 	// MCP's Streamable HTTP endpoint: the same tokens, and calls through the API's own call path.
 	mcpCfg := cfg.MCP
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
@@ -204,7 +214,8 @@ func run(args []string) error {
 		MaxHeaderBytes:    64 << 10,
 	}
 	errCh := make(chan error, 1)
-	go func() { errCh <- srv.Serve(ln) }()
+	bg.Go(func() { errCh <- srv.Serve(ln) })
+	defer srv.Close() // after Shutdown, a no-op; on any other return, Serve returns before the join
 	log.Info("dispatcher ready", "listen", ln.Addr().String(), "nats", natsURL, "tenants", len(cfg.API.Tenants))
 	select {
 	case err := <-errCh:
