@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -15,11 +14,11 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/toolpool/toolpool/internal/audit"
 	"github.com/toolpool/toolpool/internal/dispatcher"
@@ -32,75 +31,6 @@ import (
 	"github.com/toolpool/toolpool/internal/workspace"
 )
 
-// config is the dispatcher's whole configuration: defaults, then the YAML file, then flags, then Validate.
-type config struct {
-	Listen     string `yaml:"listen"`
-	DataDir    string `yaml:"data_dir"`
-	NATSURL    string `yaml:"nats_url"`
-	NATSListen string `yaml:"nats_listen"`
-	// NATSSync is "always" (fsync before every acknowledgement, the default) or "interval".
-	NATSSync   string            `yaml:"nats_sync"`
-	PolicyFile string            `yaml:"policy_file"`
-	LogLevel   string            `yaml:"log_level"`
-	API        dispatcher.Config `yaml:"api"`
-	MCP        mcp.Config        `yaml:"mcp"`
-	Queue      jetstream.Config  `yaml:"queue"`
-	// Reconciler settles the calls no worker will (every replica runs one).
-	Reconciler dispatcher.ReconcilerConfig `yaml:"reconciler"`
-	Metrics    metrics.Options             `yaml:"metrics"`
-	Tools      struct {
-		Custom []tools.CustomTool `yaml:"custom"`
-	} `yaml:"tools"`
-}
-
-func defaults() config {
-	return config{
-		Listen: "127.0.0.1:8080", DataDir: "/var/lib/toolpool/dispatcher", NATSListen: "127.0.0.1:4222",
-		NATSSync: "always", LogLevel: "info", API: dispatcher.DefaultConfig(), MCP: mcp.DefaultConfig(), Queue: jetstream.DefaultConfig(),
-		Reconciler: dispatcher.DefaultReconcilerConfig(),
-		Metrics:    metrics.Options{TenantLabel: true, MaxTenants: metrics.DefaultMaxTenants},
-	}
-}
-
-func (c *config) validate() error {
-	var errs []error
-	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
-		errs = append(errs, fmt.Errorf("listen %q: %w", c.Listen, err))
-	}
-	if c.NATSSync != "always" && c.NATSSync != "interval" {
-		errs = append(errs, fmt.Errorf("nats_sync %q is not always or interval", c.NATSSync))
-	}
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(c.LogLevel)); err != nil {
-		errs = append(errs, fmt.Errorf("log level %q is not debug, info, warn or error", c.LogLevel))
-	}
-	if err := c.API.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	// A call stays in the queue while it waits and while it runs: the queue must keep it longer than both.
-	if longest := c.API.QueueTimeout + c.API.MaxTimeout; c.Queue.MaxAge <= longest {
-		errs = append(errs, fmt.Errorf("queue max_age %s must be longer than api queue_timeout plus api max_timeout (%s): raise queue.max_age or lower those", c.Queue.MaxAge, longest))
-	}
-	if c.Reconciler.Interval <= 0 || c.Reconciler.Grace <= 0 || c.Reconciler.InFlightAge < 0 {
-		errs = append(errs, errors.New("reconciler interval and grace must be positive, in_flight_age not negative"))
-	}
-	c.MCP.MaxBodyBytes = c.API.MaxBodyBytes
-	if err := c.MCP.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
-}
-
-// checkMessageSize refuses a request body limit that would let a call outgrow one queue message.
-func checkMessageSize(maxBody, maxMessage int64) error {
-	const overhead = 16 << 10 // the call's other fields and the message headers
-	if maxBody+overhead > maxMessage {
-		return fmt.Errorf("api max_body_bytes %d leaves no room in the NATS server's max payload of %d bytes (a call's arguments travel in one message): set api.max_body_bytes to at most %d",
-			maxBody, maxMessage, maxMessage-overhead)
-	}
-	return nil
-}
-
 // allowRulesKey names the approve-always rules in the shared state bucket.
 const allowRulesKey = "allow_rules"
 
@@ -109,61 +39,6 @@ func main() {
 		fmt.Fprintln(os.Stderr, "dispatcher:", err)
 		os.Exit(1)
 	}
-}
-
-func loadConfig(args []string) (config, error) {
-	cfg := defaults()
-	fs := flag.NewFlagSet("dispatcher", flag.ContinueOnError)
-	configPath := fs.String("config", "", "YAML config file")
-	listen := fs.String("listen", "", "HTTP listen address (default 127.0.0.1:8080)")
-	dataDir := fs.String("data-dir", "", "state directory (default /var/lib/toolpool/dispatcher)")
-	natsURL := fs.String("nats-url", "", "external NATS URL; empty embeds a NATS server")
-	natsListen := fs.String("nats-listen", "", "embedded NATS listen address for workers (default 127.0.0.1:4222)")
-	policyFile := fs.String("policy", "", "policy file (default: the shipped default policy)")
-	logLevel := fs.String("log-level", "", "debug, info, warn or error")
-	printPolicy := fs.Bool("print-default-policy", false, "print the shipped default policy (a starting point for --policy) and exit")
-	devTenant := fs.Bool("dev-tenant", false, "add tenant 'dev' whose token is $TOOLPOOL_TOKEN (default 'dev'), with the approver role")
-	if err := fs.Parse(args); err != nil {
-		return cfg, err
-	}
-	if *printPolicy {
-		os.Stdout.Write(policy.DefaultYAML())
-		os.Exit(0)
-	}
-	if *configPath != "" {
-		f, err := os.Open(*configPath)
-		if err != nil {
-			return cfg, fmt.Errorf("open config: %w", err)
-		}
-		dec := yaml.NewDecoder(f)
-		dec.KnownFields(true)
-		err = dec.Decode(&cfg)
-		f.Close()
-		if err != nil {
-			return cfg, fmt.Errorf("read config %s: %w", *configPath, err)
-		}
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	for name, p := range map[string]struct{ dst, v *string }{
-		"listen": {&cfg.Listen, listen}, "data-dir": {&cfg.DataDir, dataDir}, "nats-url": {&cfg.NATSURL, natsURL},
-		"nats-listen": {&cfg.NATSListen, natsListen}, "policy": {&cfg.PolicyFile, policyFile}, "log-level": {&cfg.LogLevel, logLevel},
-	} {
-		if set[name] {
-			*p.dst = *p.v
-		}
-	}
-	if *devTenant {
-		token := os.Getenv("TOOLPOOL_TOKEN")
-		if token == "" {
-			token = "dev"
-		}
-		cfg.API.Tenants = append(cfg.API.Tenants, dispatcher.Tenant{Name: "dev", Tokens: []dispatcher.Token{{Token: token, Role: dispatcher.RoleApprover}}})
-	}
-	if abs, err := filepath.Abs(cfg.DataDir); err == nil {
-		cfg.DataDir = abs
-	}
-	return cfg, cfg.validate()
 }
 
 // shareAllowRules keeps pstore's approve-always rules in the state bucket that every replica shares, so
@@ -186,8 +61,15 @@ func shareAllowRules(ctx context.Context, conn *jetstream.Conn, pstore *policy.S
 	return dispatcher.NewSharedRules(conn.SharedState(), allowRulesKey, pstore), nil
 }
 
+// run serves until a signal, then shuts down in order: stop taking requests and finish those in flight,
+// stop the reconciler and the policy watch and join every goroutine, then close the queue connection and
+// the embedded NATS server.
 func run(args []string) error {
 	cfg, err := loadConfig(args)
+	if errors.Is(err, errPrintPolicy) {
+		_, err = os.Stdout.Write(policy.DefaultYAML())
+		return err
+	}
 	if err != nil {
 		return err
 	}
@@ -237,6 +119,12 @@ func run(args []string) error {
 		return err
 	}
 	defer conn.Close()
+	// Every goroutine below is joined before the connection closes: the context ends them.
+	var bg sync.WaitGroup
+	defer func() {
+		stop()
+		bg.Wait()
+	}()
 	if err := checkMessageSize(cfg.API.MaxBodyBytes, conn.MaxMessage()); err != nil {
 		return err
 	}
@@ -253,7 +141,7 @@ func run(args []string) error {
 	// Policy: hot-reloaded from its file; approve-always rules are shared by every replica through NATS.
 	pstore := policy.NewStore(pol, policy.KnownTools(append(reg.Names(), workspace.Ops...)...))
 	if cfg.PolicyFile != "" {
-		go func() {
+		bg.Go(func() {
 			_ = pstore.Watch(ctx, cfg.PolicyFile, 2*time.Second, func(err error) {
 				dm.PolicyReload(err)
 				if err != nil {
@@ -262,7 +150,7 @@ func run(args []string) error {
 				}
 				log.Info("reloaded policy", "file", cfg.PolicyFile)
 			})
-		}()
+		})
 	}
 	rules, err := shareAllowRules(ctx, conn, pstore, log)
 	if err != nil {
@@ -293,19 +181,14 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	rcfg := cfg.Reconciler
-	if rcfg.InFlightAge == 0 {
-		rcfg.InFlightAge = 2 * conn.AckWait()
-	}
-	rcfg.WaitingAge = cfg.API.QueueTimeout
-	reconciler, err := dispatcher.NewReconciler(rcfg, dispatcher.ReconcilerDeps{
+	reconciler, err := dispatcher.NewReconciler(cfg.Reconciler, dispatcher.ReconcilerDeps{
 		Store: store, Backlog: conn.Backlog(), LeaseHeld: conn.Leases().LeaseHeld, Approvals: conn.Approvals(), Publisher: publisher, Tools: reg,
 		Log: log.With("part", "reconciler"), Now: conn.Now,
 	})
 	if err != nil {
 		return err
 	}
-	go reconciler.Run(ctx)
+	bg.Go(func() { reconciler.Run(ctx) })
 	// MCP's Streamable HTTP endpoint: the same tokens, and calls through the API's own call path.
 	mcpCfg := cfg.MCP
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
@@ -331,7 +214,8 @@ func run(args []string) error {
 		MaxHeaderBytes:    64 << 10,
 	}
 	errCh := make(chan error, 1)
-	go func() { errCh <- srv.Serve(ln) }()
+	bg.Go(func() { errCh <- srv.Serve(ln) })
+	defer srv.Close() // after Shutdown, a no-op; on any other return, Serve returns before the join
 	log.Info("dispatcher ready", "listen", ln.Addr().String(), "nats", natsURL, "tenants", len(cfg.API.Tenants))
 	select {
 	case err := <-errCh:

@@ -87,7 +87,8 @@ type Config struct {
 	Ceilings Ceilings `yaml:"ceilings"`
 }
 
-// DefaultConfig returns the defaults.
+// DefaultConfig returns the defaults: cmd/dispatcher starts from them, and New fills a zero
+// MaxUploadBytes from here.
 func DefaultConfig() Config {
 	return Config{
 		MaxBodyBytes:       960 << 10,
@@ -103,7 +104,7 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate checks the configuration.
+// Validate checks the configuration; its error names the first bad value and what to change.
 func (c *Config) Validate() error {
 	if len(c.Tenants) == 0 {
 		return errors.New("no tenants: add one under tenants: with a name and a token")
@@ -152,19 +153,19 @@ func (c *Config) Validate() error {
 	}
 	switch {
 	case c.MaxBodyBytes < 1024:
-		return fmt.Errorf("max_body_bytes %d is below 1024", c.MaxBodyBytes)
+		return fmt.Errorf("max_body_bytes %d is below 1024: raise it (default %d)", c.MaxBodyBytes, DefaultConfig().MaxBodyBytes)
 	case c.DefaultTimeout <= 0 || c.MaxTimeout < c.DefaultTimeout:
 		return fmt.Errorf("default_timeout %s must be positive and at most max_timeout %s", c.DefaultTimeout, c.MaxTimeout)
 	case c.MaxWait <= 0:
-		return errors.New("max_wait must be positive")
+		return fmt.Errorf("max_wait %s must be positive (default %s)", c.MaxWait, DefaultConfig().MaxWait)
 	case c.ApprovalTTL <= 0:
-		return errors.New("approval_ttl must be positive")
+		return fmt.Errorf("approval_ttl %s must be positive (default %s)", c.ApprovalTTL, DefaultConfig().ApprovalTTL)
 	case c.QueueTimeout <= 0:
-		return errors.New("queue_timeout must be positive")
+		return fmt.Errorf("queue_timeout %s must be positive (default %s)", c.QueueTimeout, DefaultConfig().QueueTimeout)
 	case c.MaxOutputBytes < 1024:
-		return fmt.Errorf("max_output_bytes %d is below 1024", c.MaxOutputBytes)
+		return fmt.Errorf("max_output_bytes %d is below 1024: raise it (default %d)", c.MaxOutputBytes, DefaultConfig().MaxOutputBytes)
 	case c.MaxUploadBytes < 0:
-		return fmt.Errorf("max_upload_bytes %d is negative", c.MaxUploadBytes)
+		return fmt.Errorf("max_upload_bytes %d is negative: set a positive limit, or 0 for the default %d", c.MaxUploadBytes, DefaultConfig().MaxUploadBytes)
 	case c.Ceilings.MemoryBytes < 0 || c.Ceilings.CPUMillis < 0 || c.Ceilings.PIDs < 0 || c.Ceilings.TmpBytes < 0:
 		return errors.New("ceilings must not be negative: write a positive number, or 0 for no ceiling")
 	case c.DefaultOutputBytes < 1024 || c.DefaultOutputBytes > c.MaxOutputBytes:

@@ -68,7 +68,8 @@ type Config struct {
 	RunnerBinary string
 	// UID and GID own the workspaces; they must be the sandbox's user.
 	UID, GID int
-	// Heartbeat is how often a running call's delivery is kept and its lease renewed.
+	// Heartbeat is how often a running call's delivery is kept and its lease renewed; it must be set
+	// (cmd/worker's default is DefaultHeartbeat).
 	Heartbeat time.Duration
 	// AckWait is the queue's ack wait: a delivery not kept for that long is handed to another worker. At
 	// least three heartbeats.
@@ -76,25 +77,27 @@ type Config struct {
 	// MaxDeliver is the queue's max deliveries. A call that still cannot start at delivery MaxDeliver-1 is
 	// given up with an error by the worker, so that the server never drops it silently.
 	MaxDeliver int
-	// RetryDelay is how long a call that could not start waits before it is offered again.
+	// RetryDelay is how long a call that could not start waits before it is offered again; default
+	// DefaultRetryDelay.
 	RetryDelay time.Duration
-	// Lease is the TTL of a running call's lease on the queue server (cmd/worker's default: three
-	// heartbeats, and at least the second the server's TTLs need): at least
-	// two heartbeats, at most the ack wait, so that a redelivered call of a vanished worker finds its lease
-	// gone. A worker that has not renewed the lease for Lease minus one heartbeat (its own monotonic
-	// clock) kills the call and records nothing: by then others may judge the call's runner gone.
+	// Lease is the TTL of a running call's lease on the queue server (zero: DefaultLease, three heartbeats
+	// and at least MinLease, the second the server's TTLs need): at least two heartbeats, at most the ack
+	// wait, so that a redelivered call of a vanished worker finds its lease gone. A worker that has not
+	// renewed the lease for Lease minus one heartbeat (its own monotonic clock) kills the call and records
+	// nothing: by then others may judge the call's runner gone.
 	Lease time.Duration
 	// CaptureBytes is how much of each of a call's stdout and stderr the sandbox keeps in memory (head and
-	// tail), from which the envelope is made; at least the call's output cap. Default 1 MiB.
+	// tail), from which the envelope is made; at least the call's output cap. Default DefaultCaptureBytes.
 	CaptureBytes int64
 	// FullOutputBytes is how much of each stream of a command (run_shell, custom tools) is kept, from its
-	// first byte, in the output store for reading by range; negative keeps none. Default 64 MiB.
+	// first byte, in the output store for reading by range; negative keeps none. Default
+	// DefaultFullOutputBytes.
 	FullOutputBytes int64
 	// SpoolDir holds the files in which a running command's full output is gathered before it is stored
 	// (unlinked at once, so nothing is left behind). Default os.TempDir().
 	SpoolDir string
 	// InlineBytes is how large (JSON-encoded) an output field may be inside the record; larger ones go to
-	// the output store. Default 64 KiB.
+	// the output store. Default DefaultInlineBytes.
 	InlineBytes int
 	// Now is the queue server's clock as this worker estimates it, for deadlines and timestamps; default
 	// time.Now.
@@ -170,27 +173,7 @@ type Worker struct {
 
 // New returns a Worker.
 func New(cfg Config, rt sandbox.Runtime, store Store, reg *tools.Registry, log *slog.Logger, opts ...Option) (*Worker, error) {
-	if cfg.RetryDelay == 0 {
-		cfg.RetryDelay = time.Second
-	}
-	if cfg.Lease == 0 {
-		cfg.Lease = 3 * cfg.Heartbeat
-	}
-	if cfg.InlineBytes == 0 {
-		cfg.InlineBytes = 64 << 10
-	}
-	if cfg.CaptureBytes == 0 {
-		cfg.CaptureBytes = 1 << 20
-	}
-	if cfg.FullOutputBytes == 0 {
-		cfg.FullOutputBytes = 64 << 20
-	}
-	if cfg.SpoolDir == "" {
-		cfg.SpoolDir = os.TempDir()
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("validate worker config: %w", err)
 	}

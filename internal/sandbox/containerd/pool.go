@@ -29,12 +29,12 @@ type PoolConfig struct {
 	// no budget beyond MaxSize.
 	MemoryBytes int64
 	// MaxAge is the longest a container waits in the pool: an older one is destroyed, never claimed.
-	// Default 10 minutes.
+	// Default DefaultPoolMaxAge (10 minutes).
 	MaxAge time.Duration
-	// Fillers is how many containers the pool creates at once; default 2.
+	// Fillers is how many containers the pool creates at once; default DefaultPoolFillers (2).
 	Fillers int
-	// MaxProfiles bounds the profiles (root filesystem or image, /tmp size) kept warm at once; default 4.
-	// A call of another profile runs cold ("profiles").
+	// MaxProfiles bounds the profiles (root filesystem or image, /tmp size) kept warm at once; default
+	// DefaultPoolMaxProfiles (4). A call of another profile runs cold ("profiles").
 	MaxProfiles int
 	// InitBinary is the host path of a static binary that runs sandboxinit.Main for its
 	// sandboxinit.Command sub-command (toolpool-init), mounted read-only at InitPath (under /.toolpool)
@@ -135,15 +135,7 @@ type pool struct {
 
 // newPool returns a pool of cfg's containers, made and destroyed by slots. It creates nothing until Start.
 func newPool(cfg PoolConfig, slots slotMaker) *pool {
-	if cfg.MaxAge == 0 {
-		cfg.MaxAge = 10 * time.Minute
-	}
-	if cfg.Fillers == 0 {
-		cfg.Fillers = 2
-	}
-	if cfg.MaxProfiles == 0 {
-		cfg.MaxProfiles = 4
-	}
+	cfg = cfg.withDefaults()
 	return &pool{cfg: cfg, slots: slots, wake: make(chan struct{}, 1), after: time.AfterFunc, profiles: map[profileKey]*profile{},
 		slotBytes: defaultSlotBytes, discarded: map[string]uint64{}}
 }
