@@ -153,19 +153,18 @@ func WithCreator(c Creator) Option { return func(w *Worker) { w.creator = c } }
 
 // Worker runs delivered calls. Safe for concurrent use: Handle runs once per delivery, concurrently.
 type Worker struct {
-	cfg        Config
-	runtime    sandbox.Runtime
-	store      Store
-	leases     Leases
-	outputs    Outputs
-	live       Live
-	creator    Creator
-	tools      *tools.Registry
-	log        *slog.Logger
-	now        func() time.Time
-	workspaces *Workspaces
-	wsm        *workspace.Manager
-	transfers  Transfers
+	cfg       Config
+	runtime   sandbox.Runtime
+	store     Store
+	leases    Leases
+	outputs   Outputs
+	live      Live
+	creator   Creator
+	tools     *tools.Registry
+	log       *slog.Logger
+	now       func() time.Time
+	wsm       *workspace.Manager
+	transfers Transfers
 }
 
 // New returns a Worker.
@@ -197,17 +196,13 @@ func New(cfg Config, rt sandbox.Runtime, store Store, reg *tools.Registry, log *
 	if err := os.MkdirAll(cfg.SpoolDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create spool dir: %w", err)
 	}
-	workspaces, err := NewWorkspaces(WorkspacesConfig{Dir: cfg.WorkspacesDir, UID: cfg.UID, GID: cfg.GID, Quota: cfg.WorkspaceQuota})
-	if err != nil {
-		return nil, err
-	}
 	wcfg := cfg.Workspaces
 	wcfg.Dir, wcfg.UID, wcfg.GID, wcfg.Quota = cfg.WorkspacesDir, cfg.UID, cfg.GID, cfg.WorkspaceQuota
 	wsm, err := workspace.New(wcfg)
 	if err != nil {
 		return nil, err
 	}
-	w := &Worker{cfg: cfg, runtime: rt, store: store, tools: reg, log: log, now: cfg.Now, workspaces: workspaces, wsm: wsm}
+	w := &Worker{cfg: cfg, runtime: rt, store: store, tools: reg, log: log, now: cfg.Now, wsm: wsm}
 	for _, o := range opts {
 		o(w)
 	}
@@ -804,16 +799,19 @@ func (w *Worker) run(ctx context.Context, c *call.Call, claim uint64) (runOutcom
 	if err != nil {
 		return runOutcome{tool: tool, planErr: &call.ErrorInfo{Type: call.ErrInvalidParams, Message: err.Error()}}, nil
 	}
-	ws, err := w.workspaces.Prepare(c.Tenant, c.Workspace)
-	var over *QuotaError
+	ws, err := w.wsm.Prepare(c.Tenant, c.Workspace)
+	var over *workspace.Error
+	if !errors.As(err, &over) || over.Type != call.ErrQuota {
+		over = nil
+	}
 	switch {
-	case errors.As(err, &over) && !mayRunOverQuota(tool):
+	case over != nil && !mayRunOverQuota(tool):
 		return runOutcome{tool: tool, planErr: &call.ErrorInfo{Type: call.ErrQuota, Message: over.Error() +
 			". Reading, searching, deleting and run_shell (for rm) still work."}}, nil
 	case err != nil && over == nil:
 		return runOutcome{}, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
 	}
-	quota := w.workspaces.Quota()
+	quota := w.wsm.Quota()
 	switch {
 	case quota == 0:
 		quota = -1 // no quota: the sandbox neither measures nor caps
@@ -939,7 +937,7 @@ func (w *Worker) complete(r *call.Result, c *call.Call, ro runOutcome, runErr, c
 	r.Usage = call.Usage{MaxRSSBytes: o.MaxRSSBytes, CPUMS: o.CPUTime.Milliseconds(), WallMS: o.RunTime.Milliseconds(), Signal: o.Signal}
 	if o.WorkspaceBytes >= 0 {
 		r.Usage.WorkspaceBytes = o.WorkspaceBytes
-		w.workspaces.Record(c.Tenant, c.Workspace, o.WorkspaceBytes) // the next call need not measure again
+		w.wsm.RecordSize(c.Tenant, c.Workspace, o.WorkspaceBytes) // the next call need not measure again
 	}
 	if ro.tool != nil {
 		run := tools.Run{
@@ -980,7 +978,7 @@ func (w *Worker) complete(r *call.Result, c *call.Call, ro runOutcome, runErr, c
 	case o.QuotaExceeded:
 		r.Status = call.StatusError
 		r.Error = &call.ErrorInfo{Type: call.ErrQuota, Message: fmt.Sprintf("the workspace grew past its quota of %s (it uses %s) and the call was stopped; later calls that add files are refused until files are deleted to bring it under the quota",
-			workspace.FormatBytes(w.workspaces.Quota()), workspace.FormatBytes(o.WorkspaceBytes))}
+			workspace.FormatBytes(w.wsm.Quota()), workspace.FormatBytes(o.WorkspaceBytes))}
 		r.Output += "\n[" + r.Error.Message + "]"
 	case o.OOMKilled:
 		r.Status = call.StatusError

@@ -176,6 +176,9 @@ func (d *fakeDelivery) Term(context.Context, string) error       { d.set("term")
 func (d *fakeDelivery) set(s string)                             { d.mu.Lock(); d.settled = s; d.mu.Unlock() }
 func (d *fakeDelivery) settlement() string                       { d.mu.Lock(); defer d.mu.Unlock(); return d.settled }
 
+// testUID and testGID are the sandbox user the tests' workspaces belong to.
+const testUID, testGID = 65532, 65532
+
 // testHeartbeat is short, for tests that want lease renewals; noHeartbeat is long enough that no renewal
 // happens within a test, for tests that must see a record change through the watch alone.
 const (
@@ -501,7 +504,7 @@ func TestOverQuota(t *testing.T) {
 			st := queuetest.NewStore()
 			rt := &fakeRuntime{}
 			w := newTestWorker(t, rt, st, func(c *Config) { c.WorkspaceQuota = quota })
-			ws, err := w.workspaces.Prepare("t", "ws")
+			ws, err := w.wsm.Prepare("t", "ws")
 			if err != nil {
 				t.Fatal(err)
 			}

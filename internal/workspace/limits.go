@@ -95,3 +95,15 @@ func FormatBytes(n int64) string {
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTP"[exp])
 }
+
+// overQuota is the quota_exceeded refusal of a call into workspace name, which uses used bytes, over its
+// quota; tooDeep reports that it nests too deep to measure, which counts as over. Calls that could add to
+// it must not run; the message says so in words a model can act on.
+func overQuota(name string, used, quota int64, tooDeep bool) error {
+	if tooDeep {
+		return &Error{Type: call.ErrQuota, Msg: fmt.Sprintf("workspace %q nests directories deeper than %d levels, so its size cannot be checked against its quota of %s: calls into it are refused until the deep directories are removed",
+			name, sandbox.MaxTreeDepth, FormatBytes(quota))}
+	}
+	return &Error{Type: call.ErrQuota, Msg: fmt.Sprintf("workspace %q uses %s, over its quota of %s: calls into it are refused until files are deleted to bring it under the quota, or an operator raises the quota",
+		name, FormatBytes(used), FormatBytes(quota))}
+}

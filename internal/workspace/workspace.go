@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -50,6 +51,9 @@ type Config struct {
 	// refused (too_large) with nothing written: a workspace seeded past its quota could take no call
 	// that writes.
 	Quota int64
+	// SizeTTL is how long a size recorded at the end of a call (RecordSize) stands in for measuring the
+	// workspace again when the next call starts (Prepare); zero means DefaultSizeTTL.
+	SizeTTL time.Duration
 	// Now replaces time.Now, for tests.
 	Now func() time.Time
 }
@@ -112,6 +116,9 @@ type Snapshot struct {
 type Manager struct {
 	cfg Config
 	own owner
+
+	mu    sync.Mutex
+	sizes map[string]measuredSize // by tenant/workspace, recorded by RecordSize
 }
 
 // New returns a Manager on cfg.Dir, creating it if needed.
@@ -128,10 +135,13 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.SizeTTL == 0 {
+		cfg.SizeTTL = DefaultSizeTTL
+	}
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create workspaces dir: %w", err)
 	}
-	return &Manager{cfg: cfg, own: owner{uid: cfg.UID, gid: cfg.GID, chown: os.Geteuid() == 0}}, nil
+	return &Manager{cfg: cfg, own: owner{uid: cfg.UID, gid: cfg.GID, chown: os.Geteuid() == 0}, sizes: map[string]measuredSize{}}, nil
 }
 
 func (m *Manager) tenantDir(tenant string) string { return filepath.Join(m.cfg.Dir, tenant) }
@@ -200,20 +210,6 @@ func (m *Manager) lockWorkspace(ctx context.Context, tenant, name string, exclus
 	}
 	l.touch(m.cfg.Now())
 	return l, nil
-}
-
-// Hold takes workspace name's lock shared, for a call that runs in it, and returns its release (which
-// marks the workspace used once more). It blocks while a workspace operation holds the lock, until ctx
-// ends.
-func (m *Manager) Hold(ctx context.Context, tenant, name string) (release func(), err error) {
-	if err := checkNames(tenant, name); err != nil {
-		return nil, err
-	}
-	l, err := m.lockWorkspace(ctx, tenant, name, false)
-	if err != nil {
-		return nil, fmt.Errorf("hold workspace %s/%s: %w", tenant, name, err)
-	}
-	return func() { l.touch(m.cfg.Now()); l.release() }, nil
 }
 
 // lockNew takes the tenant's lock and new workspace name's, and refuses a name in use. done releases both;
