@@ -1,10 +1,10 @@
-// Package worker is the worker service: it takes calls off the queue, claims each durably, runs it in a
-// fresh container and records its one final result. It is built only on the interfaces it declares here and
-// on internal/sandbox; cmd/worker picks the implementations.
+// Package worker is the worker service: it takes calls off the queue, claims each durably, has it run
+// (internal/executor runs it in a fresh container; workspace operations run on the host with
+// internal/workspace) and records its one final result. It is built only on the interfaces it declares
+// here and on internal/sandbox; cmd/worker picks the implementations.
 package worker
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,11 +19,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/toolpool/toolpool/internal/call"
+	"github.com/toolpool/toolpool/internal/executor"
 	"github.com/toolpool/toolpool/internal/queue"
 	"github.com/toolpool/toolpool/internal/sandbox"
 	"github.com/toolpool/toolpool/internal/tools"
 	"github.com/toolpool/toolpool/internal/tools/egress"
-	"github.com/toolpool/toolpool/internal/tools/incontainer"
 	"github.com/toolpool/toolpool/internal/workspace"
 )
 
@@ -154,7 +154,6 @@ func WithCreator(c Creator) Option { return func(w *Worker) { w.creator = c } }
 // Worker runs delivered calls. Safe for concurrent use: Handle runs once per delivery, concurrently.
 type Worker struct {
 	cfg       Config
-	runtime   sandbox.Runtime
 	store     Store
 	leases    Leases
 	outputs   Outputs
@@ -164,6 +163,7 @@ type Worker struct {
 	log       *slog.Logger
 	now       func() time.Time
 	wsm       *workspace.Manager
+	exec      *executor.Executor
 	transfers Transfers
 }
 
@@ -202,7 +202,11 @@ func New(cfg Config, rt sandbox.Runtime, store Store, reg *tools.Registry, log *
 	if err != nil {
 		return nil, err
 	}
-	w := &Worker{cfg: cfg, runtime: rt, store: store, tools: reg, log: log, now: cfg.Now, wsm: wsm}
+	exec := executor.New(executor.Config{
+		Worker: cfg.ID, RunnerBinary: cfg.RunnerBinary, Image: cfg.Image, CaptureBytes: cfg.CaptureBytes,
+		EgressDir: cfg.EgressDir, Egress: cfg.Egress, Now: cfg.Now,
+	}, rt, reg, wsm, log)
+	w := &Worker{cfg: cfg, store: store, tools: reg, log: log, now: cfg.Now, wsm: wsm, exec: exec}
 	for _, o := range opts {
 		o(w)
 	}
@@ -210,16 +214,6 @@ func New(cfg Config, rt sandbox.Runtime, store Store, reg *tools.Registry, log *
 		return nil, errors.New("new worker: a lease store is required (worker.WithLeases)")
 	}
 	return w, nil
-}
-
-// mayRunOverQuota reports whether a tool may run in a workspace over its quota: those that read, search or
-// delete, and run_shell (so that files can be removed); never one that can only add data.
-func mayRunOverQuota(t *tools.Tool) bool {
-	switch t.Kind {
-	case tools.KindRead, tools.KindSearch, tools.KindDelete, tools.KindExecute, tools.KindFetch:
-		return !t.Custom
-	}
-	return false
 }
 
 // settle is the one decision of what happens to a delivery.
@@ -293,7 +287,7 @@ func (w *Worker) heartbeat(ctx context.Context, d queue.Delivery) (stop func()) 
 
 // Why a running call's context was cancelled.
 var (
-	errCancelRequested = errors.New("cancelled by request")
+	errCancelRequested = executor.ErrCancelRequested
 	errFenced          = errors.New("claim lost to another writer")
 	errLeaseLapsed     = errors.New("lease not renewed in time")
 )
@@ -403,7 +397,7 @@ func (w *Worker) process(ctx context.Context, c *call.Call, attempt uint64) (set
 	// The guard renews the lease until the result is recorded, not only while the container runs.
 	stopGuard := w.guard(runCtx, cancel, cl)
 	defer stopGuard()
-	out, runErr := w.run(runCtx, c, cl.rev)
+	x, stored, runErr := w.run(runCtx, c, cl.rev)
 	cause := context.Cause(runCtx)
 	switch {
 	case errors.Is(cause, errFenced):
@@ -422,9 +416,9 @@ func (w *Worker) process(ctx context.Context, c *call.Call, attempt uint64) (set
 		_ = lease.Release(storeCtx)
 		return settleRetry, nil
 	}
-	w.complete(r, c, out, runErr, cause)
+	w.exec.Finish(r, c, x, runErr, cause)
 	r.LeaseUntil = time.Time{}
-	stored := append(w.spill(storeCtx, r, cl.rev), out.stored...)
+	stored = append(w.spill(storeCtx, r, cl.rev), stored...)
 	s, res := w.recordClaimed(storeCtx, r, cl)
 	stopGuard()
 	if res == nil {
@@ -780,209 +774,31 @@ func retry(ctx context.Context, until time.Time, first, most time.Duration, try 
 	}
 }
 
-// run plans the call's process and runs it in a fresh container. A command's full output is gathered
-// while it runs and stored, named by the call and claim, before run returns.
-func (w *Worker) run(ctx context.Context, c *call.Call, claim uint64) (runOutcome, error) {
+// run runs call c under claim: a workspace operation on the host, any other call in a fresh container
+// (the executor). A command's full output is gathered while it runs and stored, named by the call and
+// claim, before run returns; stored names what was stored.
+func (w *Worker) run(ctx context.Context, c *call.Call, claim uint64) (x executor.Execution, stored []string, err error) {
 	if workspace.IsOp(c.Tool) {
 		out, conns, failed := w.runWorkspaceOp(ctx, c)
-		return runOutcome{planErr: failed, wsOutput: out, egress: conns}, nil
+		return executor.OnHost(out, conns, failed), nil, nil
 	}
-	tool, ok := w.tools.Lookup(c.Tool)
-	if !ok {
-		return runOutcome{planErr: &call.ErrorInfo{Type: call.ErrNotFound, Message: fmt.Sprintf("unknown tool %q", c.Tool)}}, nil
-	}
-	var inv tools.Invocation
-	args, err := tool.WithPolicy(c.Args, c.Limits.DeniedGlobs)
-	if err == nil {
-		inv, err = tool.Plan(args)
-	}
-	if err != nil {
-		return runOutcome{tool: tool, planErr: &call.ErrorInfo{Type: call.ErrInvalidParams, Message: err.Error()}}, nil
-	}
-	ws, err := w.wsm.Prepare(c.Tenant, c.Workspace)
-	var over *workspace.Error
-	if !errors.As(err, &over) || over.Type != call.ErrQuota {
-		over = nil
-	}
-	switch {
-	case over != nil && !mayRunOverQuota(tool):
-		return runOutcome{tool: tool, planErr: &call.ErrorInfo{Type: call.ErrQuota, Message: over.Error() +
-			". Reading, searching, deleting and run_shell (for rm) still work."}}, nil
-	case err != nil && over == nil:
-		return runOutcome{}, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
-	}
-	quota := w.wsm.Quota()
-	switch {
-	case quota == 0:
-		quota = -1 // no quota: the sandbox neither measures nor caps
-	case over != nil:
-		quota = max(ws.Bytes, 1) // over quota: the call may shrink the workspace, never grow it
-	}
-	timeout := time.Duration(c.Limits.TimeoutMS) * time.Millisecond
-	if inv.Timeout > 0 && (timeout == 0 || inv.Timeout < timeout) {
-		timeout = inv.Timeout
-	}
-	if timeout == 0 {
-		timeout = tool.DefaultTimeout
-	}
-	spec := sandbox.Spec{
-		ID: c.ID, Argv: inv.Argv, Env: inv.Env, Cwd: inv.Cwd, Stdin: inv.Stdin, WorkspaceDir: ws.Dir, Image: cmp.Or(inv.Image, w.cfg.Image),
-		Runtime: c.Limits.Runtime,
-		Limits: sandbox.Limits{
-			Timeout: timeout, OutputBytes: max(c.Limits.OutputBytes, w.cfg.CaptureBytes), MemoryBytes: c.Limits.MemoryBytes,
-			PIDs: c.Limits.PIDs, CPUMillis: c.Limits.CPUMillis, Network: c.Limits.Network, WorkspaceBytes: quota,
-		},
-	}
-	if inv.Runner {
-		spec.Mounts = append(spec.Mounts, sandbox.Mount{Source: w.cfg.RunnerBinary, Destination: incontainer.RunnerPath})
-	}
-	// Calls hold the workspace shared: they run alongside each other, never alongside a workspace
-	// operation (an upload, snapshot or delete), on this worker or any other sharing the directory.
-	release, err := w.wsm.Hold(ctx, c.Tenant, c.Workspace)
-	if err != nil {
-		return runOutcome{}, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
-	}
-	defer release()
-	finishEgress, err := w.withEgress(ctx, c, inv, &spec)
-	if err != nil {
-		return runOutcome{}, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
-	}
-	var capt *capture
-	if tool.Streams() {
+	var capt *storedCapture
+	x, err = w.exec.Run(ctx, c, func() (executor.Capture, error) {
 		keep := w.cfg.FullOutputBytes
 		if w.outputs == nil {
 			keep = 0
 		}
-		if capt, err = newCapture(c.ID, w.cfg.SpoolDir, keep, w.live); err != nil {
-			return runOutcome{}, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
+		cp, err := newCapture(c.ID, w.cfg.SpoolDir, keep, w.live)
+		if err != nil {
+			return nil, err
 		}
-		spec.Stdout, spec.Stderr = capt.stdout(), capt.stderr()
-	}
-	out, err := w.runtime.Run(ctx, spec)
-	w.logSteps(ctx, c.ID, out)
-	var streams map[string]*call.Stream
-	var stored []string
-	if capt != nil {
-		var put func(context.Context, string, func() io.Reader) error
-		if w.outputs != nil && !errors.Is(err, sandbox.ErrNotStarted) {
-			put = w.putOutput
-		}
-		streams, stored = capt.finish(context.WithoutCancel(ctx), func(stream string) string {
+		capt = &storedCapture{capture: cp, w: w, name: func(stream string) string {
 			return queue.OutputName(c.ID, claim, "full-"+stream)
-		}, put)
+		}}
+		return capt, nil
+	})
+	if capt != nil {
+		stored = capt.stored
 	}
-	egressConns := finishEgress()
-	if errors.Is(err, sandbox.ErrNoProgram) {
-		// Nothing ran, and nothing would elsewhere: the call's own mistake, like arguments that do not plan.
-		root := "the host's /usr"
-		if spec.Image != "" {
-			root = "image " + spec.Image
-		}
-		return runOutcome{tool: tool, planErr: &call.ErrorInfo{Type: call.ErrNotFound, Message: fmt.Sprintf(
-			"the program %q does not exist in this sandbox's root filesystem (%s); use a program it has", spec.Argv[0], root)}}, nil
-	}
-	if errors.Is(err, sandbox.ErrNoRuntime) {
-		// Final: running it under another runtime would silently weaken the boundary its tenant was given.
-		return runOutcome{tool: tool, planErr: &call.ErrorInfo{Type: call.ErrRuntimeUnavailable, Message: fmt.Sprintf(
-			"toolpool did not run this call: its tenant's calls must run under the sandbox runtime %q, which worker %s does not have (%v). "+
-				"Nothing ran, and such calls never run under another runtime. An operator must install the runtime on every worker "+
-				"(gVisor: make gvisor, or scripts/gvisor.sh) or change the tenant's runtime in the dispatcher's configuration.",
-			spec.Runtime, w.cfg.ID, err)}}, nil
-	}
-	return runOutcome{tool: tool, out: out, timeout: timeout, streams: streams, stored: stored, egress: egressConns}, err
-}
-
-// logSteps logs, at debug level, how long each step of the call's sandbox took (sandbox.Outcome.Steps).
-func (w *Worker) logSteps(ctx context.Context, id string, out sandbox.Outcome) {
-	if len(out.Steps) == 0 || !w.log.Enabled(ctx, slog.LevelDebug) {
-		return
-	}
-	attrs := make([]any, 0, len(out.Steps))
-	for _, s := range out.Steps {
-		attrs = append(attrs, slog.Float64(s.Name+"_ms", float64(s.Took.Microseconds())/1000))
-	}
-	w.log.DebugContext(ctx, "sandbox steps", "call_id", id, "warm", out.Warm, slog.Group("steps", attrs...))
-}
-
-type runOutcome struct {
-	tool    *tools.Tool
-	timeout time.Duration
-	out     sandbox.Outcome
-	planErr *call.ErrorInfo
-	// streams are a command's full output streams, stored under the names in stored.
-	streams map[string]*call.Stream
-	stored  []string
-	egress  []call.EgressConn
-	// wsOutput is a workspace operation's JSON output.
-	wsOutput string
-}
-
-// complete fills r with the final state of a call that ran (or failed to plan).
-func (w *Worker) complete(r *call.Result, c *call.Call, ro runOutcome, runErr, cancelErr error) {
-	r.FinishedAt = w.now()
-	r.Timing.TotalMS = r.FinishedAt.Sub(c.CreatedAt).Milliseconds()
-	r.Egress = ro.egress // a workspace clone's, whether or not it succeeded
-	if ro.planErr != nil {
-		r.Fail(call.StatusError, ro.planErr.Type, ro.planErr.Message)
-		return
-	}
-	if ro.wsOutput != "" {
-		r.Status, r.Output = call.StatusOK, ro.wsOutput
-		return
-	}
-	o := ro.out
-	r.Timing.SandboxMS = o.SandboxTime.Milliseconds()
-	r.Timing.RunMS = o.RunTime.Milliseconds()
-	r.Timing.Warm = o.Warm
-	r.Usage = call.Usage{MaxRSSBytes: o.MaxRSSBytes, CPUMS: o.CPUTime.Milliseconds(), WallMS: o.RunTime.Milliseconds(), Signal: o.Signal}
-	if o.WorkspaceBytes >= 0 {
-		r.Usage.WorkspaceBytes = o.WorkspaceBytes
-		w.wsm.RecordSize(c.Tenant, c.Workspace, o.WorkspaceBytes) // the next call need not measure again
-	}
-	if ro.tool != nil {
-		run := tools.Run{
-			Stdout: o.Stdout.Head, StdoutTail: o.Stdout.Tail, Stderr: o.Stderr.Head, StderrTail: o.Stderr.Tail,
-			StdoutBytes: o.Stdout.Total, StderrBytes: o.Stderr.Total,
-			ExitCode: o.ExitCode, OutputBytes: c.Limits.OutputBytes, CallID: c.ID,
-		}
-		if st := ro.streams[call.StreamStdout]; st != nil {
-			run.StdoutKept = st.Kept
-		}
-		if st := ro.streams[call.StreamStderr]; st != nil {
-			run.StderrKept = st.Kept
-		}
-		ro.tool.Finish(run).Apply(r)
-		r.Streams = ro.streams
-		if o.Stdout.Truncated() || o.Stderr.Truncated() {
-			r.Truncated = true
-		}
-	}
-	r.Egress = ro.egress
-	r.Output += egressNote(ro.egress)
-	switch {
-	case errors.Is(cancelErr, errCancelRequested):
-		r.Status = call.StatusCancelled
-		r.Error = &call.ErrorInfo{Type: call.ErrCancelled, Message: "the call was cancelled while it ran; its container was killed"}
-		r.Output += "\n[cancelled: " + r.Error.Message + "]"
-	case cancelErr != nil:
-		r.Status = call.StatusCancelled
-		r.Error = &call.ErrorInfo{Type: call.ErrCancelled, Message: "the worker shut down while the call ran; its container was killed. Call again."}
-		r.Output += "\n[cancelled: " + r.Error.Message + "]"
-	case runErr != nil:
-		r.Status = call.StatusError
-		r.Error = &call.ErrorInfo{Type: call.ErrInternal, Message: "toolpool failed to run the call: " + runErr.Error()}
-	case o.TimedOut:
-		r.Status = call.StatusTimeout
-		r.Error = &call.ErrorInfo{Type: call.ErrTimeout, Message: fmt.Sprintf("the call ran past its timeout of %s and every process of it was killed; what it printed before is above. Use a longer timeout_ms or a faster command.", ro.timeout)}
-		r.Output += "\n[timed out: " + r.Error.Message + "]"
-	case o.QuotaExceeded:
-		r.Status = call.StatusError
-		r.Error = &call.ErrorInfo{Type: call.ErrQuota, Message: fmt.Sprintf("the workspace grew past its quota of %s (it uses %s) and the call was stopped; later calls that add files are refused until files are deleted to bring it under the quota",
-			workspace.FormatBytes(w.wsm.Quota()), workspace.FormatBytes(o.WorkspaceBytes))}
-		r.Output += "\n[" + r.Error.Message + "]"
-	case o.OOMKilled:
-		r.Status = call.StatusError
-		r.Error = &call.ErrorInfo{Type: call.ErrOOM, Message: fmt.Sprintf("the call ran out of memory (peak %d MiB) and was killed; use less memory, or process the data in smaller pieces", o.MaxRSSBytes>>20)}
-		r.Output += "\n[" + r.Error.Message + "]"
-	}
+	return x, stored, err
 }

@@ -463,28 +463,6 @@ func failOp(op queuetest.Op, after int) func(queuetest.Op, string) error {
 	}
 }
 
-// TestMayRunOverQuota: in a workspace over its quota only calls that cannot add data may run: the read,
-// search, delete, execute and fetch kinds of built-in tools. A custom tool never may.
-func TestMayRunOverQuota(t *testing.T) {
-	want := map[tools.Kind]bool{
-		tools.KindRead: true, tools.KindSearch: true, tools.KindDelete: true, tools.KindExecute: true, tools.KindFetch: true,
-		tools.KindEdit: false, tools.KindMove: false, tools.KindOther: false,
-	}
-	for _, kind := range tools.Kinds {
-		w, ok := want[kind]
-		if !ok {
-			t.Errorf("kind %s has no expectation here: decide whether it may run over quota", kind)
-		}
-		for _, custom := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/custom=%v", kind, custom), func(t *testing.T) {
-				if got := mayRunOverQuota(&tools.Tool{Name: "x", Kind: kind, Custom: custom}); got != (w && !custom) {
-					t.Errorf("mayRunOverQuota = %v, want %v", got, w && !custom)
-				}
-			})
-		}
-	}
-}
-
 // TestOverQuota: a worker refuses a call that can only add to a workspace over its quota, without starting
 // a container, and runs one that may free space with the quota set so that the call cannot grow it.
 func TestOverQuota(t *testing.T) {
