@@ -1,7 +1,8 @@
 // Package worker is the worker service: it takes calls off the queue, claims each durably, has it run
 // (internal/executor runs it in a fresh container; workspace operations run on the host with
 // internal/workspace) and records its one final result. It is built only on the interfaces it declares
-// here and on internal/sandbox; cmd/worker picks the implementations.
+// (deps.go, Live, Transfers), on internal/sandbox, internal/executor and internal/workspace; cmd/worker
+// picks the implementations.
 package worker
 
 import (
