@@ -240,3 +240,27 @@ func (c *capture) discard() {
 		}
 	}
 }
+
+// storedCapture is a capture whose streams go to the output store once the command is done, named by
+// name; stored lists what was stored. It is the executor's Capture of a command.
+type storedCapture struct {
+	*capture
+	w      *Worker
+	name   func(stream string) string
+	stored []string
+}
+
+func (s *storedCapture) Stdout() io.Writer { return s.stdout() }
+func (s *storedCapture) Stderr() io.Writer { return s.stderr() }
+
+// Finish stores the kept streams (nothing when the container never started, or without an output store)
+// and returns them.
+func (s *storedCapture) Finish(ctx context.Context, started bool) map[string]*call.Stream {
+	var put func(context.Context, string, func() io.Reader) error
+	if s.w.outputs != nil && started {
+		put = s.w.putOutput
+	}
+	streams, stored := s.finish(ctx, s.name, put)
+	s.stored = stored
+	return streams
+}

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -175,6 +173,9 @@ func (d *fakeDelivery) Nak(context.Context, time.Duration) error { d.set("nak");
 func (d *fakeDelivery) Term(context.Context, string) error       { d.set("term"); return nil }
 func (d *fakeDelivery) set(s string)                             { d.mu.Lock(); d.settled = s; d.mu.Unlock() }
 func (d *fakeDelivery) settlement() string                       { d.mu.Lock(); defer d.mu.Unlock(); return d.settled }
+
+// testUID and testGID are the sandbox user the tests' workspaces belong to.
+const testUID, testGID = 65532, 65532
 
 // testHeartbeat is short, for tests that want lease renewals; noHeartbeat is long enough that no renewal
 // happens within a test, for tests that must see a record change through the watch alone.
@@ -460,75 +461,6 @@ func failOp(op queuetest.Op, after int) func(queuetest.Op, string) error {
 	}
 }
 
-// TestMayRunOverQuota: in a workspace over its quota only calls that cannot add data may run: the read,
-// search, delete, execute and fetch kinds of built-in tools. A custom tool never may.
-func TestMayRunOverQuota(t *testing.T) {
-	want := map[tools.Kind]bool{
-		tools.KindRead: true, tools.KindSearch: true, tools.KindDelete: true, tools.KindExecute: true, tools.KindFetch: true,
-		tools.KindEdit: false, tools.KindMove: false, tools.KindOther: false,
-	}
-	for _, kind := range tools.Kinds {
-		w, ok := want[kind]
-		if !ok {
-			t.Errorf("kind %s has no expectation here: decide whether it may run over quota", kind)
-		}
-		for _, custom := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/custom=%v", kind, custom), func(t *testing.T) {
-				if got := mayRunOverQuota(&tools.Tool{Name: "x", Kind: kind, Custom: custom}); got != (w && !custom) {
-					t.Errorf("mayRunOverQuota = %v, want %v", got, w && !custom)
-				}
-			})
-		}
-	}
-}
-
-// TestOverQuota: a worker refuses a call that can only add to a workspace over its quota, without starting
-// a container, and runs one that may free space with the quota set so that the call cannot grow it.
-func TestOverQuota(t *testing.T) {
-	const quota = 64 << 10
-	tests := []struct {
-		name, tool, args string
-		wantRun          bool
-	}{
-		{"write_file is refused", "write_file", `{"path":"b","content":"x"}`, false},
-		{"edit_file is refused", "edit_file", `{"path":"big","old_string":"a","new_string":"b"}`, false},
-		{"run_shell runs (to delete files)", "run_shell", `{"command":"rm big"}`, true},
-		{"read_file runs", "read_file", `{"path":"big"}`, true},
-		{"grep runs", "grep", `{"pattern":"x"}`, true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			st := queuetest.NewStore()
-			rt := &fakeRuntime{}
-			w := newTestWorker(t, rt, st, func(c *Config) { c.WorkspaceQuota = quota })
-			ws, err := w.workspaces.Prepare("t", "ws")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(filepath.Join(ws.Dir, "big"), make([]byte, 4*quota), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			c := newCall(tt.tool, tt.args)
-			st.Put(call.NewResult(c, call.StatusQueued))
-			w.Handle(context.Background(), &fakeDelivery{c: c})
-			got := st.Result(c.ID)
-			if !tt.wantRun {
-				if rt.count() != 0 || got.Status != call.StatusError || got.Error.Type != call.ErrQuota ||
-					!strings.Contains(got.Error.Message, "over its quota") || !strings.Contains(got.Error.Message, "run_shell (for rm) still work") {
-					t.Fatalf("runs %d, status %s %+v; want refused over quota", rt.count(), got.Status, got.Error)
-				}
-				return
-			}
-			if rt.count() != 1 {
-				t.Fatalf("runs %d, status %s %+v; want it run", rt.count(), got.Status, got.Error)
-			}
-			if lim := rt.specs[0].Limits.WorkspaceBytes; lim < 4*quota || lim > 8*quota {
-				t.Errorf("the call runs with a workspace quota of %d bytes, want the workspace's size (about %d) so that it cannot grow", lim, 4*quota)
-			}
-		})
-	}
-}
-
 // TestCancelRunningCall: a cancel request reaches the running call through the watch on its record (lease
 // renewals never read the record) and kills its container, also when the watch's first read failed.
 func TestCancelRunningCall(t *testing.T) {
@@ -705,77 +637,6 @@ func TestRecordRetriesTransientFailures(t *testing.T) {
 	}
 }
 
-// TestOutcomes: how a run ended becomes the call's status and error, in words a model can act on.
-func TestOutcomes(t *testing.T) {
-	captured := func(s string, limit int64) sandbox.Captured {
-		w := sandbox.NewCapWriter(limit)
-		io.WriteString(w, s)
-		return w.Captured()
-	}
-	tests := []struct {
-		name    string
-		out     sandbox.Outcome
-		status  call.Status
-		errType string
-		msg     string
-		check   func(t *testing.T, r *call.Result)
-	}{
-		{name: "exit 0 is ok", out: sandbox.Outcome{Stdout: captured("hi\n", 1024), WorkspaceBytes: -1},
-			status: call.StatusOK, check: func(t *testing.T, r *call.Result) {
-				if r.Stdout != "hi\n" || r.ExitCode == nil || *r.ExitCode != 0 {
-					t.Errorf("stdout %q exit %v", r.Stdout, r.ExitCode)
-				}
-			}},
-		{name: "a non-zero exit is a tool error", out: sandbox.Outcome{ExitCode: 3, WorkspaceBytes: -1},
-			status: call.StatusError, errType: call.ErrExitCode},
-		{name: "a timeout keeps what was printed", out: sandbox.Outcome{ExitCode: 137, Signal: "SIGKILL", TimedOut: true, Stdout: captured("started\n", 1024), WorkspaceBytes: -1},
-			status: call.StatusTimeout, errType: call.ErrTimeout, msg: "ran past its timeout of 10s",
-			check: func(t *testing.T, r *call.Result) {
-				if !strings.Contains(r.Output, "started") || !strings.Contains(r.Output, "[timed out:") || r.Usage.Signal != "SIGKILL" {
-					t.Errorf("output %q signal %q", r.Output, r.Usage.Signal)
-				}
-			}},
-		{name: "an OOM kill names the peak", out: sandbox.Outcome{ExitCode: 137, OOMKilled: true, MaxRSSBytes: 512 << 20, WorkspaceBytes: -1},
-			status: call.StatusError, errType: call.ErrOOM, msg: "ran out of memory (peak 512 MiB)"},
-		{name: "a workspace grown past its quota", out: sandbox.Outcome{ExitCode: 137, QuotaExceeded: true, WorkspaceBytes: 3 << 20},
-			status: call.StatusError, errType: call.ErrQuota, msg: "grew past its quota of 1.0 MiB (it uses 3.0 MiB)",
-			check: func(t *testing.T, r *call.Result) {
-				if r.Usage.WorkspaceBytes != 3<<20 {
-					t.Errorf("usage workspace bytes %d", r.Usage.WorkspaceBytes)
-				}
-			}},
-		{name: "output over the cap is marked truncated", out: sandbox.Outcome{Stdout: captured(strings.Repeat("x", 5000), 100), WorkspaceBytes: -1},
-			status: call.StatusOK, check: func(t *testing.T, r *call.Result) {
-				if !r.Truncated {
-					t.Error("not marked truncated")
-				}
-			}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			st := queuetest.NewStore()
-			out := tt.out
-			out.SandboxTime, out.RunTime, out.CPUTime = 40*time.Millisecond, 250*time.Millisecond, 30*time.Millisecond
-			w := newTestWorker(t, &fakeRuntime{outcome: &out}, st, func(c *Config) { c.WorkspaceQuota = 1 << 20 })
-			c := queuedCall(st)
-			w.Handle(context.Background(), &fakeDelivery{c: c})
-			r := st.Result(c.ID)
-			if r.Status != tt.status || (tt.errType == "") != (r.Error == nil) || (r.Error != nil && r.Error.Type != tt.errType) {
-				t.Fatalf("status %s error %+v, want %s %s", r.Status, r.Error, tt.status, tt.errType)
-			}
-			if tt.msg != "" && !strings.Contains(r.Error.Message, tt.msg) {
-				t.Errorf("message %q lacks %q", r.Error.Message, tt.msg)
-			}
-			if r.Timing.SandboxMS != 40 || r.Timing.RunMS != 250 || r.Usage.CPUMS != 30 || r.Usage.WallMS != 250 || r.Worker != "w1" {
-				t.Errorf("timing %+v usage %+v worker %q", r.Timing, r.Usage, r.Worker)
-			}
-			if tt.check != nil {
-				tt.check(t, r)
-			}
-		})
-	}
-}
-
 // TestEgressNotConfigured: a worker with nowhere to serve a call's egress proxy does not start a web_fetch
 // call; it offers it again, for a worker that can.
 func TestEgressNotConfigured(t *testing.T) {
@@ -862,99 +723,6 @@ func TestDeliveryBeforeItsRecord(t *testing.T) {
 	if got := st.Result(c.ID); got == nil || got.Status != call.StatusOK || d.settlement() != "ack" || rt.count() != 1 {
 		t.Fatalf("record %+v settled %q after %d runs; want the call run once and acked", got, d.settlement(), rt.count())
 	}
-}
-
-// TestDeniedGlobsReachTheRunner: the call's denied globs (call.Limits, set by policy) reach the runner of a
-// file tool in its input, and the tools that read no files get their arguments as sent.
-func TestDeniedGlobsReachTheRunner(t *testing.T) {
-	for _, tt := range []struct {
-		tool, args string
-		want       string // a fragment the container's stdin must hold
-		dontWant   string
-	}{
-		{"grep", `{"pattern":"SECRET"}`, `"_policy":{"denied_globs":["**/.env"]}`, ""},
-		{"run_shell", shellArgs, "", "_policy"},
-	} {
-		t.Run(tt.tool, func(t *testing.T) {
-			st := queuetest.NewStore()
-			rt := &fakeRuntime{}
-			w := newTestWorker(t, rt, st)
-			c := newCall(tt.tool, tt.args)
-			c.Limits.DeniedGlobs = []string{"**/.env"}
-			st.Put(call.NewResult(c, call.StatusQueued))
-			w.Handle(context.Background(), &fakeDelivery{c: c})
-			if rt.count() != 1 {
-				t.Fatalf("%d runs, want 1: %+v", rt.count(), st.Result(c.ID))
-			}
-			rt.mu.Lock()
-			stdin := string(rt.specs[0].Stdin)
-			rt.mu.Unlock()
-			if !strings.Contains(stdin, tt.want) || (tt.dontWant != "" && strings.Contains(stdin, tt.dontWant)) {
-				t.Errorf("the runner's stdin is %s: want %q in it, and not %q", stdin, tt.want, tt.dontWant)
-			}
-		})
-	}
-}
-
-// TestLogsSandboxSteps checks that the steps the runtime timed reach the worker's debug log, named and in
-// milliseconds, with the call's id.
-func TestLogsSandboxSteps(t *testing.T) {
-	st := queuetest.NewStore()
-	rt := &fakeRuntime{outcome: &sandbox.Outcome{Warm: true, WorkspaceBytes: -1,
-		Steps: []sandbox.Step{{Name: "claim", Took: 250 * time.Microsecond}, {Name: "start", Took: 3 * time.Millisecond}}}}
-	reg, err := tools.NewRegistry()
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &recordingHandler{}
-	w, err := New(testConfig(t), rt, st, reg, slog.New(logs), WithLeases(newFakeLeases()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := newCall("run_shell", shellArgs)
-	st.Put(call.NewResult(c, call.StatusQueued))
-	w.Handle(context.Background(), &fakeDelivery{c: c})
-	want := fmt.Sprintf("call_id=%s warm=true steps=[claim_ms=0.25 start_ms=3]", c.ID)
-	got := logs.find("sandbox steps")
-	if got != want {
-		t.Fatalf("the log's sandbox steps are %q, want %q", got, want)
-	}
-}
-
-// recordingHandler keeps what is logged at any level, as message and attributes.
-type recordingHandler struct {
-	mu      sync.Mutex
-	records []slog.Record
-}
-
-func (h *recordingHandler) Enabled(context.Context, slog.Level) bool { return true }
-
-func (h *recordingHandler) Handle(_ context.Context, r slog.Record) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.records = append(h.records, r.Clone())
-	return nil
-}
-
-func (h *recordingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *recordingHandler) WithGroup(string) slog.Handler      { return h }
-
-// find returns the attributes of the first record with message msg, "" when there is none.
-func (h *recordingHandler) find(msg string) string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, r := range h.records {
-		if r.Message != msg {
-			continue
-		}
-		var attrs []string
-		r.Attrs(func(a slog.Attr) bool {
-			attrs = append(attrs, a.String())
-			return true
-		})
-		return strings.Join(attrs, " ")
-	}
-	return ""
 }
 
 // TestRecordWaitSchedule: a delivery that beats its record reads again soon (the dispatcher records a

@@ -90,7 +90,7 @@ func (w *Worker) workspaceOp(ctx context.Context, c *call.Call, a workspace.Args
 		}
 		return one(w.wsm.CreateFrom(ctx, c.Tenant, c.Workspace, func(ctx context.Context, dir string, lim workspace.Limits) error {
 			var err error
-			*conns, err = w.clone(ctx, c, *a.Git, dir, lim)
+			*conns, err = w.exec.Clone(ctx, c, *a.Git, dir, lim)
 			return err
 		}))
 	case workspace.OpUpload:

@@ -64,12 +64,18 @@ func writeTarGz(fd int, w io.Writer) error {
 // usageOf is the disk space used under the directory open as fd (not closed); 0 when it cannot be
 // measured.
 func usageOf(fd int) int64 {
+	n, _ := diskUsage(fd, "")
+	return n
+}
+
+// diskUsage is the disk space used under the directory open as fd (not closed), named name in errors,
+// as sandbox.DiskUsageOf measures it (never following a symlink; sandbox.ErrTreeTooDeep past its depth).
+func diskUsage(fd int, name string) (int64, error) {
 	dup, err := unix.Dup(fd)
 	if err != nil {
-		return 0
+		return 0, fmt.Errorf("measure %s: %w", name, err)
 	}
-	f := os.NewFile(uintptr(dup), "")
+	f := os.NewFile(uintptr(dup), name)
 	defer f.Close()
-	n, _ := sandbox.DiskUsageOf(f)
-	return n
+	return sandbox.DiskUsageOf(f)
 }

@@ -1,4 +1,4 @@
-package worker
+package workspace
 
 import (
 	"errors"
@@ -10,15 +10,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolpool/toolpool/internal/workspace"
+	"github.com/toolpool/toolpool/internal/call"
 )
 
 const testUID, testGID = 65532, 65532
 
-func newWorkspaces(t *testing.T, quota int64) (*Workspaces, string) {
+func newWorkspaces(t *testing.T, quota int64) (*Manager, string) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "workspaces")
-	w, err := NewWorkspaces(WorkspacesConfig{Dir: dir, UID: testUID, GID: testGID, Quota: quota})
+	w, err := New(Config{Dir: dir, UID: testUID, GID: testGID, Quota: quota})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,8 +186,8 @@ func TestPrepareQuota(t *testing.T) {
 		t.Fatal(err)
 	}
 	ws, err = w.Prepare("acme", "ws")
-	var qe *QuotaError
-	if !errors.As(err, &qe) || qe.Used < 5<<20 || qe.Quota != 4<<20 || ws.Dir == "" || ws.Bytes != qe.Used {
+	var qe *Error
+	if !errors.As(err, &qe) || qe.Type != call.ErrQuota || ws.Bytes < 5<<20 || ws.Dir == "" {
 		t.Fatalf("Prepare over quota: %+v, %v", ws, err)
 	}
 	for _, want := range []string{`workspace "ws" uses 5.0 MiB`, "over its quota of 4.0 MiB", "refused until files are deleted"} {
@@ -226,15 +226,15 @@ func TestPrepareTooDeep(t *testing.T) {
 	}
 	d.Close()
 	_, err = w.Prepare("acme", "ws")
-	var qe *QuotaError
-	if !errors.As(err, &qe) || !qe.TooDeep || !strings.Contains(err.Error(), "deeper than") {
+	var qe *Error
+	if !errors.As(err, &qe) || qe.Type != call.ErrQuota || !strings.Contains(err.Error(), "deeper than") {
 		t.Fatalf("Prepare: %v, want a too-deep quota error", err)
 	}
 }
 
 func TestFormatBytes(t *testing.T) {
 	for n, want := range map[int64]string{0: "0 bytes", 1023: "1023 bytes", 1024: "1.0 KiB", 5 << 20: "5.0 MiB", 3 << 29: "1.5 GiB", 2 << 40: "2.0 TiB"} {
-		if got := workspace.FormatBytes(n); got != want {
+		if got := FormatBytes(n); got != want {
 			t.Errorf("formatBytes(%d) = %q, want %q", n, got, want)
 		}
 	}
@@ -244,7 +244,7 @@ func TestFormatBytes(t *testing.T) {
 // SizeTTL old; after that, Prepare measures again.
 func TestRecordedSizeSkipsTheWalk(t *testing.T) {
 	now := time.Unix(1000, 0)
-	w, err := NewWorkspaces(WorkspacesConfig{Dir: t.TempDir(), UID: os.Getuid(), GID: os.Getgid(), Quota: 1 << 20,
+	w, err := New(Config{Dir: t.TempDir(), UID: os.Getuid(), GID: os.Getgid(), Quota: 1 << 20,
 		SizeTTL: 10 * time.Second, Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
@@ -253,9 +253,9 @@ func TestRecordedSizeSkipsTheWalk(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The last call left it over quota (as recorded): the next call is refused without a walk.
-	w.Record("acme", "ws", 2<<20)
-	var over *QuotaError
-	if _, err := w.Prepare("acme", "ws"); !errors.As(err, &over) || over.Used != 2<<20 {
+	w.RecordSize("acme", "ws", 2<<20)
+	var over *Error
+	if ws, err := w.Prepare("acme", "ws"); !errors.As(err, &over) || over.Type != call.ErrQuota || ws.Bytes != 2<<20 {
 		t.Fatalf("within the TTL: %v, want the recorded size over quota", err)
 	}
 	// Once the record is stale, the real (empty) tree is measured again.

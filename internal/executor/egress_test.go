@@ -1,4 +1,4 @@
-package worker
+package executor
 
 import (
 	"bufio"
@@ -29,7 +29,7 @@ func TestWithEgress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &Worker{cfg: Config{EgressDir: filepath.Join(dir, "egress"), Egress: gw, RunnerBinary: "/host/worker"}}
+	e := &Executor{cfg: Config{EgressDir: filepath.Join(dir, "egress"), Egress: gw, RunnerBinary: "/host/worker"}}
 	shell := tools.Invocation{Argv: []string{"/bin/sh", "-c", "curl x"}, Env: []string{"A=1"}}
 	fetch := tools.Invocation{Argv: []string{incontainer.RunnerPath, incontainer.RunnerCommand, "web_fetch"}, Runner: true, Egress: true}
 	tests := []struct {
@@ -48,7 +48,7 @@ func TestWithEgress(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := &call.Call{ID: call.NewID(), Tenant: "acme", Limits: tt.limits}
 			spec := sandbox.Spec{Argv: slices.Clone(tt.inv.Argv), Env: slices.Clone(tt.inv.Env)}
-			finish, err := w.withEgress(context.Background(), c, tt.inv, &spec)
+			finish, err := e.withEgress(context.Background(), c, tt.inv, &spec)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -80,10 +80,10 @@ func TestWithEgressNarrowsToTheCallsLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	w := &Worker{cfg: Config{EgressDir: dir, Egress: gw}}
+	e := &Executor{cfg: Config{EgressDir: dir, Egress: gw}}
 	c := &call.Call{ID: call.NewID(), Tenant: "acme", Limits: call.Limits{Network: true, AllowedDomains: []string{}}}
 	spec := sandbox.Spec{Argv: []string{"/bin/true"}}
-	finish, err := w.withEgress(context.Background(), c, tools.Invocation{Argv: spec.Argv}, &spec)
+	finish, err := e.withEgress(context.Background(), c, tools.Invocation{Argv: spec.Argv}, &spec)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package worker
+package executor
 
 import (
 	"context"
@@ -21,21 +21,21 @@ import (
 // the proxy's CA. A command runs behind the in-container forwarder: spec's argv is wrapped in the runner's
 // ForwardCommand and its environment gets the proxy variables. finish stops the proxy and returns what it
 // did; call it once the container is gone. A call without egress gets a finish that returns nil.
-func (w *Worker) withEgress(ctx context.Context, c *call.Call, inv tools.Invocation, spec *sandbox.Spec) (finish func() []call.EgressConn, err error) {
+func (e *Executor) withEgress(ctx context.Context, c *call.Call, inv tools.Invocation, spec *sandbox.Spec) (finish func() []call.EgressConn, err error) {
 	command := !inv.Runner
 	if !inv.Egress && !(command && c.Limits.Network) {
 		return func() []call.EgressConn { return nil }, nil
 	}
-	socket, proxy, stop, err := w.serveEgress(ctx, c)
+	socket, proxy, stop, err := e.serveEgress(ctx, c)
 	if err != nil {
 		return nil, err
 	}
 	spec.Mounts = append(spec.Mounts, sandbox.Mount{Source: socket, Destination: incontainer.EgressSocket})
-	spec.TrustedCAs = w.cfg.Egress.TrustedCAs()
+	spec.TrustedCAs = e.cfg.Egress.TrustedCAs()
 	if command {
 		spec.Argv = append([]string{incontainer.RunnerPath, incontainer.ForwardCommand, "--"}, spec.Argv...)
 		spec.Env = append(incontainer.ProxyEnv(), spec.Env...) // the call's own env may override them: it only loses network
-		spec.Mounts = append(spec.Mounts, sandbox.Mount{Source: w.cfg.RunnerBinary, Destination: incontainer.RunnerPath})
+		spec.Mounts = append(spec.Mounts, sandbox.Mount{Source: e.cfg.RunnerBinary, Destination: incontainer.RunnerPath})
 	}
 	return func() []call.EgressConn {
 		stop()
@@ -53,18 +53,18 @@ func egressRules(l call.Limits) egress.Rules {
 // rules narrowed by the call's (egressRules). The socket is mounted into that call's container only; the
 // container has no other way out. stop shuts the proxy down (closing its tunnels), waits until every
 // connection is logged, and removes the socket.
-func (w *Worker) serveEgress(ctx context.Context, c *call.Call) (socket string, proxy *egress.Proxy, stop func(), err error) {
-	if w.cfg.EgressDir == "" || w.cfg.Egress == nil {
+func (e *Executor) serveEgress(ctx context.Context, c *call.Call) (socket string, proxy *egress.Proxy, stop func(), err error) {
+	if e.cfg.EgressDir == "" || e.cfg.Egress == nil {
 		return "", nil, nil, fmt.Errorf("serve egress for call %s: no egress configured", c.ID)
 	}
-	if err := os.MkdirAll(w.cfg.EgressDir, 0o711); err != nil {
+	if err := os.MkdirAll(e.cfg.EgressDir, 0o711); err != nil {
 		return "", nil, nil, fmt.Errorf("create egress dir: %w", err)
 	}
-	proxy, err = w.cfg.Egress.Proxy(c.Tenant, egressRules(c.Limits))
+	proxy, err = e.cfg.Egress.Proxy(c.Tenant, egressRules(c.Limits))
 	if err != nil {
 		return "", nil, nil, fmt.Errorf("create egress proxy for call %s: %w", c.ID, err)
 	}
-	socket = filepath.Join(w.cfg.EgressDir, c.ID+".sock")
+	socket = filepath.Join(e.cfg.EgressDir, c.ID+".sock")
 	_ = os.Remove(socket)
 	l, err := net.Listen("unix", socket)
 	if err != nil {

@@ -1,4 +1,4 @@
-package worker
+package executor
 
 import (
 	"context"
@@ -44,12 +44,13 @@ func cloneArgv(g workspace.Git) []string {
 // tree into place or report why not.
 const cloneMargin = 5 * time.Second
 
-// clone fills dir with a shallow clone of g. git runs in a container of its own, as the sandbox user,
+// Clone fills dir with a shallow clone of g, for workspace operation c (workspace_clone; a
+// workspace.Fill). git runs in a container of its own, as the sandbox user,
 // under the tenant's runtime and the call's image, with dir as its workspace (quota: the archive byte
 // limit, so a huge repository is stopped while it downloads); its only way out is the call's egress proxy
 // (as for a command granted network), narrowed to g's host. It returns what the proxy did. Its errors
 // for the client to act on are *workspace.Error.
-func (w *Worker) clone(ctx context.Context, c *call.Call, g workspace.Git, dir string, lim workspace.Limits) ([]call.EgressConn, error) {
+func (e *Executor) Clone(ctx context.Context, c *call.Call, g workspace.Git, dir string, lim workspace.Limits) ([]call.EgressConn, error) {
 	host, err := g.Check()
 	if err != nil {
 		return nil, err
@@ -68,14 +69,14 @@ func (w *Worker) clone(ctx context.Context, c *call.Call, g workspace.Git, dir s
 		timeout = min(timeout, time.Until(deadline)-cloneMargin)
 	}
 	spec := sandbox.Spec{
-		ID: c.ID, Argv: cloneArgv(g), Env: cloneEnv, WorkspaceDir: dir, Image: w.cfg.Image, Runtime: c.Limits.Runtime,
+		ID: c.ID, Argv: cloneArgv(g), Env: cloneEnv, WorkspaceDir: dir, Image: e.cfg.Image, Runtime: c.Limits.Runtime,
 		Limits: sandbox.Limits{Timeout: timeout, OutputBytes: 64 << 10, WorkspaceBytes: lim.Bytes, Network: true},
 	}
-	finish, err := w.withEgress(ctx, &narrowed, tools.Invocation{}, &spec)
+	finish, err := e.withEgress(ctx, &narrowed, tools.Invocation{}, &spec)
 	if err != nil {
 		return nil, fmt.Errorf("clone %s: %w", g.URL, err)
 	}
-	out, err := w.runtime.Run(ctx, spec)
+	out, err := e.runtime.Run(ctx, spec)
 	conns := finish()
 	return conns, cloneError(g, host, out, err, conns, timeout, lim)
 }
