@@ -88,7 +88,7 @@ type Approvals interface {
 
 // Output follows the output of a running call as its worker reads it from the container, for progress
 // notifications. It is best effort: chunks printed before Follow started, or that a slow follower could
-// not keep, are missing from the notifications (never from the result).
+// not keep, are missing from the notifications (never from the result). It is the Follow of queue.Live.
 type Output interface {
 	// Follow calls emit with each chunk of the call's output, in order and from one goroutine, until
 	// ctx is done.

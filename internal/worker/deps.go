@@ -6,13 +6,13 @@ package worker
 import (
 	"context"
 	"io"
-	"time"
 
 	"github.com/toolpool/toolpool/internal/call"
 	"github.com/toolpool/toolpool/internal/queue"
 )
 
-// Store is the durable record of each call, updated by compare-and-set.
+// Store is the durable record of each call, updated by compare-and-set: queue.Records without Create,
+// which a worker uses only through Creator.
 type Store interface {
 	Get(ctx context.Context, id string) (queue.Record, error)
 	Update(ctx context.Context, r *call.Result, rev uint64) (uint64, error)
@@ -21,15 +21,12 @@ type Store interface {
 }
 
 // Leases are the claims of running calls, kept on the queue server's clock: a lease that goes its TTL
-// without renewal is gone, whatever any worker's clock says.
-type Leases interface {
-	// AcquireLease takes call id's lease for holder; queue.ErrExists when someone holds it.
-	AcquireLease(ctx context.Context, id, holder string, ttl time.Duration) (queue.Lease, error)
-	// LeaseHeld reports whether anyone holds call id's lease.
-	LeaseHeld(ctx context.Context, id string) (bool, error)
-}
+// without renewal is gone, whatever any worker's clock says. The worker uses the whole of the queue's
+// Leases contract.
+type Leases = queue.Leases
 
-// Outputs keeps output fields too large for a record, by object name (queue.OutputName).
+// Outputs keeps output fields too large for a record, by object name (queue.OutputName): the writing
+// half of queue.Outputs.
 type Outputs interface {
 	// PutOutput stores what r yields under name and returns its size.
 	PutOutput(ctx context.Context, name string, r io.Reader) (int64, error)
@@ -38,7 +35,7 @@ type Outputs interface {
 }
 
 // Creator writes a call's first record, for a call whose dispatcher queued it and stopped before it
-// recorded it.
+// recorded it: the Create of queue.Records.
 type Creator interface {
 	Create(ctx context.Context, r *call.Result) (uint64, error)
 }

@@ -13,7 +13,8 @@ import (
 	"github.com/toolpool/toolpool/internal/queue"
 )
 
-// Live publishes a running call's output as it is printed, to whoever follows the call.
+// Live publishes a running call's output as it is printed, to whoever follows the call: the publishing
+// half of queue.Live.
 type Live interface {
 	// PublishChunk sends one chunk; best effort (a lost chunk is missed by live readers only, who read it
 	// from the output store later). It may block while the connection drains. ch.Data is the caller's

@@ -19,7 +19,8 @@ import (
 // Archives travel through the output store: an upload names the object the dispatcher stored, a download
 // answers with the object this worker stored.
 
-// Transfers opens objects of the output store: the archives that dispatchers stored for uploads.
+// Transfers opens objects of the output store, the archives that dispatchers stored for uploads: the
+// OpenOutput of queue.Outputs.
 type Transfers interface {
 	OpenOutput(ctx context.Context, name string, offset int64) (io.ReadCloser, error)
 }
