@@ -119,6 +119,7 @@ bench: deps
 lint:
 	$(GO) vet $(PKGS)
 	@bash scripts/check-fmt.sh
+	@bash scripts/check-commits.sh
 	@bash scripts/check-observability.sh
 	@bash scripts/check-helm.sh
 
