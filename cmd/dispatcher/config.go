@@ -47,10 +47,10 @@ type config struct {
 // libraries'.
 func defaults() config {
 	return config{
-		Listen: "127.0.0.1:8080", DataDir: "/var/lib/toolpool/dispatcher", NATSListen: "127.0.0.1:4222",
+		Listen: "127.0.0.1:8080", DataDir: "/var/lib/toolpool/dispatcher", NATSListen: jetstream.DefaultListen,
 		NATSSync: "always", LogLevel: "info", API: dispatcher.DefaultConfig(), MCP: mcp.DefaultConfig(), Queue: jetstream.DefaultConfig(),
 		Reconciler: dispatcher.DefaultReconcilerConfig(),
-		Metrics:    metrics.Options{TenantLabel: true, MaxTenants: metrics.DefaultMaxTenants},
+		Metrics:    metrics.DefaultOptions(),
 	}
 }
 

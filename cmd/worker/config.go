@@ -14,6 +14,7 @@ import (
 
 	"github.com/toolpool/toolpool/internal/call"
 	"github.com/toolpool/toolpool/internal/metrics"
+	"github.com/toolpool/toolpool/internal/queue/jetstream"
 	"github.com/toolpool/toolpool/internal/sandbox"
 	"github.com/toolpool/toolpool/internal/sandbox/containerd"
 	"github.com/toolpool/toolpool/internal/sandbox/sandboxinit"
@@ -123,11 +124,11 @@ func defaults() config {
 	host, _ := os.Hostname()
 	pool := containerd.DefaultPoolConfig()
 	return config{
-		ID: "worker-" + host, NATSURL: "nats://127.0.0.1:4222", Namespace: containerd.DefaultNamespace, Runtime: containerd.RuncRuntime,
+		ID: "worker-" + host, NATSURL: jetstream.DefaultURL, Namespace: containerd.DefaultNamespace, Runtime: containerd.RuncRuntime,
 		DataDir: "/var/lib/toolpool/worker", Slots: 4, Listen: "127.0.0.1:9091", UID: 65532, GID: 65532,
 		Heartbeat: worker.DefaultHeartbeat, DrainTimeout: 30 * time.Second, LogLevel: "info", WorkspaceQuota: 1 << 30,
 		FullOutputBytes: worker.DefaultFullOutputBytes,
-		Metrics:         metrics.Options{TenantLabel: true, MaxTenants: metrics.DefaultMaxTenants},
+		Metrics:         metrics.DefaultOptions(),
 		Pool:            poolConfig{MaxSize: pool.MaxSize, MemoryBytes: pool.MemoryBytes, MaxAge: pool.MaxAge},
 		// crun where it holds: it starts a container with less CPU than runc (docs/deploy.md).
 		RuntimeBinary: containerd.RuntimeBinaryAuto,

@@ -53,6 +53,10 @@ type Options struct {
 	ScrapeTimeout time.Duration `yaml:"scrape_timeout"`
 }
 
+// DefaultOptions are the options the dispatcher and the worker run with unless configured: tenants
+// labelled, at most DefaultMaxTenants of them, scrapes bounded by DefaultScrapeTimeout.
+func DefaultOptions() Options { return Options{TenantLabel: true}.withDefaults() }
+
 func (o Options) withDefaults() Options {
 	if o.MaxTenants <= 0 {
 		o.MaxTenants = DefaultMaxTenants

@@ -11,6 +11,13 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 )
 
+// DefaultListen is where a dispatcher's embedded NATS server listens unless configured, and DefaultURL
+// where a worker looks for it: NATS's standard client port on loopback.
+const (
+	DefaultListen = "127.0.0.1:4222"
+	DefaultURL    = "nats://" + DefaultListen
+)
+
 // EmbeddedConfig configures the NATS server a dispatcher embeds when no external one is given.
 type EmbeddedConfig struct {
 	// Listen is host:port for NATS clients (workers); port 0 or -1 picks a free port.
