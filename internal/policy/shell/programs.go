@@ -228,7 +228,9 @@ func gitSubcommand(argv []word) int {
 			return i
 		}
 	}
-	return i
+	// An option that takes a value may end the line without one ("git --git-dir"): the subcommand's
+	// index is then the end of argv, never past it.
+	return min(i, len(argv))
 }
 
 // gitDangerous are subcommand options that write files or run programs.

@@ -506,3 +506,13 @@ func TestShellMonotoneAfterCd(t *testing.T) {
 		}
 	}
 }
+
+// TestGitOptionWithoutItsValue: a git global option that takes a value, ending the line without one, is
+// judged (a person approves it) rather than read past the end of the line ("git --git-dir" panicked).
+func TestGitOptionWithoutItsValue(t *testing.T) {
+	var cases []shellCase
+	for _, opt := range []string{"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--config-env", "--super-prefix", "--attr-source", "--list-cmds"} {
+		cases = append(cases, shellCase{"git " + opt, "git " + opt, policy.Ask, ""}, shellCase{"git -C src " + opt, "git -C src " + opt, policy.Ask, ""})
+	}
+	runShellCases(t, policy.Default(), cases)
+}
