@@ -89,40 +89,14 @@ func provision(ctx context.Context, js jetstream.JetStream, cfg *Config) error {
 	}); err != nil {
 		return explainCreate("consumer "+reconcilerConsumer, cfg.Replicas, err)
 	}
-	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      cfg.Bucket,
-		Description: "toolpool call records by id",
-		History:     1,
-		TTL:         cfg.ResultTTL,
-		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
-	}); err != nil {
+	if _, err := js.CreateOrUpdateStream(ctx, leaderReadBucket(cfg.Bucket, "toolpool call records by id", 1, cfg.ResultTTL, cfg.Replicas)); err != nil {
 		return explainCreate("bucket "+cfg.Bucket, cfg.Replicas, err)
 	}
-	// The leases bucket is a key-value bucket made by hand, to turn direct gets off: a direct get may be
-	// answered by a replica that has not yet applied a lease, and a judge that reads "no lease" from it
-	// would call a running call lost. Without direct gets every read goes to the stream's leader.
-	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:              "KV_" + cfg.leaseBucket(),
-		Description:       "toolpool leases of running calls, each with a server-side TTL",
-		Subjects:          []string{"$KV." + cfg.leaseBucket() + ".>"},
-		MaxMsgsPerSubject: 1,
-		MaxBytes:          -1,
-		MaxMsgSize:        -1,
-		MaxMsgs:           -1,
-		MaxConsumers:      -1,
-		// Released and lapsed leases leave markers; nothing in this bucket needs to live an hour.
-		MaxAge:                 time.Hour,
-		Storage:                jetstream.FileStorage,
-		Replicas:               cfg.Replicas,
-		AllowRollup:            true,
-		DenyDelete:             true,
-		Duplicates:             2 * time.Minute,
-		Discard:                jetstream.DiscardNew,
-		AllowMsgTTL:            true,
-		SubjectDeleteMarkerTTL: time.Hour,
-		AllowDirect:            false,
-	}); err != nil {
+	// Released and lapsed leases leave markers (a server-side TTL per key); nothing in this bucket needs to
+	// live an hour.
+	leases := leaderReadBucket(cfg.leaseBucket(), "toolpool leases of running calls, each with a server-side TTL", 1, time.Hour, cfg.Replicas)
+	leases.AllowMsgTTL, leases.SubjectDeleteMarkerTTL = true, time.Hour
+	if _, err := js.CreateOrUpdateStream(ctx, leases); err != nil {
 		return explainCreate("bucket "+cfg.leaseBucket(), cfg.Replicas, err)
 	}
 	if _, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
@@ -219,16 +193,10 @@ func bind(ctx context.Context, js jetstream.JetStream, cfg *Config) error {
 
 // provisionState creates the approvals and state buckets and the audit stream.
 func provisionState(ctx context.Context, js jetstream.JetStream, cfg Config) error {
-	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: cfg.approvalsBucket(), Description: "toolpool calls waiting for approval, by tenant.id",
-		History: 1, TTL: cfg.ResultTTL, Storage: jetstream.FileStorage, Replicas: cfg.Replicas,
-	}); err != nil {
+	if _, err := js.CreateOrUpdateStream(ctx, leaderReadBucket(cfg.approvalsBucket(), "toolpool calls waiting for approval, by tenant.id", 1, cfg.ResultTTL, cfg.Replicas)); err != nil {
 		return fmt.Errorf("create bucket %s: %w", cfg.approvalsBucket(), err)
 	}
-	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: cfg.stateBucket(), Description: "toolpool shared state (approve-always rules)",
-		History: 5, Storage: jetstream.FileStorage, Replicas: cfg.Replicas,
-	}); err != nil {
+	if _, err := js.CreateOrUpdateStream(ctx, leaderReadBucket(cfg.stateBucket(), "toolpool shared state (approve-always rules)", 5, 0, cfg.Replicas)); err != nil {
 		return fmt.Errorf("create bucket %s: %w", cfg.stateBucket(), err)
 	}
 	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
@@ -239,4 +207,37 @@ func provisionState(ctx context.Context, js jetstream.JetStream, cfg Config) err
 		return fmt.Errorf("create stream %s: %w", cfg.auditStream(), err)
 	}
 	return nil
+}
+
+// leaderReadBucket is the stream of a key-value bucket as nats.go's CreateKeyValue makes it (history
+// revisions per key, ttl for every key, 0 for none), with one difference: direct gets are off, so every
+// read is answered by the stream's leader. A direct get may be answered by any replica, and a replica that
+// has just restarted answers "not found" or an old revision until it catches up: a dispatcher then told a
+// client that an accepted call does not exist, or that a call waiting for approval waits for nothing, and
+// a judge reading "no lease" would call a running call lost. Every bucket of toolpool holds state that a
+// reader must see as written, so every bucket is made this way; a bucket made by an earlier version with
+// direct gets on is updated in place.
+func leaderReadBucket(bucket, description string, history int64, ttl time.Duration, replicas int) jetstream.StreamConfig {
+	duplicates := 2 * time.Minute
+	if ttl > 0 && ttl < duplicates {
+		duplicates = ttl
+	}
+	return jetstream.StreamConfig{
+		Name:              "KV_" + bucket,
+		Description:       description,
+		Subjects:          []string{"$KV." + bucket + ".>"},
+		MaxMsgsPerSubject: history,
+		MaxBytes:          -1,
+		MaxMsgSize:        -1,
+		MaxMsgs:           -1,
+		MaxConsumers:      -1,
+		MaxAge:            ttl,
+		Storage:           jetstream.FileStorage,
+		Replicas:          replicas,
+		AllowRollup:       true,
+		DenyDelete:        true,
+		Duplicates:        duplicates,
+		Discard:           jetstream.DiscardNew,
+		AllowDirect:       false,
+	}
 }

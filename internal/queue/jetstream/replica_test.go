@@ -1,0 +1,203 @@
+package jetstream_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolpool/toolpool/internal/call"
+	"github.com/toolpool/toolpool/internal/queue"
+	"github.com/toolpool/toolpool/internal/queue/jetstream"
+	"github.com/toolpool/toolpool/internal/queue/jetstream/jstest"
+)
+
+// replicaCluster is three in-process NATS servers clustered on loopback, each with JetStream on its own
+// store, so that one can be stopped and started again on its store.
+type replicaCluster struct {
+	t     *testing.T
+	dir   string
+	ports [3]int // cluster (route) ports, fixed for the cluster's life so that a restarted node rejoins
+	nodes [3]*server.Server
+}
+
+func startReplicaCluster(t *testing.T) *replicaCluster {
+	t.Helper()
+	c := &replicaCluster{t: t, dir: t.TempDir()}
+	var ls []net.Listener
+	for i := range c.ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		c.ports[i] = l.Addr().(*net.TCPAddr).Port
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	for i := range c.nodes {
+		c.start(i)
+	}
+	pollUntil(t, time.Minute, "a JetStream meta leader", c.hasMetaLeader)
+	t.Cleanup(func() {
+		for _, n := range c.nodes {
+			if n != nil {
+				n.Shutdown()
+			}
+		}
+	})
+	return c
+}
+
+func (c *replicaCluster) hasMetaLeader() bool {
+	for _, n := range c.nodes {
+		if n != nil && n.Running() && n.JetStreamIsLeader() {
+			return true
+		}
+	}
+	return false
+}
+
+// start starts node i on its store and waits until it accepts connections.
+func (c *replicaCluster) start(i int) {
+	c.t.Helper()
+	var routes []string
+	for j, p := range c.ports {
+		if j != i {
+			routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
+		}
+	}
+	opts := &server.Options{
+		ServerName: fmt.Sprintf("n%d", i), Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true,
+		StoreDir: filepath.Join(c.dir, fmt.Sprintf("n%d", i)), NoSigs: true, NoLog: true,
+		Cluster: server.ClusterOpts{Name: "replicas", Host: "127.0.0.1", Port: c.ports[i]},
+		Routes:  server.RoutesFromStr(strings.Join(routes, ",")),
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(30 * time.Second) {
+		c.t.Fatalf("node %d not ready", i)
+	}
+	c.nodes[i] = srv
+}
+
+// TestReadsAfterAReplicaRestarts: whatever server a reader is connected to, it reads what another client
+// wrote a moment before, also through a server that has just restarted and is catching up. A direct get is
+// answered by a nearby replica, and a replica serves them once it is 90% caught up: a dispatcher then told
+// a client that an accepted call did not exist (the chaos soak saw it), or that a call waiting for approval
+// waited for nothing.
+func TestReadsAfterAReplicaRestarts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-server NATS cluster")
+	}
+	c := startReplicaCluster(t)
+	writer := jstest.Connect(t, c.nodes[0].ClientURL(), "dispatcher", true, func(cfg *jetstream.Config) { cfg.Replicas = 3 })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	// A backlog for the restarted server to catch up on, then writes that go on while it does.
+	c.nodes[2].Shutdown()
+	n := 0
+	write := func() string {
+		n++
+		id := fmt.Sprintf("c_replica%05d", n)
+		if _, err := writer.Records().Create(ctx, &call.Result{ID: id, Tenant: "t1", Tool: "read_file", Status: call.StatusQueued}); err != nil {
+			t.Fatal(err)
+		}
+		if err := writer.Approvals().PutPending(ctx, &call.Pending{Call: &call.Call{ID: id, Tenant: "t1", Tool: "run_shell"}}); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	for range 3000 {
+		write()
+	}
+	c.start(2)
+	reader := jstest.Connect(t, c.nodes[2].ClientURL(), "reader", false, func(cfg *jetstream.Config) { cfg.Replicas = 3 })
+
+	var missing []string
+	for range 1500 {
+		id := write()
+		for {
+			_, err := reader.Records().Get(ctx, id)
+			if errors.Is(err, queue.ErrNotFound) {
+				missing = append(missing, "record "+id)
+			} else if err != nil && ctx.Err() == nil {
+				time.Sleep(50 * time.Millisecond) // no leader for a moment: ask again
+				continue
+			}
+			break
+		}
+		for {
+			_, err := reader.Approvals().GetPending(ctx, "t1", id)
+			if errors.Is(err, queue.ErrNotFound) {
+				missing = append(missing, "approval "+id)
+			} else if err != nil && ctx.Err() == nil {
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
+			break
+		}
+	}
+	if len(missing) > 0 {
+		t.Fatalf("%d of 3000 reads through another server answered not found, e.g. %v", len(missing), missing[:min(len(missing), 5)])
+	}
+}
+
+// TestProvisionTurnsDirectGetsOff: a dispatcher of this version provisioning over buckets that an earlier
+// version made (nats.go's key-value buckets, direct gets on) turns their direct gets off in place,
+// keeping what they hold.
+func TestProvisionTurnsDirectGetsOff(t *testing.T) {
+	url := jstest.Server(t, "").URL()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := natsjs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := jetstream.DefaultConfig()
+	buckets := []string{cfg.Bucket, cfg.Bucket + "_approvals", cfg.Bucket + "_state"}
+	for _, b := range buckets {
+		kv, err := js.CreateKeyValue(ctx, natsjs.KeyValueConfig{Bucket: b, History: 1, Storage: natsjs.FileStorage})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kv.Put(ctx, "kept", []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	jstest.Connect(t, url, "dispatcher", true)
+	for _, b := range buckets {
+		s, err := js.Stream(ctx, "KV_"+b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.CachedInfo().Config.AllowDirect {
+			t.Errorf("bucket %s still has direct gets on after provisioning", b)
+		}
+		kv, err := js.KeyValue(ctx, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kv.Get(ctx, "kept"); err != nil {
+			t.Errorf("bucket %s lost its key: %v", b, err)
+		}
+	}
+}
