@@ -29,6 +29,9 @@ const (
 	StatusCancelled       Status = "cancelled"
 	StatusExpired         Status = "expired"
 	StatusLost            Status = "lost"
+	// StatusUnknown is never a record's: it is what an answer about a call says when toolpool could not
+	// read the call's state just then (a store failover). The call exists or may exist; ask again.
+	StatusUnknown Status = "unknown"
 )
 
 // Terminal reports whether s is a final status.

@@ -90,9 +90,20 @@ type Rejection struct {
 	Message string
 	// RetryAfter, when positive, is how long to wait before retrying (quota, a transient failure).
 	RetryAfter time.Duration
+	// Call, when set, is the id of a call that exists or may exist, whose state toolpool could not read
+	// or could not settle just then: the transports answer with the id and the state unknown
+	// (StatusUnknown), so that a client knows which call to ask about again. Never set for a call that
+	// does not exist.
+	Call string
 }
 
 func (r *Rejection) Error() string { return r.Type + ": " + r.Message }
+
+// StateUnknown is the answer about call id, which exists or may exist, when toolpool could not read or
+// settle its state just then: unavailable, retry after a second; msg says what to do.
+func StateUnknown(id, msg string) *Rejection {
+	return &Rejection{Kind: KindUnavailable, Type: ErrInternal, Message: msg, RetryAfter: time.Second, Call: id}
+}
 
 // Reject returns a Rejection of kind with wire type typ and message msg.
 func Reject(kind Kind, typ, msg string) *Rejection {

@@ -34,7 +34,7 @@ func (s *Server) decide(ctx context.Context, p principal, id string, d decision,
 		return nil, &call.Rejection{Kind: call.KindNotFound, Type: call.ErrNotFound, Message: fmt.Sprintf("no call %s waits for approval", id)}
 	}
 	if err != nil {
-		return nil, &call.Rejection{Kind: call.KindUnavailable, Type: call.ErrInternal, Message: "toolpool could not read the approval; retry"}
+		return nil, call.StateUnknown(id, "toolpool could not read the approval; retry")
 	}
 	if d.argsDigest != "" && d.argsDigest != pc.Call.ArgsDigest {
 		return nil, &call.Rejection{Kind: call.KindConflict, Type: call.ErrDigestMismatch, Message: fmt.Sprintf("the call's arguments have digest %s, not %s: list the approvals again and approve what you see", pc.Call.ArgsDigest, d.argsDigest)}
@@ -52,7 +52,7 @@ func (s *Server) decide(ctx context.Context, p principal, id string, d decision,
 	}
 	rec, err := s.store.Get(ctx, id)
 	if err != nil {
-		return nil, &call.Rejection{Kind: call.KindUnavailable, Type: call.ErrInternal, Message: "toolpool could not read the call; retry"}
+		return nil, call.StateUnknown(id, "toolpool could not read the call; retry")
 	}
 	res := s.expireIfDue(ctx, rec)
 	if res.Status != call.StatusPendingApproval {

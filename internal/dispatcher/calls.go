@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/toolpool/toolpool/internal/call"
 	"github.com/toolpool/toolpool/internal/tools"
@@ -56,7 +55,7 @@ func (s *Server) Wait(ctx context.Context, id string, until func(*call.Result) b
 	}
 	res, err := s.awaitResult(ctx, id, until)
 	if res == nil {
-		return nil, &call.Rejection{Kind: call.KindUnavailable, Type: call.ErrInternal, Message: "toolpool could not read the call's state; retry", RetryAfter: time.Second}
+		return nil, call.StateUnknown(id, "toolpool could not read the call's state; retry")
 	}
 	if err != nil {
 		return res, err
@@ -69,7 +68,7 @@ func (s *Server) whole(ctx context.Context, res *call.Result) (*call.Result, err
 	full, err := s.present(ctx, res)
 	if err != nil {
 		s.log.ErrorContext(ctx, "read stored output", "call_id", res.ID, "error", err)
-		return nil, &call.Rejection{Kind: call.KindUnavailable, Type: call.ErrInternal, Message: "toolpool could not read the call's stored output; retry", RetryAfter: time.Second}
+		return nil, call.StateUnknown(res.ID, "toolpool could not read the call's stored output; retry")
 	}
 	return full, nil
 }

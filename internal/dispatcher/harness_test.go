@@ -341,7 +341,33 @@ func (h *harness) do(method, path, token string, body any, header ...string) rep
 	if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
 		h.t.Errorf("%s %s: Content-Type %q, want application/json", method, path, ct)
 	}
-	return reply{code: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}
+	r := reply{code: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}
+	h.answersNameTheirCall(method, path, r)
+	return r
+}
+
+// answersNameTheirCall fails the test when an answer about a call that exists says neither the call's
+// state nor its id: a failure to read or settle a call (5xx) names the call and says its state is
+// unknown, so that a client knows which call to ask about again. A POST's 5xx names the call it may
+// have made, unless the call was refused before anything was written (tenant full, too large).
+func (h *harness) answersNameTheirCall(method, path string, r reply) {
+	h.t.Helper()
+	if r.code < 500 {
+		return
+	}
+	var body struct {
+		ID     string      `json:"id"`
+		Status call.Status `json:"status"`
+	}
+	_ = json.Unmarshal(r.body, &body)
+	named := body.ID != "" && body.Status == call.StatusUnknown
+	rest, aboutCall := strings.CutPrefix(path, "/v1/calls/")
+	switch {
+	case aboutCall && rest != "" && !named:
+		h.t.Errorf("%s %s: HTTP %d names no call and no state: %s", method, path, r.code, r.body)
+	case aboutCall && rest != "" && !strings.HasPrefix(rest, body.ID):
+		h.t.Errorf("%s %s: HTTP %d names call %s", method, path, r.code, body.ID)
+	}
 }
 
 // result decodes the reply as a result envelope and checks its Location header.
@@ -357,14 +383,26 @@ func (r reply) result(t *testing.T) *call.Result {
 	return &res
 }
 
-// errorInfo decodes the reply as an error body: {"error": {"type", "message"}} and nothing else.
+// errorInfo decodes the reply as an error body: {"error": {"type", "message"}}, and, about a call whose
+// state is unknown, its "id" and "status": "unknown"; nothing else.
 func (r reply) errorInfo(t *testing.T) call.ErrorInfo {
 	t.Helper()
-	var e map[string]call.ErrorInfo
-	if err := json.Unmarshal(r.body, &e); err != nil || len(e) != 1 || e["error"].Type == "" || e["error"].Message == "" {
+	var e struct {
+		Error  call.ErrorInfo `json:"error"`
+		ID     string         `json:"id"`
+		Status call.Status    `json:"status"`
+	}
+	var keys map[string]json.RawMessage
+	_ = json.Unmarshal(r.body, &keys)
+	err := json.Unmarshal(r.body, &e)
+	want := 1
+	if e.ID != "" && e.Status == call.StatusUnknown {
+		want = 3
+	}
+	if err != nil || len(keys) != want || e.Error.Type == "" || e.Error.Message == "" {
 		t.Fatalf("HTTP %d is not an error body (%v): %s", r.code, err, r.body)
 	}
-	return e["error"]
+	return e.Error
 }
 
 // wantError checks an error reply's code, type, and that its message holds every one of msgs.

@@ -129,7 +129,7 @@ func (s *api) writeCall(ctx context.Context, w http.ResponseWriter, r *call.Resu
 	full, err := s.present(ctx, r)
 	if err != nil {
 		s.log.ErrorContext(ctx, "read stored output", "call_id", r.ID, "error", err)
-		writeErr(w, call.Reject(call.KindUnavailable, call.ErrInternal, "toolpool could not read the call's stored output; retry GET /v1/calls/"+r.ID))
+		writeErr(w, call.StateUnknown(r.ID, "toolpool could not read the call's stored output; retry GET /v1/calls/"+r.ID))
 		return
 	}
 	writeResult(w, full)

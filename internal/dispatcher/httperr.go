@@ -56,7 +56,8 @@ func statusCode(s call.Status) int {
 }
 
 // writeErr answers with err's error body, {"error": {"type": ..., "message": ...}}, under the status of
-// its Kind, and Retry-After when it says when to retry. An error that is not a *call.Rejection is
+// its Kind, and Retry-After when it says when to retry. An answer about a call whose state could not be
+// read names it: {"id": ..., "status": "unknown", "error": ...}. An error that is not a *call.Rejection is
 // toolpool's failure.
 func writeErr(w http.ResponseWriter, err error) {
 	var rej *call.Rejection
@@ -66,5 +67,9 @@ func writeErr(w http.ResponseWriter, err error) {
 	if rej.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(int(rej.RetryAfter/time.Second)))
 	}
-	writeJSON(w, httpStatus(rej.Kind), map[string]any{"error": call.ErrorInfo{Type: rej.Type, Message: rej.Message}})
+	body := map[string]any{"error": call.ErrorInfo{Type: rej.Type, Message: rej.Message}}
+	if rej.Call != "" {
+		body["id"], body["status"] = rej.Call, call.StatusUnknown
+	}
+	writeJSON(w, httpStatus(rej.Kind), body)
 }

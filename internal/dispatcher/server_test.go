@@ -212,7 +212,8 @@ func TestPostCall(t *testing.T) {
 			code:   http.StatusTooManyRequests, errType: call.ErrQuota, msg: "tenant acme has as many calls", retryAfter: "5"},
 		{name: "a publish failure is 503 with Retry-After and records nothing (a retry runs the call)", body: shell,
 			before: func(h *harness) { h.pub.err = errBoom },
-			code:   http.StatusServiceUnavailable, errType: call.ErrInternal, msg: "could not queue the call; it was not accepted", retryAfter: "1"},
+			code:   http.StatusServiceUnavailable, errType: call.ErrInternal, msg: "could not tell whether the call was queued", retryAfter: "1",
+			check: namesItsCall},
 		{name: "a record failure after the call was queued is 202 queued: its worker records it", body: shell,
 			before: func(h *harness) { h.store.FailWith(failOn(queuetest.OpCreate, "", errBoom)) },
 			code:   http.StatusAccepted, status: call.StatusQueued, published: 1, unrecorded: true,
@@ -235,7 +236,8 @@ func TestPostCall(t *testing.T) {
 			code: http.StatusServiceUnavailable, errType: call.ErrInternal, msg: "could not park the call", retryAfter: "1"},
 		{name: "a failure to read the call while waiting is 503", body: shell,
 			before: func(h *harness) { h.store.FailWith(failOn(queuetest.OpWait, "", errBoom)) },
-			code:   http.StatusServiceUnavailable, errType: call.ErrInternal, msg: "poll GET /v1/calls/c_", published: 1},
+			code:   http.StatusServiceUnavailable, errType: call.ErrInternal, msg: "poll GET /v1/calls/c_", published: 1, retryAfter: "1",
+			check: namesItsCall},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -294,4 +296,17 @@ func TestUnreadableBody(t *testing.T) {
 	h.srv.Handler().ServeHTTP(rec, req)
 	reply{code: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}.
 		wantError(t, http.StatusBadRequest, "invalid_request", "read request body: connection reset by peer")
+}
+
+// namesItsCall checks that an answer that could not say what became of a call names the call and says
+// that its state is unknown, so that the client can ask about it again.
+func namesItsCall(t *testing.T, h *harness, r reply) {
+	t.Helper()
+	var body struct {
+		ID     string      `json:"id"`
+		Status call.Status `json:"status"`
+	}
+	if err := json.Unmarshal(r.body, &body); err != nil || !strings.HasPrefix(body.ID, "c_") || body.Status != call.StatusUnknown {
+		t.Errorf("the answer names no call with its state unknown: %s", r.body)
+	}
 }

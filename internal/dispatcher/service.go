@@ -183,7 +183,7 @@ func (s *Server) accept(ctx context.Context, c *call.Call, dec policy.Decision, 
 		}
 		if !errors.Is(err, queue.ErrNotFound) {
 			s.log.ErrorContext(ctx, "read call", "call_id", c.ID, "error", err)
-			return nil, &call.Rejection{Kind: call.KindUnavailable, Type: call.ErrInternal, RetryAfter: time.Second, Message: "toolpool could not read the call's idempotency key; retry with the same idempotency_key"}
+			return nil, call.StateUnknown(c.ID, "toolpool could not read the call's idempotency key; retry with the same idempotency_key")
 		}
 	}
 	var res *call.Result
@@ -212,9 +212,11 @@ func (s *Server) accept(ctx context.Context, c *call.Call, dec policy.Decision, 
 				return nil, &call.Rejection{Kind: call.KindTooLarge, Type: call.ErrTooLarge,
 					Message: "the call's arguments are too large to queue: send less (write large files in parts)"}
 			}
+			// The publish may have been stored with its acknowledgement lost: then the call is queued and its
+			// worker records it. The answer says so rather than "not accepted".
 			s.log.ErrorContext(ctx, "publish call", "call_id", c.ID, "error", err)
-			return nil, &call.Rejection{Kind: call.KindUnavailable, Type: call.ErrInternal, RetryAfter: time.Second,
-				Message: "toolpool could not queue the call; it was not accepted: retry with the same idempotency_key"}
+			return nil, call.StateUnknown(c.ID, "toolpool could not tell whether the call was queued: read GET /v1/calls/"+c.ID+
+				" in a moment, or retry with the same idempotency_key (a call runs at most once per key)")
 		}
 	}
 	if _, err := s.store.Create(ctx, res); err != nil {
@@ -229,7 +231,7 @@ func (s *Server) accept(ctx context.Context, c *call.Call, dec policy.Decision, 
 			res.Output = "the call is queued; toolpool could not record it yet: poll GET /v1/calls/" + c.ID
 			return res, errNotRecorded
 		}
-		return nil, &call.Rejection{Kind: call.KindUnavailable, Type: call.ErrInternal, RetryAfter: time.Second, Message: "toolpool could not record the call; retry with the same idempotency_key"}
+		return nil, call.StateUnknown(c.ID, "toolpool could not record the call; retry with the same idempotency_key")
 	}
 	return res, nil
 }
@@ -319,7 +321,7 @@ func (s *Server) await(ctx context.Context, id string, wait time.Duration) (*cal
 			return nil, call.Reject(call.KindNotFound, call.ErrNotFound, fmt.Sprintf("no call %s", id))
 		}
 		s.log.Error("wait for call", "call_id", id, "error", err)
-		return nil, call.Reject(call.KindUnavailable, call.ErrInternal, "toolpool could not read the call's state; poll GET /v1/calls/"+id)
+		return nil, call.StateUnknown(id, "toolpool could not read the call's state; poll GET /v1/calls/"+id)
 	}
 	return res, nil
 }
@@ -332,7 +334,7 @@ func (s *Server) lookup(ctx context.Context, tenant, id string) (queue.Record, e
 	}
 	if err != nil {
 		s.log.ErrorContext(ctx, "read call", "call_id", id, "error", err)
-		return queue.Record{}, &call.Rejection{Kind: call.KindUnavailable, Type: call.ErrInternal, RetryAfter: time.Second, Message: "toolpool could not read the call; retry"}
+		return queue.Record{}, call.StateUnknown(id, "toolpool could not read the call; retry")
 	}
 	return rec, nil
 }
@@ -361,7 +363,7 @@ func (s *Server) cancel(ctx context.Context, p principal, id string) (*call.Resu
 		if _, err := s.store.Update(ctx, res, rec.Revision); errors.Is(err, queue.ErrConflict) {
 			continue // it moved on: look again
 		} else if err != nil {
-			return nil, &call.Rejection{Kind: call.KindUnavailable, Type: call.ErrInternal, Message: "toolpool could not cancel the call; retry"}
+			return nil, call.StateUnknown(id, "toolpool could not cancel the call; retry")
 		}
 		if parked {
 			_ = s.approvals.DeletePending(ctx, p.tenant, id)
