@@ -36,7 +36,7 @@ CONTAINER_PKGS := ./internal/sandbox/containerd/... ./test/e2e/... ./test/cluste
 # FUZZTIME is how long make test (and make fuzz) runs each fuzz target.
 FUZZTIME ?= 20s
 
-.PHONY: all deps gvisor gvisor-for-test build run test test-gvisor test-unit test-escape fuzz bench lint helm fmt clean
+.PHONY: all deps gvisor gvisor-for-test build run soak test test-gvisor test-unit test-escape fuzz bench lint helm fmt clean
 
 all: build
 
@@ -107,6 +107,15 @@ test-escape: deps
 ## fuzz: every fuzz target for FUZZTIME (default 20s) each; a failing input lands in testdata/fuzz/ to commit
 fuzz:
 	@FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh
+
+## soak: the chaos soak on the three-server cluster for SOAK (default 5m): steady load while NATS servers
+## (the calls stream's and the records bucket's leaders among them), workers and a dispatcher are killed at
+## random and a server is frozen; fails on any broken guarantee and writes its table to SOAK_REPORT
+## (docs/reliability.md). SOAK_SEED replays a run's fault schedule
+SOAK ?= 5m
+SOAK_REPORT ?= soak-report.md
+soak: deps
+	TOOLPOOL_SOAK=$(SOAK) TOOLPOOL_SOAK_SEED=$(SOAK_SEED) TOOLPOOL_SOAK_REPORT=$(abspath $(SOAK_REPORT)) $(GO) test -count=1 -v -run '^TestSoak$$' -timeout 60m ./test/cluster/
 
 ## bench: sandbox and end-to-end benchmarks (speed and memory targets are measured here), then `toolpool
 ## bench` at concurrency 16 for CLUSTER_BENCH (30s) against the three-server cluster with three workers
