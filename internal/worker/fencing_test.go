@@ -282,3 +282,46 @@ func TestStaleReadDoesNotFence(t *testing.T) {
 		t.Fatalf("status %s settled %q: a stale read fenced a live claim", got.Result.Status, d.settlement())
 	}
 }
+
+// finalLossyStore applies the first final write of a call but answers it with an error, as a write
+// whose reply was lost in a leader election; its retry then meets its own write (a conflict).
+type finalLossyStore struct {
+	*queuetest.Store
+	mu   sync.Mutex
+	lost bool
+}
+
+func (s *finalLossyStore) Update(ctx context.Context, r *call.Result, rev uint64) (uint64, error) {
+	next, err := s.Store.Update(ctx, r, rev)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil && r.Status.Terminal() && !s.lost {
+		s.lost = true
+		return 0, errors.New("nats: timeout")
+	}
+	return next, err
+}
+
+// TestFinalWriteWhoseReplyWasLost: a final result that was recorded though its writer heard no answer
+// is the worker's own: the delivery is acknowledged and the outputs the record names stay (they were
+// deleted as if nothing had been recorded, so the call's stdout could never be read).
+func TestFinalWriteWhoseReplyWasLost(t *testing.T) {
+	st := &finalLossyStore{Store: queuetest.NewStore()}
+	outs := &memOutputs{objs: map[string][]byte{}}
+	w := newTestWorkerWith(t, slowConfig(t), bigRuntime{'x', 1 << 20}, st, WithLeases(newFakeLeases()), WithOutputs(outs))
+	c := newCall("run_shell", shellArgs)
+	c.Limits.OutputBytes = 2 << 20
+	st.Put(call.NewResult(c, call.StatusQueued))
+	d := &fakeDelivery{c: c}
+	w.Handle(context.Background(), d)
+	got, _ := st.Get(context.Background(), c.ID)
+	r := got.Result
+	if r.Status != call.StatusOK || r.Stored["stdout"] == "" || d.settlement() != "ack" {
+		t.Fatalf("status %s, stored %v, settled %q", r.Status, r.Stored, d.settlement())
+	}
+	outs.mu.Lock()
+	defer outs.mu.Unlock()
+	if len(outs.objs[r.Stored["stdout"]]) != 1<<20 {
+		t.Fatalf("the recorded result names stdout %q, which the worker deleted", r.Stored["stdout"])
+	}
+}

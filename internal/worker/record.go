@@ -30,8 +30,10 @@ func (w *Worker) recordClaimed(ctx context.Context, r *call.Result, cl *claim) (
 		cur, err := w.store.Get(ctx, r.ID)
 		switch {
 		case err != nil:
+		case ownFinal(cur.Result, r):
+			return settleAck, cur.Result // our own write, whose reply was lost: recorded, outputs and all
 		case cur.Result.Status.Terminal():
-			return settleAck, nil // final already (our own write whose reply was lost, or a cancel)
+			return settleAck, nil // final by another writer (the call judged lost): its outputs are not ours
 		case cur.Result.Status == call.StatusRunning && cur.Result.Worker == w.cfg.ID:
 			rev = cur.Revision
 			continue
@@ -47,6 +49,13 @@ func (w *Worker) recordClaimed(ctx context.Context, r *call.Result, cl *claim) (
 		}
 	}
 	return settleRetry, nil
+}
+
+// ownFinal reports whether cur is the final result r that this worker wrote: a write applied though its
+// reply was lost, found when its retry meets it.
+func ownFinal(cur, r *call.Result) bool {
+	return cur.Status.Terminal() && cur.Status == r.Status && cur.Worker == r.Worker &&
+		cur.StartedAt.Equal(r.StartedAt) && cur.FinishedAt.Equal(r.FinishedAt)
 }
 
 // giveUp ends a call that could not be started in MaxDeliver-1 deliveries, unless it is final already,
