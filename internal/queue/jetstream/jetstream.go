@@ -127,14 +127,21 @@ type Conn struct {
 	bg        sync.WaitGroup
 }
 
+// clientPing is how often a connection asks its server whether it is alive.
+const clientPing = 2 * time.Second
+
 // Connect connects to NATS and creates or updates (with Provision) or looks up the streams, consumers and
 // buckets. The caller must Close the Conn.
 func Connect(ctx context.Context, cfg Config, opts ...Option) (_ *Conn, retErr error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("validate nats config: %w", err)
 	}
+	// A server that freezes (SIGSTOP, a partition) keeps its connections open and silent: with nats.go's
+	// default pings (every 2 minutes) a worker stayed on it, could not renew its leases, and its calls
+	// ended lost although it lived. Pings every clientPing, two unanswered, leave such a server in about
+	// three of them, well inside a lease, for another server of the cluster.
 	nc, err := nats.Connect(cfg.URL, nats.Name(cfg.Name), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
-		nats.RetryOnFailedConnect(false))
+		nats.RetryOnFailedConnect(false), nats.PingInterval(clientPing), nats.MaxPingsOutstanding(2))
 	if err != nil {
 		return nil, fmt.Errorf("connect nats at %s: %w", cfg.URL, err)
 	}

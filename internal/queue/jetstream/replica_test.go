@@ -7,6 +7,7 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -199,5 +200,118 @@ func TestProvisionTurnsDirectGetsOff(t *testing.T) {
 		if _, err := kv.Get(ctx, "kept"); err != nil {
 			t.Errorf("bucket %s lost its key: %v", b, err)
 		}
+	}
+}
+
+// freezer is a TCP proxy to one server that can stop passing bytes both ways, as a server frozen by
+// SIGSTOP or cut off by a partition looks to its clients: the connection stays open, nothing answers.
+type freezer struct {
+	l      net.Listener
+	mu     sync.Mutex
+	frozen bool
+	thaw   chan struct{}
+}
+
+func startFreezer(t *testing.T, target string) *freezer {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &freezer{l: l, thaw: make(chan struct{})}
+	t.Cleanup(func() { l.Close(); f.unfreeze() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			go f.pipe(c, s)
+			go f.pipe(s, c)
+		}
+	}()
+	return f
+}
+
+func (f *freezer) url() string { return "nats://" + f.l.Addr().String() }
+
+func (f *freezer) freeze() { f.mu.Lock(); f.frozen = true; f.mu.Unlock() }
+
+func (f *freezer) unfreeze() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.frozen {
+		f.frozen = false
+		close(f.thaw)
+		f.thaw = make(chan struct{})
+	}
+}
+
+// pipe copies from src to dst, holding every read while the proxy is frozen.
+func (f *freezer) pipe(src, dst net.Conn) {
+	defer src.Close()
+	defer dst.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		for {
+			f.mu.Lock()
+			frozen, thaw := f.frozen, f.thaw
+			f.mu.Unlock()
+			if !frozen {
+				break
+			}
+			<-thaw
+		}
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// TestFrozenServerIsLeft: a client whose server freezes (SIGSTOP, a partition: the connection stays
+// open and silent) moves to another server of the cluster within a few seconds, well inside a lease, and
+// its writes go on there. With the client's default pings (every 2 minutes) it waited on the frozen
+// server: a worker connected to it could not renew its leases and its calls ended lost although it lived.
+func TestFrozenServerIsLeft(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-server NATS cluster")
+	}
+	c := startReplicaCluster(t)
+	jstest.Connect(t, c.nodes[0].ClientURL(), "dispatcher", true, func(cfg *jetstream.Config) { cfg.Replicas = 3 })
+	f := startFreezer(t, strings.TrimPrefix(c.nodes[2].ClientURL(), "nats://"))
+	client := jstest.Connect(t, f.url(), "worker", false, func(cfg *jetstream.Config) { cfg.Replicas = 3 })
+	ctx := context.Background()
+	if _, err := client.Records().Create(ctx, &call.Result{ID: "c_before", Tenant: "t1", Status: call.StatusQueued}); err != nil {
+		t.Fatal(err)
+	}
+
+	f.freeze()
+	frozenAt := time.Now()
+	for i := 0; ; i++ {
+		wctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := client.Records().Create(wctx, &call.Result{ID: fmt.Sprintf("c_frozen%d", i), Tenant: "t1", Status: call.StatusQueued})
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Since(frozenAt) > 20*time.Second {
+			t.Fatalf("no write went through for %s after the client's server froze: %v", time.Since(frozenAt).Round(time.Second), err)
+		}
+	}
+	if took := time.Since(frozenAt); took > 10*time.Second {
+		t.Fatalf("the client took %s to leave its frozen server: longer than a lease's margin", took.Round(100*time.Millisecond))
+	} else {
+		t.Logf("writes went on %s after the client's server froze", took.Round(100*time.Millisecond))
 	}
 }
