@@ -240,35 +240,39 @@ func (w *Worker) guard(ctx context.Context, cancel context.CancelCauseFunc, cl *
 		defer wg.Done()
 		deadline := time.NewTimer(time.Until(cl.deadline()))
 		defer deadline.Stop()
-		tick := time.NewTicker(w.cfg.Heartbeat)
-		defer tick.Stop()
+		next := time.NewTimer(w.cfg.Heartbeat)
+		defer next.Stop()
+		attempt, again := renewTimeouts(w.cfg.Heartbeat)
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-deadline.C:
-			case <-tick.C:
+			case <-next.C:
 			}
 			if cl.lapsed() {
 				cancel(errLeaseLapsed)
 				return
 			}
 			sent := time.Now()
-			// Each attempt gets a few heartbeats, not all the time left: a write sent to a server that
-			// then died (a NATS leader killed mid-request) is never answered, and the next attempt, on the
-			// new leader, must come before the deadline.
-			rctx, rcancel := context.WithDeadline(ctx, earliest(cl.deadline(), sent.Add(renewAttempt*w.cfg.Heartbeat)))
+			// Each attempt gets a part of a heartbeat, not all the time left: a write sent to a server that
+			// then died or froze (a NATS leader killed mid-request, a stopped server) is never answered,
+			// and the next attempt, on the new leader or through the connection's new server, must come
+			// before the deadline.
+			rctx, rcancel := context.WithDeadline(ctx, earliest(cl.deadline(), sent.Add(attempt)))
 			err := cl.lease.Renew(rctx)
 			rcancel()
 			switch {
 			case err == nil:
 				cl.renewed(sent)
 				deadline.Reset(time.Until(cl.deadline()))
+				next.Reset(w.cfg.Heartbeat)
 			case errors.Is(err, queue.ErrConflict):
 				cancel(errFenced)
 				return
+			default:
+				next.Reset(again) // try again soon; the deadline decides
 			}
-			// Any other failure: try again next heartbeat; the deadline decides.
 		}
 	}()
 	go func() { // watch for a cancel request, to act within a second rather than a heartbeat
@@ -319,8 +323,16 @@ func (w *Worker) guard(ctx context.Context, cancel context.CancelCauseFunc, cl *
 	return func() { stopCtx(); wg.Wait() }
 }
 
-// renewAttempt is how many heartbeats one attempt to renew a lease may take.
+// renewAttempt is how many heartbeats the record watch's check of the lease may take.
 const renewAttempt = 2
+
+// renewTimeouts are how long one attempt to renew a lease may take, and how soon a failed one is tried
+// again: a third of a heartbeat (at most 2 s) and a tenth (at most 250 ms). With the lease at three
+// heartbeats and the claim's deadline a heartbeat before it lapses, a renewal lost on its way (its
+// server killed or frozen) leaves room for two more attempts before the deadline.
+func renewTimeouts(heartbeat time.Duration) (attempt, again time.Duration) {
+	return min(heartbeat/3, 2*time.Second), min(heartbeat/10, 250*time.Millisecond)
+}
 
 // earliest returns the earlier of a and b.
 func earliest(a, b time.Time) time.Time {

@@ -786,3 +786,33 @@ func recordAt(st *queuetest.Store, c *call.Call, n int) (reads func() int) {
 		return gets
 	}
 }
+
+// TestLeaseRenewalLostAtTheProductionRatio: with the lease at three heartbeats (the production ratio: 5 s
+// and 15 s), a renewal that is never answered (its server killed or frozen mid-request) is tried again in
+// time: the call is not stopped. It was: the unanswered attempt ran until the claim's deadline.
+func TestLeaseRenewalLostAtTheProductionRatio(t *testing.T) {
+	st := queuetest.NewStore()
+	rt := &fakeRuntime{block: make(chan struct{}), started: make(chan struct{})}
+	leases := newFakeLeases()
+	leases.hangFirst = true
+	cfg := testConfig(t)
+	cfg.Heartbeat, cfg.Lease, cfg.AckWait = time.Second, 3*time.Second, 3*time.Second
+	w := newTestWorkerWith(t, cfg, rt, st, WithLeases(leases))
+	c := queuedCall(st)
+	_, done := handleBlocked(w, rt, c)
+	for deadline := time.Now().Add(30 * time.Second); leases.renewCount() < 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d renewals in 30s after an unanswered one", leases.renewCount())
+		}
+		select {
+		case <-done:
+			t.Fatalf("the call ended after an unanswered renewal: %+v", st.Result(c.ID))
+		default:
+		}
+	}
+	close(rt.block)
+	waitDone(t, done, "the call did not finish")
+	if final := st.Result(c.ID); final.Status != call.StatusOK {
+		t.Fatalf("final %s (%+v), want ok: the call was stopped", final.Status, final.Error)
+	}
+}
