@@ -59,10 +59,12 @@ func startReplicaCluster(t *testing.T) *replicaCluster {
 	return c
 }
 
+// hasMetaLeader reports whether a JetStream meta leader knows every server as a peer, so that a stream
+// of three replicas can be placed.
 func (c *replicaCluster) hasMetaLeader() bool {
 	for _, n := range c.nodes {
 		if n != nil && n.Running() && n.JetStreamIsLeader() {
-			return true
+			return len(n.JetStreamClusterPeers()) == len(c.nodes)
 		}
 	}
 	return false
