@@ -207,3 +207,22 @@ func TestOpenOutputSlowReader(t *testing.T) {
 		t.Fatalf("read %d of %d bytes after a pause (%v)", len(first)+len(rest), len(data), err)
 	}
 }
+
+// TestLiveConfig: the live stream's bounds are checked, with what to set.
+func TestLiveConfig(t *testing.T) {
+	cfg := jetstream.DefaultConfig()
+	cfg.URL = "nats://127.0.0.1:4222"
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	small := cfg
+	small.LiveMaxBytes = 1000
+	if err := small.Validate(); err == nil || !strings.Contains(err.Error(), "queue live_max_bytes 1000 is below 1 MiB") {
+		t.Errorf("live_max_bytes 1000: %v", err)
+	}
+	short := cfg
+	short.LiveMaxAge = time.Second
+	if err := short.Validate(); err == nil || !strings.Contains(err.Error(), "queue live_max_age 1s is below 1m") {
+		t.Errorf("live_max_age 1s: %v", err)
+	}
+}
