@@ -130,9 +130,9 @@ type statusEvent struct {
 }
 
 // lagEvent says that live output of a stream has a gap at this reader's position: Missing bytes from
-// Offset on are not kept for live readers (the call printed more than the live stream keeps, or they
-// never reached it). The rest of the stream, from Offset, comes from the output store, in order, once
-// the call ends.
+// Offset on are not in the live stream (the call printed more than it keeps, or faster than the worker
+// could publish). Live output stops for this reader; the rest of both streams, from the event's id,
+// comes from the output store, in order, once the call ends.
 type lagEvent struct {
 	Stream  string `json:"stream"`
 	Offset  int64  `json:"offset"`
@@ -176,10 +176,12 @@ func (s *api) follow(w http.ResponseWriter, r *http.Request, tenant, id string, 
 	}
 	res := s.expireIfDue(ctx, rec)
 	var chunks <-chan queue.Chunk
+	liveCtx, stopLive := context.WithCancel(ctx)
+	defer stopLive()
 	if s.live != nil && !res.Status.Terminal() {
 		var err error
 		from := queue.Offsets{call.StreamStdout: pos.out, call.StreamStderr: pos.err}
-		if chunks, err = s.live.FollowOutput(ctx, id, from, followBuffer); err != nil {
+		if chunks, err = s.live.FollowOutput(liveCtx, id, from, followBuffer); err != nil {
 			s.log.ErrorContext(ctx, "follow output", "call_id", id, "error", err)
 			writeErr(w, call.Reject(call.KindUnavailable, call.ErrInternal, "toolpool could not follow the call's output; retry"))
 			return
@@ -212,6 +214,9 @@ func (s *api) follow(w http.ResponseWriter, r *http.Request, tenant, id string, 
 				continue
 			}
 			err = s.sendChunk(ev, &pos, live, ch)
+			if !live[ch.Stream] {
+				stopLive() // the rest comes from the store: stop reading (and paying for) the live stream
+			}
 		}
 		if err != nil {
 			return
@@ -246,7 +251,8 @@ func (s *api) follow(w http.ResponseWriter, r *http.Request, tenant, id string, 
 }
 
 // sendChunk sends what of ch this follower does not have yet, or says exactly which bytes the live
-// stream does not have, after which this stream's output comes from the store when the call ends.
+// stream does not have; the caller then stops following live, and the rest of both streams comes from
+// the store when the call ends.
 func (s *api) sendChunk(ev *sse, pos *position, live map[string]bool, ch queue.Chunk) error {
 	at := pos.at(ch.Stream)
 	switch {
@@ -255,8 +261,8 @@ func (s *api) sendChunk(ev *sse, pos *position, live map[string]bool, ch queue.C
 	case ch.Offset > *at:
 		live[ch.Stream] = false
 		return ev.send(pos.String(), "lag", lagEvent{Stream: ch.Stream, Offset: *at, Missing: ch.Offset - *at,
-			Message: fmt.Sprintf("%s bytes %d to %d are not kept for live readers (the call printed more than the live stream keeps); %s from byte %d follows from the stored output when the call ends",
-				ch.Stream, *at, ch.Offset, ch.Stream, *at)})
+			Message: fmt.Sprintf("%s bytes %d to %d are not in the live stream (printed faster than they could be published, or more than it keeps); the output from here (stdout from byte %d, stderr from byte %d) follows from the stored output when the call ends",
+				ch.Stream, *at, ch.Offset, pos.out, pos.err)})
 	}
 	data := ch.Data[*at-ch.Offset:]
 	off := *at
