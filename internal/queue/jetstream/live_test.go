@@ -226,3 +226,35 @@ func TestLiveConfig(t *testing.T) {
 		t.Errorf("live_max_age 1s: %v", err)
 	}
 }
+
+// BenchmarkLiveCall is what retaining a call's output costs its worker, per call: publishing ten
+// 100-byte lines (stored by the live stream) and dropping them when the call ends (EndOutput), against
+// the publishing alone. One in-process server, single replica.
+func BenchmarkLiveCall(b *testing.B) {
+	_, url := jstest.Provisioned(b, nil)
+	worker := jstest.Connect(b, url, "worker", false)
+	ctx := context.Background()
+	line := bytes.Repeat([]byte("x"), 99)
+	line = append(line, '\n')
+	publish := func(id string) {
+		for i := range 10 {
+			if err := worker.Live().PublishChunk(ctx, id, queue.Chunk{Stream: "stdout", Offset: int64(i * len(line)), Data: line}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.Run("publish", func(b *testing.B) {
+		for range b.N {
+			publish(call.NewID())
+		}
+	})
+	b.Run("publish+end", func(b *testing.B) {
+		for range b.N {
+			id := call.NewID()
+			publish(id)
+			if err := worker.Live().EndOutput(ctx, id); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
