@@ -36,6 +36,9 @@ const liveReadChunks = 4
 // liveRetry is how long a follower waits before reading again after its consumer failed.
 const liveRetry = 250 * time.Millisecond
 
+// liveEndWait bounds removing a follower's consumer, and dropping a call's chunks.
+const liveEndWait = 10 * time.Second
+
 func (c *Live) liveSubject(callID string) string { return c.cfg.SubjectPrefix + "_output." + callID }
 
 // PublishChunk sends one chunk of call callID's output to the live stream. It does not wait for the
@@ -55,12 +58,14 @@ func (c *Live) PublishChunk(ctx context.Context, callID string, ch queue.Chunk) 
 
 // FollowOutput delivers call callID's output from the offsets from on: the chunks the live stream
 // retains, then each chunk published later, through an ordered consumer of the call's subject that is
-// this follower's alone (a consumer in the server's memory, removed when ctx ends). Chunks wait in the
+// this follower's alone (a consumer in the server's memory, deleted when ctx ends). Chunks wait in the
 // server, not here: a follower holds at most buffer chunks in its channel and liveReadChunks in flight.
 func (c *Live) FollowOutput(ctx context.Context, callID string, from queue.Offsets, buffer int) (<-chan queue.Chunk, error) {
 	cons, err := c.js.OrderedConsumer(ctx, c.cfg.liveStream(), jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{c.liveSubject(callID)},
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		// A backstop for a follower whose process died: the server removes the consumer after this.
+		InactiveThreshold: time.Minute,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("follow output of %s: %w", callID, err)
@@ -74,14 +79,25 @@ func (c *Live) FollowOutput(ctx context.Context, callID string, from queue.Offse
 	for name, off := range from {
 		at[name] = off
 	}
-	var stop sync.Once
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			it.Stop()
+			// The server would keep the consumer for its inactive threshold: remove it now.
+			dctx, cancel := context.WithTimeout(context.Background(), liveEndWait)
+			defer cancel()
+			if info := cons.CachedInfo(); info != nil {
+				_ = c.js.DeleteConsumer(dctx, c.cfg.liveStream(), info.Name)
+			}
+		})
+	}
 	go func() {
 		<-ctx.Done()
-		stop.Do(it.Stop)
+		stop()
 	}()
 	go func() {
 		defer close(out)
-		defer stop.Do(it.Stop)
+		defer stop()
 		for {
 			m, err := it.Next()
 			if err != nil {
