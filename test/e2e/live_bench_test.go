@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -50,28 +49,8 @@ func BenchmarkLiveFlood(b *testing.B) {
 
 	dpid, wpid, npid := s.dispatcher.Pid(), s.worker.Pid(), nats.Pid()
 	baseD, baseW, baseN := rssBytes(dpid), rssBytes(wpid), rssBytes(npid)
-	var peakD, peakW, peakN, peakLive atomic.Int64
-	stop := make(chan struct{})
-	var sampler sync.WaitGroup
-	sampler.Add(1)
-	go func() {
-		defer sampler.Done()
-		for {
-			for _, m := range []struct {
-				peak *atomic.Int64
-				v    int64
-			}{{&peakD, rssBytes(dpid)}, {&peakW, rssBytes(wpid)}, {&peakN, rssBytes(npid)}, {&peakLive, liveStreamBytes(monitor)}} {
-				if m.v > m.peak.Load() {
-					m.peak.Store(m.v)
-				}
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-	}()
+	stopSampling := samplePeaks(func() int64 { return rssBytes(dpid) }, func() int64 { return rssBytes(wpid) },
+		func() int64 { return rssBytes(npid) }, func() int64 { return liveStreamBytes(monitor) })
 	began := time.Now()
 	id := flood()
 	readers := make([]floodReader, 10)
@@ -100,8 +79,8 @@ func BenchmarkLiveFlood(b *testing.B) {
 	}
 	withReaders := wait(id)
 	wg.Wait()
-	close(stop)
-	sampler.Wait()
+	peaks := stopSampling()
+	peakD, peakW, peakN, peakLive := peaks[0], peaks[1], peaks[2], peaks[3]
 	b.StopTimer()
 	after := liveStreamBytes(monitor)
 
@@ -122,17 +101,42 @@ func BenchmarkLiveFlood(b *testing.B) {
 	}
 	run := time.Duration(withReaders.Timing.RunMS) * time.Millisecond
 	b.Logf("%d MB: run alone %s, with ten readers %s; readers done %s after the start, each read %v bytes (%d lag events in all); live stream peak %d MiB, after the call %d bytes; RSS before → peak: dispatcher %d → %d MiB, worker %d → %d MiB, nats-server %d → %d MiB",
-		size/1e6, aloneRun, run, last.Round(time.Millisecond), got, lags, peakLive.Load()>>20, after,
-		baseD>>20, peakD.Load()>>20, baseW>>20, peakW.Load()>>20, baseN>>20, peakN.Load()>>20)
+		size/1e6, aloneRun, run, last.Round(time.Millisecond), got, lags, peakLive>>20, after,
+		baseD>>20, peakD>>20, baseW>>20, peakW>>20, baseN>>20, peakN>>20)
 	b.ReportMetric(float64(aloneRun.Milliseconds()), "run-alone-ms")
 	b.ReportMetric(float64(run.Milliseconds()), "run-with-readers-ms")
 	b.ReportMetric(float64(last.Milliseconds()), "readers-done-ms")
 	b.ReportMetric(float64(lags), "lag-events")
-	b.ReportMetric(float64(peakD.Load()-baseD)/(1<<20), "dispatcher-rss-growth-MiB")
-	b.ReportMetric(float64(peakW.Load()-baseW)/(1<<20), "worker-rss-growth-MiB")
-	b.ReportMetric(float64(peakN.Load()-baseN)/(1<<20), "nats-rss-growth-MiB")
-	b.ReportMetric(float64(peakLive.Load())/float64(size), "live-stream-bytes/printed-byte")
+	b.ReportMetric(float64(peakD-baseD)/(1<<20), "dispatcher-rss-growth-MiB")
+	b.ReportMetric(float64(peakW-baseW)/(1<<20), "worker-rss-growth-MiB")
+	b.ReportMetric(float64(peakN-baseN)/(1<<20), "nats-rss-growth-MiB")
+	b.ReportMetric(float64(peakLive)/float64(size), "live-stream-bytes/printed-byte")
 	b.ReportMetric(float64(after), "live-stream-bytes-after")
+}
+
+// samplePeaks samples each of fns every 100 ms until the function it returns is called, which returns the
+// highest value each one gave.
+func samplePeaks(fns ...func() int64) func() []int64 {
+	peaks := make([]int64, len(fns))
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			for i, fn := range fns {
+				peaks[i] = max(peaks[i], fn())
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	return func() []int64 {
+		close(stop)
+		<-done
+		return peaks
+	}
 }
 
 // floodReader is what one reader of BenchmarkLiveFlood got.
