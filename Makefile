@@ -117,11 +117,11 @@ SOAK_REPORT ?= soak-report.md
 soak: deps
 	TOOLPOOL_SOAK=$(SOAK) TOOLPOOL_SOAK_SEED=$(SOAK_SEED) TOOLPOOL_SOAK_REPORT=$(abspath $(SOAK_REPORT)) $(GO) test -count=1 -v -run '^TestSoak$$' -timeout 60m ./test/cluster/
 
-## bench: sandbox and end-to-end benchmarks (speed and memory targets are measured here), then `toolpool
-## bench` at concurrency 16 for CLUSTER_BENCH (30s) against the three-server cluster with three workers
+## bench: sandbox, live-output and end-to-end benchmarks (speed and memory targets are measured here; the
+## live flood prints 200 MB), then `toolpool bench` at concurrency 16 for CLUSTER_BENCH (30s) against the three-server cluster with three workers
 CLUSTER_BENCH ?= 30s
 bench: deps
-	$(GO) test -run '^$$' -bench . -benchtime 100x -timeout 30m ./internal/sandbox/containerd/ ./test/e2e/
+	$(GO) test -run '^$$' -bench . -benchtime 100x -timeout 30m ./internal/sandbox/containerd/ ./internal/queue/jetstream/ ./test/e2e/
 	TOOLPOOL_CLUSTER_BENCH=$(CLUSTER_BENCH) $(GO) test -count=1 -v -run '^TestClusterBench$$' -timeout 30m ./test/cluster/
 
 ## lint: go vet, gofmt, the metrics and alert rules, the Helm chart (make test runs it first)

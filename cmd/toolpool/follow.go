@@ -51,14 +51,28 @@ func readEvents(body io.Reader, fn func(event) bool) error {
 	return sc.Err()
 }
 
-// follower prints a call's events as they come: output bytes unchanged to stdout and stderr.
+// follower prints a call's events as they come: output bytes unchanged to stdout and stderr, each byte
+// once, however often the stream is resumed.
 type follower struct {
 	stdout, stderr io.Writer
 	id             string // the call's id, from its first status event
 	last           string // the last event id, to resume from
+	printed        [2]int64
 	result         *call.Result
 	raw            json.RawMessage
 	streamed       bool
+}
+
+// resumeFrom sets where a follower starts: after event id last ("<stdout bytes>.<stderr bytes>"), whose
+// bytes were printed already. An id of another form is passed on as it is, for the server to refuse.
+func (f *follower) resumeFrom(last string) {
+	f.last = last
+	o, e, _ := strings.Cut(last, ".")
+	out, err1 := strconv.ParseInt(o, 10, 64)
+	errs, err2 := strconv.ParseInt(e, 10, 64)
+	if err1 == nil && err2 == nil {
+		f.printed = [2]int64{out, errs}
+	}
 }
 
 func (f *follower) handle(ev event) bool {
@@ -75,6 +89,7 @@ func (f *follower) handle(ev event) bool {
 		}
 	case "stdout", "stderr":
 		var o struct {
+			Offset int64  `json:"offset"`
 			Text   string `json:"text"`
 			Base64 string `json:"base64"`
 		}
@@ -85,11 +100,14 @@ func (f *follower) handle(ev event) bool {
 		if o.Base64 != "" {
 			b, _ = base64.StdEncoding.DecodeString(o.Base64)
 		}
-		w := f.stdout
+		w, at := f.stdout, &f.printed[0]
 		if ev.name == "stderr" {
-			w = f.stderr
+			w, at = f.stderr, &f.printed[1]
 		}
-		_, _ = w.Write(b)
+		if end := o.Offset + int64(len(b)); end > *at { // bytes before at were printed already
+			_, _ = w.Write(b[max(*at-o.Offset, 0):])
+			*at = end
+		}
 		f.streamed = true
 	case "lag":
 		var l struct {
@@ -133,9 +151,15 @@ type httpError struct {
 
 func (e *httpError) Error() string { return e.msg }
 
+// resumeTries bounds the reconnections in a row that bring no event.
+const resumeTries = 20
+
 // follow follows call id from event id last (resuming where a broken stream left off) until its result.
+// A stream that breaks is resumed as often as it breaks while each brings events; after resumeTries
+// reconnections in a row without one, it gives up with an error that says how to resume.
 func (c *client) follow(ctx context.Context, f *follower) error {
 	for attempt := 0; f.result == nil; attempt++ {
+		before := f.last
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/v1/calls/"+f.id+"/events", nil)
 		if err != nil {
 			return fmt.Errorf("build request: %w", err)
@@ -148,8 +172,15 @@ func (c *client) follow(ctx context.Context, f *follower) error {
 		switch {
 		case f.result != nil:
 			return nil
-		case errors.As(err, &he) && he.code < 500, attempt >= 20:
+		case errors.As(err, &he) && he.code < 500:
 			return err
+		case f.last != before:
+			attempt = 0 // it got somewhere: a cut, not a failure
+		case attempt >= resumeTries:
+			if err == nil {
+				err = errors.New("the event stream ended without the call's result")
+			}
+			return fmt.Errorf("follow call %s: %d reconnections brought nothing (%w); resume with toolpool follow %s --from %s", f.id, attempt, err, f.id, f.last)
 		}
 		time.Sleep(min(time.Duration(attempt+1)*250*time.Millisecond, 3*time.Second)) // the stream broke: resume
 	}
@@ -204,7 +235,8 @@ func cmdFollow(c *client, args []string, stdout, stderr io.Writer) (int, error) 
 	if len(rest) != 1 {
 		return 2, fmt.Errorf("%w: toolpool follow ID [--from EVENT_ID]", errUsage)
 	}
-	f := &follower{stdout: stdout, stderr: stderr, id: rest[0], last: *from}
+	f := &follower{stdout: stdout, stderr: stderr, id: rest[0]}
+	f.resumeFrom(*from)
 	if err := c.follow(context.Background(), f); err != nil {
 		return 1, err
 	}

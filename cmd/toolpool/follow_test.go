@@ -44,3 +44,52 @@ func TestCallFollow(t *testing.T) {
 		t.Errorf("resumed from %q, want once from the last event id 8.0", resumedFrom)
 	}
 }
+
+// TestFollowResumesAfterEachCut: `toolpool follow` of a long call whose stream is cut again and again
+// (a proxy that closes streams) resumes every time from the last event id it read, prints each byte
+// once (bytes a resumed stream sends again are not printed twice), and prints the result at the end.
+func TestFollowResumesAfterEachCut(t *testing.T) {
+	const cuts = 30
+	var mu sync.Mutex
+	var resumedFrom []string
+	serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet || r.URL.Path != "/v1/calls/c_1/events" {
+			t.Errorf("unexpected %s %s", r.Method, r.URL)
+			http.NotFound(w, r)
+			return
+		}
+		mu.Lock()
+		n := len(resumedFrom)
+		resumedFrom = append(resumedFrom, r.Header.Get("Last-Event-ID"))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "text/event-stream")
+		if n == 0 {
+			fmt.Fprint(w, "id: 0.0\nevent: status\ndata: {\"id\":\"c_1\",\"status\":\"running\"}\n\n")
+		}
+		// Each stream sends the previous line again (a replica that resent it) and one new line, then breaks.
+		line := func(i int) string { return fmt.Sprintf("tick-%02d\n", i) } // 8 bytes
+		if n > 0 {
+			fmt.Fprintf(w, "id: %d.0\nevent: stdout\ndata: {\"offset\":%d,\"text\":%q}\n\n", 8*(n+1), 8*(n-1), line(n-1)+line(n))
+		} else {
+			fmt.Fprintf(w, "id: 8.0\nevent: stdout\ndata: {\"offset\":0,\"text\":%q}\n\n", line(0))
+		}
+		if n == cuts {
+			fmt.Fprintf(w, "id: %d.0\nevent: result\ndata: %s\n\n", 8*(n+1), strings.ReplaceAll(okResult, "\n", ""))
+		}
+	}))
+	code, stdout, stderr := cli("follow", "c_1")
+	var want strings.Builder
+	for i := 0; i <= cuts; i++ {
+		fmt.Fprintf(&want, "tick-%02d\n", i)
+	}
+	if code != 0 || stdout != want.String() || !strings.HasPrefix(stderr, "[ok · exit 0") {
+		t.Errorf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i, from := range resumedFrom {
+		if want := fmt.Sprintf("%d.0", 8*i); i > 0 && from != want {
+			t.Fatalf("stream %d resumed from %q, want %q", i, from, want)
+		}
+	}
+}

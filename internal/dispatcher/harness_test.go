@@ -240,6 +240,7 @@ type setup struct {
 	noRules bool   // no rule book (WithRuleBook not given)
 	engine  Policy // the policy, instead of a fakePolicy (h.pol is then unused)
 	ready   []ReadyChecker
+	live    Live // live output (WithLive), if any
 }
 
 // harness is a Server on fakes, with a fake clock.
@@ -290,6 +291,9 @@ func newHarness(t *testing.T, su setup) *harness {
 	}
 	if !su.noRules {
 		opts = append(opts, WithRuleBook(h.rules, func() { h.rulesAdded++ }))
+	}
+	if su.live != nil {
+		opts = append(opts, WithLive(su.live))
 	}
 	var pol Policy = h.pol
 	if su.engine != nil {

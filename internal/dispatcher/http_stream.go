@@ -22,7 +22,8 @@ import (
 // /v1/calls/{id}/stdout and /stderr, a finished call's full stream by range (readStream, stream.go).
 
 const (
-	// followBuffer bounds the chunks waiting for one follower: at most 16 x 64 KiB.
+	// followBuffer bounds the chunks waiting for one follower: at most 16 x 64 KiB (the live stream
+	// holds the rest).
 	followBuffer = 16
 	// eventPiece bounds the bytes of one output event read from the store.
 	eventPiece = 64 << 10
@@ -128,11 +129,14 @@ type statusEvent struct {
 	Worker string      `json:"worker,omitempty"`
 }
 
-// lagEvent says that live output of a stream skipped ahead of what this follower has: the rest of the
-// stream comes from the output store, in order, once the call ends.
+// lagEvent says that live output of a stream has a gap at this reader's position: Missing bytes from
+// Offset on are not in the live stream (the call printed more than it keeps, or faster than the worker
+// could publish). Live output stops for this reader; the rest of both streams, from the event's id,
+// comes from the output store, in order, once the call ends.
 type lagEvent struct {
 	Stream  string `json:"stream"`
 	Offset  int64  `json:"offset"`
+	Missing int64  `json:"missing"`
 	Message string `json:"message"`
 }
 
@@ -157,28 +161,32 @@ func wantsEvents(r *http.Request) bool {
 }
 
 // follow streams call id as Server-Sent Events until it ends or the client leaves: a "status" event for
-// each status it takes, "stdout" and "stderr" events with its output as printed, and a "result" event
-// with the final envelope, after which the stream closes. It starts after pos. Output that live delivery
-// missed (this follower was behind, or not yet connected) is sent from the output store once the call
-// ends, in order, so that a follower gets every byte kept exactly once.
+// each status it takes, "stdout" and "stderr" events with its output, and a "result" event with the final
+// envelope, after which the stream closes. It starts after pos: a running call's output comes from the
+// live stream (what it retains, then as printed), so a reader that joins or comes back at any moment
+// misses nothing; output that live delivery does not have (not retained) comes from the output store once
+// the call ends, in order, so that a follower gets every byte kept exactly once.
 func (s *api) follow(w http.ResponseWriter, r *http.Request, tenant, id string, pos position) {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	var chunks <-chan queue.Chunk
-	if s.live != nil {
-		var err error
-		if chunks, err = s.live.FollowOutput(ctx, id, followBuffer); err != nil {
-			s.log.ErrorContext(ctx, "follow output", "call_id", id, "error", err)
-			writeErr(w, call.Reject(call.KindUnavailable, call.ErrInternal, "toolpool could not follow the call's output; retry"))
-			return
-		}
-	}
 	rec, rerr := s.lookup(ctx, tenant, id)
 	if rerr != nil {
 		writeErr(w, rerr)
 		return
 	}
 	res := s.expireIfDue(ctx, rec)
+	var chunks <-chan queue.Chunk
+	liveCtx, stopLive := context.WithCancel(ctx)
+	defer stopLive()
+	if s.live != nil && !res.Status.Terminal() {
+		var err error
+		from := queue.Offsets{call.StreamStdout: pos.out, call.StreamStderr: pos.err}
+		if chunks, err = s.live.FollowOutput(liveCtx, id, from, followBuffer); err != nil {
+			s.log.ErrorContext(ctx, "follow output", "call_id", id, "error", err)
+			writeErr(w, call.Reject(call.KindUnavailable, call.ErrInternal, "toolpool could not follow the call's output; retry"))
+			return
+		}
+	}
 	ev := startSSE(w)
 	if ev.send(pos.String(), "status", statusEvent{ID: id, Status: res.Status, Worker: res.Worker}) != nil {
 		return
@@ -206,6 +214,9 @@ func (s *api) follow(w http.ResponseWriter, r *http.Request, tenant, id string, 
 				continue
 			}
 			err = s.sendChunk(ev, &pos, live, ch)
+			if !live[ch.Stream] {
+				stopLive() // the rest comes from the store: stop reading (and paying for) the live stream
+			}
 		}
 		if err != nil {
 			return
@@ -213,8 +224,10 @@ func (s *api) follow(w http.ResponseWriter, r *http.Request, tenant, id string, 
 	}
 	for drained := false; !drained; { // what arrived before the end was seen
 		select {
-		case ch := <-chunks:
-			if s.sendChunk(ev, &pos, live, ch) != nil {
+		case ch, ok := <-chunks:
+			if !ok {
+				drained = true
+			} else if s.sendChunk(ev, &pos, live, ch) != nil {
 				return
 			}
 		default:
@@ -237,7 +250,9 @@ func (s *api) follow(w http.ResponseWriter, r *http.Request, tenant, id string, 
 	_ = ev.send(pos.String(), "result", full)
 }
 
-// sendChunk sends what of ch this follower does not have yet, or notes that the stream skipped ahead.
+// sendChunk sends what of ch this follower does not have yet, or says exactly which bytes the live
+// stream does not have; the caller then stops following live, and the rest of both streams comes from
+// the store when the call ends.
 func (s *api) sendChunk(ev *sse, pos *position, live map[string]bool, ch queue.Chunk) error {
 	at := pos.at(ch.Stream)
 	switch {
@@ -245,8 +260,9 @@ func (s *api) sendChunk(ev *sse, pos *position, live map[string]bool, ch queue.C
 		return nil
 	case ch.Offset > *at:
 		live[ch.Stream] = false
-		return ev.send(pos.String(), "lag", lagEvent{Stream: ch.Stream, Offset: *at,
-			Message: fmt.Sprintf("live %s skipped ahead of this reader; the rest of it follows from the stored output when the call ends", ch.Stream)})
+		return ev.send(pos.String(), "lag", lagEvent{Stream: ch.Stream, Offset: *at, Missing: ch.Offset - *at,
+			Message: fmt.Sprintf("%s bytes %d to %d are not in the live stream (printed faster than they could be published, or more than it keeps); the output from here (stdout from byte %d, stderr from byte %d) follows from the stored output when the call ends",
+				ch.Stream, *at, ch.Offset, pos.out, pos.err)})
 	}
 	data := ch.Data[*at-ch.Offset:]
 	off := *at

@@ -87,11 +87,12 @@ type Approvals interface {
 }
 
 // Output follows the output of a running call as its worker reads it from the container, for progress
-// notifications. It is best effort: chunks printed before Follow started, or that a slow follower could
-// not keep, are missing from the notifications (never from the result). It is the Follow of queue.Live.
+// notifications: from its first byte (what was printed before Follow started is replayed), then as it is
+// printed. Bytes the live stream did not keep show as a note; the result always has the output. It is
+// the Follow of queue.Live.
 type Output interface {
-	// Follow calls emit with each chunk of the call's output, in order and from one goroutine, until
-	// ctx is done.
+	// Follow calls emit with each chunk of the call's output, from its first byte, in order and from one
+	// goroutine, until ctx is done.
 	Follow(ctx context.Context, id string, emit func(chunk string)) error
 }
 

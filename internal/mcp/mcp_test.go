@@ -41,6 +41,8 @@ type fakeCalls struct {
 	approver bool
 	release  chan struct{} // closed: "gated" calls, which run until then, end ok
 	hidden   string        // a tool Tools leaves out, as a policy change would
+	// onSubmit, if set, runs for each call accepted, before it is queued (a command that prints early).
+	onSubmit func(id string)
 
 	submitted []call.Request
 	traceIDs  []string
@@ -155,6 +157,9 @@ func (f *fakeCalls) Submit(ctx context.Context, r call.Request) (*call.Result, e
 	if old, ok := f.calls[id]; ok {
 		c := *old
 		return &c, nil
+	}
+	if f.onSubmit != nil {
+		f.onSubmit(id)
 	}
 	res := &call.Result{ID: id, Tool: r.Tool, Workspace: cmpOr(r.Workspace, "default"), Status: call.StatusQueued,
 		ArgsDigest: call.ArgsDigest(r.Args), Decision: &call.Decision{Action: "allow", Rule: "default"}}

@@ -133,21 +133,33 @@ type Outputs interface {
 	DeleteOutput(ctx context.Context, name string) error
 }
 
-// Live is the live output of running calls: chunks published as a container prints them, best effort,
-// stored nowhere (the full output is in Outputs once the call ends).
+// Live is the live output of running calls. Chunks are kept in the queue server, per call, while the call
+// runs (bounded by bytes and age), so that a reader joining at any moment replays what it does not have
+// yet and then follows what is printed after; the full output is in Outputs once the call ends, and takes
+// over from there.
 type Live interface {
-	// PublishChunk sends one chunk of call callID's output to whoever follows it. It does not wait for the
-	// server, but may block briefly while the connection's buffer drains. ch.Data is the caller's again
-	// once it returns: it is never kept.
+	// PublishChunk sends one chunk of call callID's output to the call's retained output. It does not
+	// wait for the server, but may block briefly while the connection's buffer drains; a chunk the server
+	// could not take is missing for readers, who see the gap in Offset. ch.Data is the caller's again once
+	// it returns: it is never kept.
 	PublishChunk(ctx context.Context, callID string, ch Chunk) error
-	// FollowOutput delivers call callID's chunks published from the moment it returns, on the returned
-	// channel, until ctx ends, when the channel is closed. The channel holds at most buffer chunks: a
-	// receiver further behind loses chunks, and sees the gap in Chunk.Offset.
-	FollowOutput(ctx context.Context, callID string, buffer int) (<-chan Chunk, error)
-	// Follow calls emit with the bytes of each chunk of call callID's output published from now on, in
-	// order and from one goroutine; it blocks until ctx ends and then returns nil. A chunk a slow emit
-	// could not keep up with is not emitted.
+	// FollowOutput delivers call callID's output from the offsets from (per stream; nil or a missing
+	// stream: from its first byte) on the returned channel: first what is retained, then every chunk
+	// published later, until ctx ends, when the channel is closed. Per stream, chunks come in order, none
+	// twice, and each starts where the previous one ended, trimmed so that none starts before from;
+	// a chunk whose Offset is past where the reader is (from, or the previous chunk's End) means the bytes
+	// in between are not retained (the call printed more than the retention bounds, or the server did not
+	// take them): they are only in Outputs, once the call ends. A slow receiver loses nothing: at most
+	// buffer chunks wait for it, and delivery waits while the channel is full (the publisher never does).
+	FollowOutput(ctx context.Context, callID string, from Offsets, buffer int) (<-chan Chunk, error)
+	// Follow calls emit with the bytes of each chunk of call callID's output, from its first byte retained
+	// to the chunks published later, in order and from one goroutine; it blocks until ctx ends and then
+	// returns nil. Bytes not retained are replaced by a note that says how many are missing.
 	Follow(ctx context.Context, callID string, emit func(chunk string)) error
+	// EndOutput drops call callID's retained chunks. The worker calls it once the call's output is in
+	// Outputs and its final record is written, so that a reader who sees the call ended reads Outputs, and
+	// one still following sees no chunk after it. A call with no chunks is not an error.
+	EndOutput(ctx context.Context, callID string) error
 }
 
 // Approvals is the calls parked until a person approves or denies them, by tenant and call id.

@@ -63,8 +63,8 @@ type Stuck struct {
 }
 
 // Chunk is a piece of one output stream ("stdout" or "stderr") of a running call, published as the
-// container prints it. Chunks are live and best effort: a reader that is offline or behind misses some,
-// and knows it by Offset; the full stream is kept in the output store once the call ends.
+// container prints it. Chunks are retained while the call runs, within bounds: a reader that is behind
+// what is retained knows it by Offset; the full stream is kept in the output store once the call ends.
 type Chunk struct {
 	Stream string
 	// Offset is the position of Data's first byte in its stream.
@@ -74,3 +74,7 @@ type Chunk struct {
 
 // End is the position just past the chunk in its stream.
 func (c Chunk) End() int64 { return c.Offset + int64(len(c.Data)) }
+
+// Offsets is where a reader of a call's output is: per stream name, how many bytes of it the reader has.
+// A stream it does not name is read from its first byte.
+type Offsets map[string]int64

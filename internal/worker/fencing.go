@@ -123,6 +123,9 @@ func (w *Worker) process(ctx context.Context, c *call.Call, attempt uint64) (set
 		return settleRetry, nil // someone else moved it (a cancel, another worker): look again later
 	}
 	cl := &claim{rev: rev, result: r, lease: lease, renewedAt: renewedAt, ttl: w.cfg.Lease, margin: w.cfg.Heartbeat}
+	if attempt > 1 {
+		w.endLive(storeCtx, c.ID) // what an earlier attempt printed is not this run's output
+	}
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	// The guard renews the lease until the result is recorded, not only while the container runs.
@@ -152,6 +155,9 @@ func (w *Worker) process(ctx context.Context, c *call.Call, attempt uint64) (set
 	stored = append(w.spill(storeCtx, r, cl.rev), stored...)
 	s, res := w.recordClaimed(storeCtx, r, cl)
 	stopGuard()
+	if res != nil {
+		w.endLive(storeCtx, c.ID) // its output is in the store now
+	}
 	if res == nil {
 		if s == settleRetry {
 			// The record kept moving under this claim, or could not be written: the next delivery judges

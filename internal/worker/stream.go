@@ -13,13 +13,32 @@ import (
 	"github.com/toolpool/toolpool/internal/queue"
 )
 
-// Live publishes a running call's output as it is printed, to whoever follows the call: the publishing
-// half of queue.Live.
+// Live publishes a running call's output as it is printed, to whoever follows the call, and drops it
+// once the call's output is stored: the publishing half of queue.Live.
 type Live interface {
 	// PublishChunk sends one chunk; best effort (a lost chunk is missed by live readers only, who read it
 	// from the output store later). It may block while the connection drains. ch.Data is the caller's
 	// again once it returns: it must not be kept.
 	PublishChunk(ctx context.Context, callID string, ch queue.Chunk) error
+	// EndOutput drops the chunks retained for the call's live readers.
+	EndOutput(ctx context.Context, callID string) error
+}
+
+// liveEndWait bounds dropping a call's live chunks.
+const liveEndWait = 10 * time.Second
+
+// endLive drops call id's live chunks, once its output is stored and its result recorded (readers then
+// read the store), or before a later attempt runs it (its chunks start again from byte 0). A failure
+// only costs the live stream's space until its age or size bound drops them; it is logged.
+func (w *Worker) endLive(ctx context.Context, id string) {
+	if w.live == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), liveEndWait)
+	defer cancel()
+	if err := w.live.EndOutput(ctx, id); err != nil {
+		w.log.WarnContext(ctx, "drop live output", "call_id", id, "error", err)
+	}
 }
 
 // WithLive makes the worker publish the output of commands (run_shell, custom tools) live as it is

@@ -36,11 +36,27 @@ func (r printRuntime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Outco
 	return sandbox.Outcome{Stdout: capw.Captured()}, nil
 }
 
-// chunkLog is a Live that records chunks; block makes every publish wait until released.
+// chunkLog is a Live that records chunks, and the calls whose chunks were dropped (with how many chunks
+// had been published then); block makes every publish wait until released; onEnd, if set, runs at each
+// EndOutput.
 type chunkLog struct {
 	mu     sync.Mutex
 	chunks []queue.Chunk
+	ended  []string
+	endAt  []int
 	block  chan struct{}
+	onEnd  func(id string)
+}
+
+func (l *chunkLog) EndOutput(_ context.Context, id string) error {
+	if l.onEnd != nil {
+		l.onEnd(id)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ended = append(l.ended, id)
+	l.endAt = append(l.endAt, len(l.chunks))
+	return nil
 }
 
 func (l *chunkLog) PublishChunk(_ context.Context, id string, ch queue.Chunk) error {
@@ -101,6 +117,40 @@ func TestFullOutputKeptAndStreamed(t *testing.T) {
 	}
 	if seen == 0 {
 		t.Error("nothing was published live")
+	}
+}
+
+// TestLiveOutputEnds: the worker drops a call's live chunks once the call's output is stored and its
+// result recorded, after its last chunk was published; a later attempt drops them before it runs too
+// (an earlier attempt's output is not this run's).
+func TestLiveOutputEnds(t *testing.T) {
+	st := queuetest.NewStore()
+	outs := &memOutputs{objs: map[string][]byte{}}
+	live := &chunkLog{}
+	c := newCall("run_shell", shellArgs)
+	var states []call.Status
+	live.onEnd = func(id string) {
+		rec, err := st.Get(context.Background(), id)
+		if err != nil {
+			t.Errorf("read the record at EndOutput: %v", err)
+			return
+		}
+		states = append(states, rec.Result.Status)
+	}
+	w := newTestWorkerWith(t, slowConfig(t), printRuntime{data: bytes.Repeat([]byte("x"), 300000), piece: 1000}, st,
+		WithLeases(newFakeLeases()), WithOutputs(outs), WithLive(live))
+	st.Put(call.NewResult(c, call.StatusQueued))
+	w.Handle(context.Background(), &fakeDelivery{c: c, attempt: 2})
+	live.mu.Lock()
+	defer live.mu.Unlock()
+	if len(live.ended) != 2 || live.ended[0] != c.ID || live.ended[1] != c.ID {
+		t.Fatalf("EndOutput called for %v, want the call's id twice (before the second attempt ran, and once it was recorded)", live.ended)
+	}
+	if live.endAt[0] != 0 || live.endAt[1] != len(live.chunks) || len(live.chunks) == 0 {
+		t.Errorf("EndOutput after %v of %d chunks, want before the first and after the last", live.endAt, len(live.chunks))
+	}
+	if len(states) != 2 || states[0] != call.StatusRunning || states[1] != call.StatusOK {
+		t.Errorf("the record at each EndOutput: %v, want running (claimed, not yet run), then ok (recorded)", states)
 	}
 }
 

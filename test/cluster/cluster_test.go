@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -343,6 +344,90 @@ func TestCluster(t *testing.T) {
 		}
 		f.leaked = p.leaked("never-a-marker")
 		p.check(f, 0)
+	}
+
+	// 7. A reader on the other dispatcher joins a running call late: it gets what was printed so far at
+	// once, from the replicated live stream, then each later line as printed, and the whole stdout.
+	lateReader(t, p)
+}
+
+// lateReader runs a call printing a tick a second through one dispatcher and follows it from the other,
+// joining 2.2 s after the call started running. On this loaded pool each tick must come within a second;
+// the 250 ms target is test/e2e's TestLiveReadersJoinAnyTime.
+func lateReader(t *testing.T, p *pool) {
+	urls := p.dispatcherURLs()
+	id, ok := submit(urls[0], map[string]any{"tool": "run_shell", "workspace": "live", "wait": false,
+		"args": map[string]any{"command": `for i in 1 2 3 4 5; do echo "tick-$i $(date +%s%N)"; sleep 1; done`}})
+	if !ok {
+		t.Fatal("the tick call was not accepted")
+	}
+	eventually(t, 2*time.Minute, "the tick call running", func() bool {
+		r, err := p.get(id)
+		return err == nil && r.Status == call.StatusRunning
+	})
+	time.Sleep(2200 * time.Millisecond) // the scenario: join late
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, urls[1]+"/v1/calls/"+id+"/events", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer t1-token")
+	req.Header.Set("Accept", "text/event-stream")
+	joined := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var stdout strings.Builder
+	var lines []string
+	before, ended := 0, false
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	var name string
+	for !ended && sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "event: "):
+			name = line[7:]
+		case strings.HasPrefix(line, "data: ") && name == "result":
+			ended = true
+		case strings.HasPrefix(line, "data: ") && name == "stdout":
+			var ev struct {
+				Offset int64  `json:"offset"`
+				Text   string `json:"text"`
+			}
+			if err := json.Unmarshal([]byte(line[6:]), &ev); err != nil || ev.Offset != int64(stdout.Len()) {
+				t.Fatalf("stdout event %s after %d bytes (%v)", line, stdout.Len(), err)
+			}
+			stdout.WriteString(ev.Text)
+			got := time.Now()
+			for _, l := range strings.SplitAfter(stdout.String(), "\n")[len(lines):] {
+				var n int
+				var ns int64
+				if !strings.HasSuffix(l, "\n") {
+					break
+				}
+				if _, err := fmt.Sscanf(l, "tick-%d %d", &n, &ns); err != nil {
+					t.Fatalf("line %q is not a tick", l)
+				}
+				lines = append(lines, l)
+				printed := time.Unix(0, ns)
+				late := got.Sub(printed)
+				if printed.Before(joined) {
+					before++
+					late = got.Sub(joined)
+				}
+				t.Logf("the late reader on the other dispatcher: tick-%d %s after it was printed or the reader joined", n, late.Round(time.Millisecond))
+				if late > time.Second {
+					t.Errorf("tick-%d came %s late", n, late.Round(time.Millisecond))
+				}
+			}
+		}
+	}
+	if !ended || len(lines) != 5 || before < 2 {
+		t.Errorf("the late reader: result %v, %d ticks (%d printed before it joined, want at least 2): %q", ended, len(lines), before, stdout.String())
 	}
 }
 

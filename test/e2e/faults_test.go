@@ -225,11 +225,11 @@ func TestContainerdDiesUnderWorker(t *testing.T) {
 	}
 }
 
-// startNATSServer starts a JetStream nats-server on 127.0.0.1:port storing under storeDir, and waits
-// until it listens.
-func startNATSServer(t *testing.T, storeDir string, port int) *testproc.Proc {
+// startNATSServer starts a JetStream nats-server on 127.0.0.1:port storing under storeDir, with extra
+// arguments, and waits until it listens.
+func startNATSServer(t testing.TB, storeDir string, port int, extra ...string) *testproc.Proc {
 	t.Helper()
-	p := start(t, "nats-server", "-js", "-sd", storeDir, "-a", "127.0.0.1", "-p", fmt.Sprint(port))
+	p := start(t, "nats-server", append([]string{"-js", "-sd", storeDir, "-a", "127.0.0.1", "-p", fmt.Sprint(port)}, extra...)...)
 	waitFor(t, 30*time.Second, "nats-server listening", func() bool {
 		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err == nil {
@@ -240,7 +240,7 @@ func startNATSServer(t *testing.T, storeDir string, port int) *testproc.Proc {
 	return p
 }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -72,29 +71,8 @@ func TestOutputMeasure(t *testing.T) {
 	baseD, baseW, baseN := rssBytes(dpid), rssBytes(wpid), rssBytes(npid)
 	r := s.shell(t, "alpha-token", "m", "head -c 200000000 /dev/zero | tr '\\0' x", map[string]any{"wait": false, "timeout_ms": 600000})
 	id := r.result(t).ID
-	var peakD, peakW, peakN atomic.Int64
-	stop := make(chan struct{})
-	var sampler sync.WaitGroup
-	sampler.Add(1)
-	go func() {
-		defer sampler.Done()
-		for {
-			if v := rssBytes(dpid); v > peakD.Load() {
-				peakD.Store(v)
-			}
-			if v := rssBytes(wpid); v > peakW.Load() {
-				peakW.Store(v)
-			}
-			if v := rssBytes(npid); v > peakN.Load() {
-				peakN.Store(v)
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-	}()
+	stopSampling := samplePeaks(func() int64 { return rssBytes(dpid) }, func() int64 { return rssBytes(wpid) },
+		func() int64 { return rssBytes(npid) })
 	began := time.Now()
 	var wg sync.WaitGroup
 	got := make([]int64, 10)
@@ -116,13 +94,12 @@ func TestOutputMeasure(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	close(stop)
-	sampler.Wait()
+	peaks := stopSampling()
 	final := s.do(t, http.MethodGet, "/v1/calls/"+id, "alpha-token", nil).result(t)
 	t.Logf("flood: %s in %s, streams %+v; ten followers done %s after the start, each read %v bytes (lag events %v)",
 		final.Status, time.Duration(final.Timing.RunMS)*time.Millisecond, *final.Streams["stdout"], time.Since(began).Round(time.Millisecond), got, lags)
 	t.Logf("memory (RSS): dispatcher %d MiB before, %d MiB peak; worker %d MiB before, %d MiB peak; nats-server %d MiB before, %d MiB peak",
-		baseD>>20, peakD.Load()>>20, baseW>>20, peakW.Load()>>20, baseN>>20, peakN.Load()>>20)
+		baseD>>20, peaks[0]>>20, baseW>>20, peaks[1]>>20, baseN>>20, peaks[2]>>20)
 	if final.Status != call.StatusOK {
 		t.Errorf("flood ended %s", final.Status)
 	}

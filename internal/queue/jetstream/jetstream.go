@@ -50,6 +50,13 @@ type Config struct {
 	MaxPendingPerTenant int64 `yaml:"max_pending_per_tenant"`
 	// ResultTTL is how long call records and their stored outputs are kept.
 	ResultTTL time.Duration `yaml:"result_ttl"`
+	// LiveMaxBytes and LiveMaxAge bound the live stream, which keeps running calls' output chunks so that
+	// a reader joining late replays them: all calls' chunks together take at most LiveMaxBytes (the
+	// oldest go first), and none is kept longer than LiveMaxAge. A call's chunks are dropped when it ends
+	// (its full output is in the output store). A reader behind what is kept is told so, and reads the
+	// rest from the output store when the call ends.
+	LiveMaxBytes int64         `yaml:"live_max_bytes"`
+	LiveMaxAge   time.Duration `yaml:"live_max_age"`
 	// Replicas is the replication factor of every stream, bucket and consumer (3 on a clustered NATS).
 	Replicas int `yaml:"replicas"`
 	// Provision makes Connect create or update the streams, consumers and buckets with this Config. The
@@ -64,6 +71,7 @@ func DefaultConfig() Config {
 		Name: "toolpool", Stream: "TOOLPOOL_CALLS", SubjectPrefix: "toolpool.calls", Bucket: "toolpool_calls",
 		Consumer: "workers", Lanes: 16, AckWait: 30 * time.Second, MaxDeliver: 10, MaxAge: 24 * time.Hour,
 		MaxBytes: 1 << 30, MaxPendingPerTenant: 1000, ResultTTL: 7 * 24 * time.Hour, Replicas: 1,
+		LiveMaxBytes: 1 << 30, LiveMaxAge: time.Hour,
 	}
 }
 
@@ -84,6 +92,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("queue lanes %d is outside 1..1024", c.Lanes)
 	case c.ResultTTL < time.Minute:
 		return fmt.Errorf("queue result_ttl %s is below 1m", c.ResultTTL)
+	case c.LiveMaxBytes < 1<<20:
+		return fmt.Errorf("queue live_max_bytes %d is below 1 MiB (1048576): live readers would replay almost nothing", c.LiveMaxBytes)
+	case c.LiveMaxAge < time.Minute:
+		return fmt.Errorf("queue live_max_age %s is below 1m: set it to at least the longest call's timeout", c.LiveMaxAge)
 	}
 	return nil
 }
@@ -235,6 +247,7 @@ func (c Config) stateBucket() string       { return c.Bucket + "_state" }
 func (c Config) auditStream() string       { return c.Stream + "_AUDIT" }
 func (c Config) outputBucket() string      { return c.Bucket + "_outputs" }
 func (c Config) advisoryStream() string    { return c.Stream + "_ADVISORIES" }
+func (c Config) liveStream() string        { return c.Stream + "_LIVE" }
 func (c Config) laneConsumer(l int) string { return c.Consumer + "_lane" + strconv.Itoa(l) }
 func (c Config) laneFilter(l int) string   { return c.SubjectPrefix + "." + strconv.Itoa(l) + ".*" }
 func (c Config) bellSubject(l int) string  { return c.SubjectPrefix + "_ready." + strconv.Itoa(l) }

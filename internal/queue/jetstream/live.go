@@ -2,31 +2,49 @@ package jetstream
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolpool/toolpool/internal/queue"
 )
 
-// Live output travels on core NATS subjects PREFIX_output.<call id>, outside every stream: nothing is
-// stored, so a flood costs the servers no disk and a reader that is not there misses nothing it cannot
-// read from the output store later. A chunk's stream and offset ride in headers, its bytes unchanged in
-// the body (binary output is never re-encoded on the wire).
+// Live output travels on the subjects PREFIX_output.<call id>, which the live stream (Config.liveStream,
+// provisioned with the others) keeps while the call runs, bounded by Config.LiveMaxBytes and LiveMaxAge:
+// a reader joining at any moment replays the call's chunks through an ordered consumer of its own, then
+// follows the new ones on the same consumer, with no gap and no duplicate between the two. A chunk's
+// stream and offset ride in headers, its bytes unchanged in the body (binary output is never re-encoded
+// on the wire). The worker drops a call's chunks (EndOutput) once its output is stored and its result
+// recorded: from then on readers read the output store.
 
 const (
 	hdrStream = "Toolpool-Stream"
 	hdrOffset = "Toolpool-Offset"
 )
 
+// liveReadChunks bounds the chunks (64 KiB at most each) one follower's consumer holds in flight in this
+// process, sent by the server ahead of the reader, on top of the follower's channel. It is a count of
+// messages: nats.go's byte bound (PullMaxBytes) let a slow follower hold its call's whole retained
+// output (10 followers of a 2 MiB output: 97 MiB of heap, against 6 MiB counted in messages).
+const liveReadChunks = 4
+
+// liveRetry is how long a follower waits before reading again after its consumer failed.
+const liveRetry = 250 * time.Millisecond
+
+// liveEndWait bounds removing a follower's consumer, and dropping a call's chunks.
+const liveEndWait = 10 * time.Second
+
 func (c *Live) liveSubject(callID string) string { return c.cfg.SubjectPrefix + "_output." + callID }
 
-// PublishChunk sends one chunk of call callID's output to whoever follows it. It does not wait for the
-// server; it may block briefly while the connection's buffer drains, which is why a worker calls it off
-// the path of the container's output. ch.Data is copied before it returns, never kept.
+// PublishChunk sends one chunk of call callID's output to the live stream. It does not wait for the
+// server's acknowledgement (a core publish the stream stores); it may block briefly while the
+// connection's buffer drains, which is why a worker calls it off the path of the container's output.
+// ch.Data is copied before it returns, never kept.
 func (c *Live) PublishChunk(ctx context.Context, callID string, ch queue.Chunk) error {
 	msg := nats.NewMsg(c.liveSubject(callID))
 	msg.Header.Set(hdrStream, ch.Stream)
@@ -38,115 +56,152 @@ func (c *Live) PublishChunk(ctx context.Context, callID string, ch queue.Chunk) 
 	return nil
 }
 
-// FollowOutput delivers call callID's live chunks, from the moment it returns, on the returned channel
-// until ctx ends, when the channel is closed. The channel holds at most buffer chunks: a receiver that
-// falls further behind loses chunks (the publisher never waits for it) and sees the jump in Offset. All
-// followers of one call on this Live share one subscription, so that ten followers cost the NATS server
-// and this process one copy of the stream, not ten.
-func (c *Live) FollowOutput(ctx context.Context, callID string, buffer int) (<-chan queue.Chunk, error) {
-	f := &follower{ch: make(chan queue.Chunk, buffer)}
-	c.mu.Lock()
-	if c.topics == nil {
-		c.topics = map[string]*topic{}
-	}
-	t := c.topics[callID]
-	if t == nil {
-		t = &topic{followers: map[*follower]bool{}}
-		sub, err := c.nc.Subscribe(c.liveSubject(callID), t.deliver)
-		if err == nil {
-			// Messages waiting for the callback are bounded too (nats.go drops beyond, as a slow consumer).
-			err = sub.SetPendingLimits(1024, 64<<20) // room for a burst while the callback waits for a CPU
-		}
-		if err != nil {
-			c.mu.Unlock()
-			if sub != nil {
-				_ = sub.Unsubscribe()
-			}
-			return nil, fmt.Errorf("follow output of %s: %w", callID, err)
-		}
-		t.sub = sub
-		c.topics[callID] = t
-	}
-	t.mu.Lock()
-	t.followers[f] = true
-	t.mu.Unlock()
-	c.mu.Unlock()
-	leave := func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		t.mu.Lock()
-		delete(t.followers, f)
-		close(f.ch)
-		last := len(t.followers) == 0
-		t.mu.Unlock()
-		if last {
-			_ = t.sub.Unsubscribe()
-			delete(c.topics, callID)
-		}
-	}
-	// The subscription must reach the server before the caller reads the call's state, or chunks
-	// printed in between would be missed without a gap to show it.
-	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := c.nc.FlushWithContext(fctx); err != nil {
-		leave()
+// FollowOutput delivers call callID's output from the offsets from on: the chunks the live stream
+// retains, then each chunk published later, through an ordered consumer of the call's subject that is
+// this follower's alone (a consumer in the server's memory, deleted when ctx ends). Chunks wait in the
+// server, not here: a follower holds at most buffer chunks in its channel and liveReadChunks in flight.
+func (c *Live) FollowOutput(ctx context.Context, callID string, from queue.Offsets, buffer int) (<-chan queue.Chunk, error) {
+	cons, err := c.js.OrderedConsumer(ctx, c.cfg.liveStream(), jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{c.liveSubject(callID)},
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		// A backstop for a follower whose process died: the server removes the consumer after this.
+		InactiveThreshold: time.Minute,
+	})
+	if err != nil {
 		return nil, fmt.Errorf("follow output of %s: %w", callID, err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(liveReadChunks))
+	if err != nil {
+		return nil, fmt.Errorf("follow output of %s: %w", callID, err)
+	}
+	out := make(chan queue.Chunk, max(buffer, 0))
+	at := map[string]int64{}
+	for name, off := range from {
+		at[name] = off
+	}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			it.Stop()
+			// The server would keep the consumer for its inactive threshold: remove it now.
+			dctx, cancel := context.WithTimeout(context.Background(), liveEndWait)
+			defer cancel()
+			if info := cons.CachedInfo(); info != nil {
+				_ = c.js.DeleteConsumer(dctx, c.cfg.liveStream(), info.Name)
+			}
+		})
 	}
 	go func() {
 		<-ctx.Done()
-		leave()
+		stop()
 	}()
-	return f.ch, nil
+	go func() {
+		defer close(out)
+		defer stop()
+		for {
+			m, err := it.Next()
+			if err != nil {
+				if errors.Is(err, jetstream.ErrMsgIteratorClosed) || ctx.Err() != nil {
+					return
+				}
+				// A missed heartbeat or a server away: the ordered consumer recreates itself after the
+				// last chunk delivered; look again shortly.
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(liveRetry):
+				}
+				continue
+			}
+			ch, ok := chunkOf(m)
+			if !ok {
+				continue
+			}
+			// Trim what the reader has: a chunk it has whole is skipped, one it has in part is cut.
+			if have := at[ch.Stream]; ch.Offset < have {
+				if ch.End() <= have {
+					continue
+				}
+				ch.Data, ch.Offset = ch.Data[have-ch.Offset:], have
+			}
+			at[ch.Stream] = ch.End()
+			select {
+			case out <- ch:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+// chunkOf decodes a chunk from the live stream; false for a message that is not one.
+func chunkOf(m jetstream.Msg) (queue.Chunk, bool) {
+	h := m.Headers()
+	off, err := strconv.ParseInt(h.Get(hdrOffset), 10, 64)
+	if err != nil || off < 0 {
+		return queue.Chunk{}, false
+	}
+	return queue.Chunk{Stream: h.Get(hdrStream), Offset: off, Data: m.Data()}, true
+}
+
+// EndOutput drops call callID's chunks from the live stream: the worker calls it once the call's output
+// is stored and its final record written, after which readers read the output store. Dropping chunks
+// of a call that has none is not an error.
+func (c *Live) EndOutput(ctx context.Context, callID string) error {
+	s, err := c.stream(ctx)
+	if err == nil {
+		err = s.Purge(ctx, jetstream.WithPurgeSubject(c.liveSubject(callID)))
+	}
+	if err != nil {
+		return fmt.Errorf("drop live output of %s: %w", callID, err)
+	}
+	return nil
+}
+
+// stream looks the live stream up once (a worker may start before the dispatcher that provisions it).
+func (c *Live) stream(ctx context.Context) (jetstream.Stream, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.live != nil {
+		return c.live, nil
+	}
+	s, err := c.js.Stream(ctx, c.cfg.liveStream())
+	if err != nil {
+		return nil, err
+	}
+	c.live = s
+	return s, nil
 }
 
 // Live is the live output of running calls. It implements queue.Live. Safe for concurrent use; it lives
 // as long as its Conn.
 type Live struct {
 	*session
-	// mu guards topics: the calls this Live follows, each with one subscription shared by its followers.
-	mu     sync.Mutex
-	topics map[string]*topic
+	mu   sync.Mutex
+	live jetstream.Stream // the live stream, once looked up
 }
 
 var _ queue.Live = (*Live)(nil)
 
-type topic struct {
-	sub       *nats.Subscription
-	mu        sync.Mutex
-	followers map[*follower]bool
-}
+// followBuffer is how many chunks wait for a Follow caller's emit.
+const followBuffer = 16
 
-type follower struct{ ch chan queue.Chunk }
-
-// deliver hands a chunk to every follower with room for it, never waiting.
-func (t *topic) deliver(m *nats.Msg) {
-	off, err := strconv.ParseInt(m.Header.Get(hdrOffset), 10, 64)
-	if err != nil || off < 0 {
-		return
-	}
-	ch := queue.Chunk{Stream: m.Header.Get(hdrStream), Offset: off, Data: m.Data}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for f := range t.followers {
-		select {
-		case f.ch <- ch:
-		default: // behind: dropped; the follower sees the gap
-		}
-	}
-}
-
-// followBuffer is how many chunks a Follow caller may fall behind before it loses some.
-const followBuffer = 256
-
-// Follow calls emit with the bytes of each live chunk of call callID's output published from now on, in
-// order and from one goroutine, until ctx ends; it then returns nil. It is FollowOutput for a reader that
-// wants the text only (MCP progress notifications): a chunk lost to a slow reader is simply not emitted.
+// Follow calls emit with the bytes of call callID's output from its first byte retained, then live, in
+// order and from one goroutine, until ctx ends; it then returns nil. Bytes that are not retained show as
+// a note ("[... 1024 bytes of stdout not kept live ...]"). It is FollowOutput for a reader that wants the
+// text only (MCP progress notifications).
 func (c *Live) Follow(ctx context.Context, callID string, emit func(chunk string)) error {
-	chunks, err := c.FollowOutput(ctx, callID, followBuffer)
+	chunks, err := c.FollowOutput(ctx, callID, nil, followBuffer)
 	if err != nil {
 		return err
 	}
+	at := map[string]int64{}
 	for ch := range chunks {
+		if gap := ch.Offset - at[ch.Stream]; gap > 0 {
+			emit(fmt.Sprintf("[... %d bytes of %s not kept live ...]\n", gap, ch.Stream))
+		}
+		at[ch.Stream] = ch.End()
 		emit(string(ch.Data))
 	}
 	return nil

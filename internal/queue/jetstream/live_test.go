@@ -9,65 +9,130 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolpool/toolpool/internal/call"
 	"github.com/toolpool/toolpool/internal/queue"
+	"github.com/toolpool/toolpool/internal/queue/jetstream"
+	"github.com/toolpool/toolpool/internal/queue/jetstream/jstest"
 )
 
-// TestLiveOutput: followers of a call on one Conn share its chunks, bytes unchanged (binary included);
-// a follower that does not read loses chunks without holding up the others; a follower's channel closes
-// when its context ends, and chunks of other calls never reach it.
+// TestLiveOutput: a reader that starts following a call after it printed replays what was printed, then
+// gets each later chunk live, bytes unchanged (binary included), in order, none twice; a reader that asks
+// from an offset gets the bytes from there exactly (a chunk cut where it asks); a reader that does not
+// read holds up no one and loses nothing; other calls' chunks never reach a reader; a reader's channel
+// closes when its context ends; once the call's output is dropped (EndOutput), a new reader gets nothing.
 func TestLiveOutput(t *testing.T) {
-	c := connect(t)
+	var url string
+	c := connectWith(t, func(cfg *jetstream.Config) { url = cfg.URL })
+	worker := jstest.Connect(t, url, "worker", false)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	fast, err := c.Live().FollowOutput(ctx, "c_a", 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stuckCtx, stopStuck := context.WithCancel(ctx)
-	stuck, err := c.Live().FollowOutput(stuckCtx, "c_a", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Live().PublishChunk(ctx, "c_b", queue.Chunk{Stream: "stdout", Offset: 0, Data: []byte("other call")}); err != nil {
-		t.Fatal(err)
-	}
+	id := call.NewID()
 	var want []byte
-	for i := range 100 {
-		data := bytes.Repeat([]byte{byte(i), 0xff, '\n'}, 100)
-		if err := c.Live().PublishChunk(ctx, "c_a", queue.Chunk{Stream: "stderr", Offset: int64(len(want)), Data: data}); err != nil {
+	publish := func(n int) {
+		t.Helper()
+		for range n {
+			i := len(want) / 300
+			data := bytes.Repeat([]byte{byte(i), 0xff, '\n'}, 100)
+			if err := worker.Live().PublishChunk(ctx, id, queue.Chunk{Stream: "stderr", Offset: int64(len(want)), Data: data}); err != nil {
+				t.Fatal(err)
+			}
+			if err := worker.Live().PublishChunk(ctx, call.NewID(), queue.Chunk{Stream: "stderr", Offset: int64(len(want)), Data: []byte("other call")}); err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, data...)
+		}
+	}
+	publish(50) // before anyone follows
+
+	late, err := c.Live().FollowOutput(ctx, id, nil, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromCtx, stopFrom := context.WithCancel(ctx)
+	from, err := c.Live().FollowOutput(fromCtx, id, queue.Offsets{"stderr": 4321}, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stuck, err := c.Live().FollowOutput(ctx, id, nil, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(50) // while they follow
+	read := func(name string, chunks <-chan queue.Chunk, at int64) {
+		t.Helper()
+		for at < int64(len(want)) {
+			select {
+			case ch := <-chunks:
+				if ch.Stream != "stderr" || ch.Offset != at || !bytes.Equal(ch.Data, want[at:ch.End()]) {
+					t.Fatalf("%s: chunk %s@%d (%d bytes) after %d bytes, or not the bytes published there", name, ch.Stream, ch.Offset, len(ch.Data), at)
+				}
+				at = ch.End()
+			case <-ctx.Done():
+				t.Fatalf("%s: received %d of %d bytes", name, at, len(want))
+			}
+		}
+	}
+	read("the late reader", late, 0)
+	read("the reader from 4321", from, 4321)
+	read("the reader that read nothing until now", stuck, 0)
+
+	stopFrom()
+	for range from { // closed once its context ended
+	}
+	if err := worker.Live().EndOutput(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := worker.Live().EndOutput(ctx, call.NewID()); err != nil {
+		t.Fatalf("EndOutput of a call without chunks: %v", err)
+	}
+	afterCtx, stopAfter := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer stopAfter()
+	after, err := c.Live().FollowOutput(afterCtx, id, nil, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ch := range after {
+		t.Fatalf("a reader after EndOutput got a chunk at %d", ch.Offset)
+	}
+}
+
+// TestLiveRetention: a call that prints more than the live stream keeps: a reader from the start gets a
+// chunk whose offset is past its position (the bytes in between are not kept), then the rest in order,
+// each chunk the bytes published at its offset.
+func TestLiveRetention(t *testing.T) {
+	c := connectWith(t, func(cfg *jetstream.Config) { cfg.LiveMaxBytes = 1 << 20 })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	id := call.NewID()
+	const chunk, chunks = 64 << 10, 40 // 2.5 MiB, over the 1 MiB kept
+	data := make([]byte, chunk*chunks)
+	for i := range data {
+		data[i] = byte(i * 7 % 251)
+	}
+	for i := range chunks {
+		if err := c.Live().PublishChunk(ctx, id, queue.Chunk{Stream: "stdout", Offset: int64(i * chunk), Data: data[i*chunk : (i+1)*chunk]}); err != nil {
 			t.Fatal(err)
 		}
-		want = append(want, data...)
 	}
-	var got []byte
-	for len(got) < len(want) {
+	got, err := c.Live().FollowOutput(ctx, id, nil, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var at, missing int64
+	for at < int64(len(data)) {
 		select {
-		case ch := <-fast:
-			if ch.Stream != "stderr" || ch.Offset != int64(len(got)) {
-				t.Fatalf("chunk %s@%d after %d bytes", ch.Stream, ch.Offset, len(got))
+		case ch := <-got:
+			if ch.Offset < at || !bytes.Equal(ch.Data, data[ch.Offset:ch.End()]) {
+				t.Fatalf("chunk at %d after %d bytes, or not the bytes published there", ch.Offset, at)
 			}
-			got = append(got, ch.Data...)
+			missing += ch.Offset - at
+			at = ch.End()
 		case <-ctx.Done():
-			t.Fatalf("received %d of %d bytes", len(got), len(want))
+			t.Fatalf("received up to byte %d of %d", at, len(data))
 		}
 	}
-	if !bytes.Equal(got, want) {
-		t.Fatal("the chunks' bytes changed on the way")
-	}
-	if n := len(stuck); n != 1 {
-		t.Errorf("the follower that never read holds %d chunks, want its buffer of 1", n)
-	}
-	stopStuck()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		select {
-		case _, ok := <-stuck:
-			if !ok {
-				return
-			}
-		case <-time.After(time.Until(deadline)):
-			t.Fatal("the channel of a follower whose context ended was not closed")
-		}
+	if missing < int64(len(data))-1<<20 {
+		t.Fatalf("%d bytes reported missing, want at least the %d over what the stream keeps", missing, len(data)-1<<20)
 	}
 }
 
@@ -141,4 +206,55 @@ func TestOpenOutputSlowReader(t *testing.T) {
 	if err != nil || !bytes.Equal(append(first, rest...), data) {
 		t.Fatalf("read %d of %d bytes after a pause (%v)", len(first)+len(rest), len(data), err)
 	}
+}
+
+// TestLiveConfig: the live stream's bounds are checked, with what to set.
+func TestLiveConfig(t *testing.T) {
+	cfg := jetstream.DefaultConfig()
+	cfg.URL = "nats://127.0.0.1:4222"
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	small := cfg
+	small.LiveMaxBytes = 1000
+	if err := small.Validate(); err == nil || !strings.Contains(err.Error(), "queue live_max_bytes 1000 is below 1 MiB") {
+		t.Errorf("live_max_bytes 1000: %v", err)
+	}
+	short := cfg
+	short.LiveMaxAge = time.Second
+	if err := short.Validate(); err == nil || !strings.Contains(err.Error(), "queue live_max_age 1s is below 1m") {
+		t.Errorf("live_max_age 1s: %v", err)
+	}
+}
+
+// BenchmarkLiveCall is what retaining a call's output costs its worker, per call: publishing ten
+// 100-byte lines (stored by the live stream) and dropping them when the call ends (EndOutput), against
+// the publishing alone. One in-process server, single replica.
+func BenchmarkLiveCall(b *testing.B) {
+	_, url := jstest.Provisioned(b, nil)
+	worker := jstest.Connect(b, url, "worker", false)
+	ctx := context.Background()
+	line := bytes.Repeat([]byte("x"), 99)
+	line = append(line, '\n')
+	publish := func(id string) {
+		for i := range 10 {
+			if err := worker.Live().PublishChunk(ctx, id, queue.Chunk{Stream: "stdout", Offset: int64(i * len(line)), Data: line}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.Run("publish", func(b *testing.B) {
+		for range b.N {
+			publish(call.NewID())
+		}
+	})
+	b.Run("publish+end", func(b *testing.B) {
+		for range b.N {
+			id := call.NewID()
+			publish(id)
+			if err := worker.Live().EndOutput(ctx, id); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -12,8 +12,9 @@ import (
 	"github.com/toolpool/toolpool/internal/queue/jetstream"
 )
 
-// TestFollowOutput: a follower of one call gets that call's chunks, in order, from a worker's separate
-// connection, and none of another call's; the calls stream stores none of them.
+// TestFollowOutput: Follow of one call gets that call's text from its first byte, what was printed
+// before it started included, in order, from a worker's separate connection, with a note where bytes
+// are missing, and none of another call's; the calls stream stores none of them.
 func TestFollowOutput(t *testing.T) {
 	var url string
 	dispatcher := connectWith(t, func(c *jetstream.Config) { url = c.URL })
@@ -28,45 +29,36 @@ func TestFollowOutput(t *testing.T) {
 	id, other := call.NewID(), call.NewID()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	var off int64
+	print := func(i int) {
+		t.Helper()
+		data := []byte(strings.Repeat("x", i) + "\n")
+		if err := worker.Live().PublishChunk(ctx, other, queue.Chunk{Stream: "stdout", Offset: off, Data: []byte("other\n")}); err != nil {
+			t.Fatal(err)
+		}
+		if err := worker.Live().PublishChunk(ctx, id, queue.Chunk{Stream: "stdout", Offset: off, Data: data}); err != nil {
+			t.Fatal(err)
+		}
+		off += int64(len(data))
+	}
+	for i := range 25 {
+		print(i)
+	}
 	var mu sync.Mutex
 	var got []string
-	first := make(chan struct{})
 	followed := make(chan error, 1)
 	go func() {
 		followed <- dispatcher.Live().Follow(ctx, id, func(chunk string) {
 			mu.Lock()
 			defer mu.Unlock()
 			got = append(got, chunk)
-			if len(got) == 1 {
-				close(first)
-			}
 		})
 	}()
-	// Follow may not have subscribed yet: publish a probe until one arrives, then the chunks that count.
-	probe := time.NewTicker(20 * time.Millisecond)
-	defer probe.Stop()
-wait:
-	for {
-		if err := worker.Live().PublishChunk(ctx, id, queue.Chunk{Stream: "stdout", Data: []byte("probe\n")}); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-first:
-			break wait
-		case <-probe.C:
-		case <-ctx.Done():
-			t.Fatal("Follow got nothing in 30s")
-		}
+	for i := 25; i < 50; i++ {
+		print(i)
 	}
-	for i := range 50 {
-		if err := worker.Live().PublishChunk(ctx, other, queue.Chunk{Stream: "stdout", Data: []byte("other\n")}); err != nil {
-			t.Fatal(err)
-		}
-		if err := worker.Live().PublishChunk(ctx, id, queue.Chunk{Stream: "stdout", Data: []byte(strings.Repeat("x", i) + "\n")}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := worker.Live().PublishChunk(ctx, id, queue.Chunk{Stream: "stdout", Data: []byte("end\n")}); err != nil {
+	off += 7 // seven bytes never published
+	if err := worker.Live().PublishChunk(ctx, id, queue.Chunk{Stream: "stdout", Offset: off, Data: []byte("end\n")}); err != nil {
 		t.Fatal(err)
 	}
 	for {
@@ -92,19 +84,17 @@ wait:
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	var chunks []string
-	for _, c := range got {
-		if c != "probe\n" {
-			chunks = append(chunks, c)
-		}
-	}
-	if len(chunks) != 51 {
-		t.Fatalf("got %d chunks of the call, want 51: %q", len(chunks), chunks)
+	chunks := got
+	if len(chunks) != 52 {
+		t.Fatalf("got %d chunks of the call, want 52: %q", len(chunks), chunks)
 	}
 	for i, c := range chunks[:50] {
 		if c != strings.Repeat("x", i)+"\n" {
 			t.Fatalf("chunk %d is %q: out of order or another call's", i, c)
 		}
+	}
+	if chunks[50] != "[... 7 bytes of stdout not kept live ...]\n" {
+		t.Errorf("the note of the missing bytes is %q", chunks[50])
 	}
 	st, err := dispatcher.Calls().State(context.Background())
 	if err != nil || st.Pending != 0 {

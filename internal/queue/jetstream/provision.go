@@ -108,6 +108,18 @@ func provision(ctx context.Context, js jetstream.JetStream, cfg *Config) error {
 	}); err != nil {
 		return explainCreate("object store "+cfg.outputBucket(), cfg.Replicas, err)
 	}
+	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        cfg.liveStream(),
+		Description: "toolpool output of running calls, for readers who join late (dropped when a call ends)",
+		Subjects:    []string{cfg.SubjectPrefix + "_output.*"}, // PREFIX_output.<call id>
+		Storage:     jetstream.FileStorage,
+		MaxBytes:    cfg.LiveMaxBytes,
+		MaxAge:      cfg.LiveMaxAge,
+		Discard:     jetstream.DiscardOld,
+		Replicas:    cfg.Replicas,
+	}); err != nil {
+		return explainCreate("stream "+cfg.liveStream(), cfg.Replicas, err)
+	}
 	return provisionState(ctx, js, *cfg)
 }
 
