@@ -128,7 +128,9 @@ func TestReadsAfterAReplicaRestarts(t *testing.T) {
 		write()
 	}
 	c.start(2)
-	reader := jstest.Connect(t, c.nodes[2].ClientURL(), "reader", false, func(cfg *jetstream.Config) { cfg.Replicas = 3 })
+	// Connected once the server has caught up with the backlog; the writes below keep it a step behind.
+	pollUntil(t, time.Minute, "the restarted server to catch up", c.nodes[2].JetStreamIsCurrent)
+	reader := connectPatiently(t, c.nodes[2].ClientURL())
 
 	var missing []string
 	for range 1500 {
@@ -156,6 +158,27 @@ func TestReadsAfterAReplicaRestarts(t *testing.T) {
 	}
 	if len(missing) > 0 {
 		t.Fatalf("%d of 3000 reads through another server answered not found, e.g. %v", len(missing), missing[:min(len(missing), 5)])
+	}
+}
+
+// connectPatiently connects a worker's connection to url, trying for up to three minutes: a server that
+// has just restarted on a loaded host may answer its first lookups late.
+func connectPatiently(t *testing.T, url string) *jetstream.Conn {
+	t.Helper()
+	cfg := jetstream.DefaultConfig()
+	cfg.URL, cfg.Name, cfg.Replicas = url, "reader", 3
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		conn, err := jetstream.Connect(ctx, cfg)
+		cancel()
+		if err == nil {
+			t.Cleanup(conn.Close)
+			return conn
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
 	}
 }
 
