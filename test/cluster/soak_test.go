@@ -162,7 +162,9 @@ func (s *soak) follow(c *soakCall, body map[string]any) {
 		if c.id == "" {
 			method, target, send = http.MethodPost, url+"/v1/calls", body
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		// Longer than any wait the dispatcher holds a request for (max_wait 2m in the pool's config), so that
+		// what the client gets is the dispatcher's answer, not its own timeout.
+		ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 		code, data, err := do(ctx, method, target, send)
 		cancel()
 		if err != nil {
@@ -444,7 +446,7 @@ func (s *soak) report(accepted, ok, lostExplained int, finals map[call.Status]in
 	for _, k := range sortedKeys(answers) {
 		fmt.Fprintf(&b, "| answers `%s` | %d |\n", k, answers[k])
 	}
-	fmt.Fprintf(&b, "| requests that got no answer (connection refused or cut, or no answer in 60 s) | %d |\n", s.transportErrs)
+	fmt.Fprintf(&b, "| requests that got no answer (connection refused or cut, or no answer in 150 s) | %d |\n", s.transportErrs)
 	fmt.Fprintf(&b, "| calls finished per second, steady | %.2f |\n| calls finished per second, one server down (%s in all) | %.2f |\n",
 		steadyRate, downFor.Round(time.Second), downRate)
 	fmt.Fprintf(&b, "\n| guarantee | broken |\n| --- | --- |\n")
