@@ -9,13 +9,12 @@ import (
 	"os"
 	"path/filepath"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/toolpool/toolpool/internal/dispatcher"
 	"github.com/toolpool/toolpool/internal/mcp"
 	"github.com/toolpool/toolpool/internal/metrics"
 	"github.com/toolpool/toolpool/internal/queue/jetstream"
 	"github.com/toolpool/toolpool/internal/tools"
+	"github.com/toolpool/toolpool/internal/yamlfile"
 )
 
 // config is the dispatcher's whole configuration, loaded in one path (loadConfig): defaults, then the
@@ -78,7 +77,7 @@ func loadConfig(args []string) (config, error) {
 		return cfg, errPrintPolicy
 	}
 	if *configPath != "" {
-		if err := decodeYAMLFile(*configPath, &cfg); err != nil {
+		if err := yamlfile.Decode(*configPath, &cfg); err != nil {
 			return cfg, err
 		}
 	}
@@ -154,20 +153,6 @@ func checkMessageSize(maxBody, maxMessage int64) error {
 	if maxBody+overhead > maxMessage {
 		return fmt.Errorf("api max_body_bytes %d leaves no room in the NATS server's max payload of %d bytes (a call's arguments travel in one message): set api.max_body_bytes to at most %d",
 			maxBody, maxMessage, maxMessage-overhead)
-	}
-	return nil
-}
-
-func decodeYAMLFile(path string, v any) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Errorf("open config: %w", err)
-	}
-	defer f.Close()
-	dec := yaml.NewDecoder(f)
-	dec.KnownFields(true)
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("read config %s: %w", path, err)
 	}
 	return nil
 }

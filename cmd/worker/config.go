@@ -10,8 +10,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/toolpool/toolpool/internal/call"
 	"github.com/toolpool/toolpool/internal/metrics"
 	"github.com/toolpool/toolpool/internal/queue/jetstream"
@@ -23,6 +21,7 @@ import (
 	"github.com/toolpool/toolpool/internal/tools/incontainer"
 	"github.com/toolpool/toolpool/internal/worker"
 	"github.com/toolpool/toolpool/internal/workspace"
+	"github.com/toolpool/toolpool/internal/yamlfile"
 )
 
 // config is the worker's whole configuration, loaded in one path (loadConfig): defaults, then the YAML
@@ -158,7 +157,7 @@ func loadConfig(fs *flag.FlagSet, args []string) (config, error) {
 		return cfg, err
 	}
 	if *configPath != "" {
-		if err := decodeYAMLFile(*configPath, &cfg); err != nil {
+		if err := yamlfile.Decode(*configPath, &cfg); err != nil {
 			return cfg, err
 		}
 	}
@@ -292,20 +291,6 @@ func (c *config) workerConfig(q queueTiming, runner string, gateway *egress.Gate
 			Archive: workspace.Limits{Files: c.Workspaces.ArchiveMaxFiles, Bytes: c.Workspaces.ArchiveMaxBytes},
 		},
 	}
-}
-
-func decodeYAMLFile(path string, v any) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Errorf("open config: %w", err)
-	}
-	defer f.Close()
-	dec := yaml.NewDecoder(f)
-	dec.KnownFields(true)
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("read config %s: %w", path, err)
-	}
-	return nil
 }
 
 // sandboxBinaries returns the host paths of toolpool-runner and toolpool-init: as configured, or beside
