@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
 	"github.com/toolpool/toolpool/internal/call"
 	"github.com/toolpool/toolpool/internal/queue"
 	"github.com/toolpool/toolpool/internal/queue/jetstream"
@@ -100,7 +103,7 @@ func TestLiveOutput(t *testing.T) {
 // chunk whose offset is past its position (the bytes in between are not kept), then the rest in order,
 // each chunk the bytes published at its offset.
 func TestLiveRetention(t *testing.T) {
-	c := connectWith(t, func(cfg *jetstream.Config) { cfg.LiveMaxBytes = 1 << 20 })
+	c, url := jstest.Provisioned(t, func(cfg *jetstream.Config) { cfg.LiveMaxBytes = 1 << 20 })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	id := call.NewID()
@@ -114,6 +117,21 @@ func TestLiveRetention(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Chunks are published without an acknowledgement: follow once the stream has stored them all, or
+	// a chunk still on its way lands after the follower started and is delivered beside older ones.
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := natsjs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pollUntil(t, 30*time.Second, "every chunk stored", func() bool {
+		s, err := js.Stream(ctx, jetstream.DefaultConfig().Stream+"_LIVE")
+		return err == nil && s.CachedInfo().State.LastSeq >= chunks
+	})
 	got, err := c.Live().FollowOutput(ctx, id, nil, 4)
 	if err != nil {
 		t.Fatal(err)
