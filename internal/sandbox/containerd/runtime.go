@@ -59,6 +59,8 @@ type Config struct {
 	ShimGroups int
 	// Pool configures the warm pool; its zero value is no pool.
 	Pool PoolConfig
+	// Pull configures how images a Spec names and the store lacks are pulled (imageroot.go, pull.go).
+	Pull PullConfig
 	// StateDir holds the prepared root filesystem and the per-call FIFOs; the worker owns it.
 	StateDir string
 	// UID and GID run every sandbox process.
@@ -107,6 +109,9 @@ func (c *Config) Validate() error {
 	if err := c.validateRuntimes(); err != nil {
 		return err
 	}
+	if err := c.Pull.validate(); err != nil {
+		return err
+	}
 	return c.Pool.validate()
 }
 
@@ -151,6 +156,8 @@ type Runtime struct {
 
 	trustMu      sync.Mutex
 	trustWritten map[string]bool // the CA bundles written under StateDir/ca, by name
+
+	images *imagePuller
 
 	cleanups     sync.WaitGroup
 	cleanupSlots chan struct{}
@@ -205,7 +212,8 @@ func New(ctx context.Context, cfg Config) (_ *Runtime, retErr error) {
 		warnings = append(warnings, runtimeWarnings(ctx, def.handler, cfg.RuntimeBinary)...)
 	}
 	r := &Runtime{cfg: cfg, client: client, rootfs: rootfs, fifos: fifos, warnings: warnings, backends: all, def: def,
-		active: map[string]bool{}, trustWritten: map[string]bool{}, cleanupSlots: make(chan struct{}, maxPendingCleanups), started: started}
+		active: map[string]bool{}, trustWritten: map[string]bool{}, cleanupSlots: make(chan struct{}, maxPendingCleanups), started: started,
+		images: newImagePuller(client, cfg.Pull)}
 	if cfg.Pool.MaxSize > 0 {
 		slots, err := newContainerSlots(r, cfg.Pool, started)
 		if err != nil {
@@ -318,6 +326,20 @@ func capLimits(l, c sandbox.Limits) sandbox.Limits {
 func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Outcome, error) {
 	lim := capLimits(mergeLimits(spec.Limits, r.cfg.Defaults), r.cfg.Ceiling)
 	ctx = namespaces.WithNamespace(ctx, r.cfg.Namespace)
+	if spec.Image != "" {
+		digest, err := r.prepareImage(ctx, &spec)
+		if err != nil {
+			return sandbox.Outcome{WorkspaceBytes: -1}, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
+		}
+		out, err := r.run(ctx, spec, lim)
+		out.Image = digest
+		return out, err
+	}
+	return r.run(ctx, spec, lim)
+}
+
+// run runs spec, whose image (if any) is in the store, warm when the pool can and cold otherwise.
+func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, lim sandbox.Limits) (sandbox.Outcome, error) {
 	if r.pool == nil {
 		return r.runCold(ctx, spec, lim)
 	}

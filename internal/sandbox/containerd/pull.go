@@ -1,0 +1,257 @@
+package containerd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/containerd/containerd"
+	"github.com/containerd/containerd/errdefs"
+	"github.com/containerd/containerd/images"
+	"github.com/containerd/containerd/remotes/docker"
+	"github.com/distribution/reference"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/toolpool/toolpool/internal/sandbox"
+)
+
+// RegistryConfig is how the worker reaches one OCI registry (distribution API v2). Its credentials stay
+// in the worker: they are sent to that registry only, and never enter a sandbox or a result.
+type RegistryConfig struct {
+	// Host is the registry's host[:port] as image references name it ("registry.example.com",
+	// "localhost:5000"); docker.io for Docker Hub.
+	Host string `yaml:"host"`
+	// Username and Password are the registry's basic-auth (or token-service) credentials; empty pulls
+	// anonymously.
+	Username string `yaml:"username"`
+	Password string `yaml:"password"`
+	// PlainHTTP talks to the registry over plain HTTP instead of HTTPS (a registry on loopback).
+	PlainHTTP bool `yaml:"plain_http"`
+}
+
+// PullConfig configures how a Runtime brings in images that its store lacks.
+type PullConfig struct {
+	// Registries configure registries by host; a registry not listed is reached over HTTPS, anonymously.
+	Registries []RegistryConfig
+	// MaxBytes bounds an image's size as its manifest gives it (config and layers, compressed); a bigger
+	// image is refused before any layer is fetched. Zero means DefaultPullMaxBytes.
+	MaxBytes int64
+	// Timeout bounds one pull, from resolving the reference to the unpacked snapshot. Zero means
+	// DefaultPullTimeout.
+	Timeout time.Duration
+}
+
+// Pull defaults.
+const (
+	DefaultPullMaxBytes = 4 << 30
+	DefaultPullTimeout  = 10 * time.Minute
+)
+
+func (c *PullConfig) validate() error {
+	seen := map[string]bool{}
+	for i, r := range c.Registries {
+		switch {
+		case r.Host == "" || strings.ContainsAny(r.Host, "/ "):
+			return fmt.Errorf("registries[%d]: host %q must be a registry host[:port], without a scheme or path", i, r.Host)
+		case seen[r.Host]:
+			return fmt.Errorf("registries[%d]: host %s is listed twice", i, r.Host)
+		case (r.Username == "") != (r.Password == ""):
+			return fmt.Errorf("registries[%d] (%s): set both username and password, or neither", i, r.Host)
+		}
+		seen[r.Host] = true
+	}
+	switch {
+	case c.MaxBytes < 0:
+		return errors.New("image pull max bytes must not be negative")
+	case c.Timeout < 0:
+		return errors.New("image pull timeout must not be negative")
+	}
+	return nil
+}
+
+// imagePuller brings images into the runtime's containerd store and unpacks them into the snapshotter,
+// where images share the layers they have in common. Concurrent requests for one image share one pull.
+type imagePuller struct {
+	client *containerd.Client
+	cfg    PullConfig
+	flight singleflight.Group
+}
+
+func newImagePuller(client *containerd.Client, cfg PullConfig) *imagePuller {
+	cfg.MaxBytes = cmpOr(cfg.MaxBytes, DefaultPullMaxBytes)
+	cfg.Timeout = cmpOr(cfg.Timeout, DefaultPullTimeout)
+	return &imagePuller{client: client, cfg: cfg}
+}
+
+func cmpOr[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// registry returns the configuration of host, and whether it has one.
+func (p *imagePuller) registry(host string) (RegistryConfig, bool) {
+	for _, r := range p.cfg.Registries {
+		if r.Host == host {
+			return r, true
+		}
+	}
+	return RegistryConfig{Host: host}, false
+}
+
+// hosts returns the registry hosts of the resolver: each with its scheme and credentials from the config.
+func (p *imagePuller) hosts() docker.RegistryHosts {
+	client := &http.Client{Transport: &http.Transport{
+		Proxy:                 nil, // the worker reaches registries directly, never through a call's proxy
+		DialContext:           (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ResponseHeaderTimeout: 30 * time.Second,
+	}}
+	creds := func(host string) (string, string, error) {
+		r, _ := p.registry(host)
+		return r.Username, r.Password, nil
+	}
+	return docker.ConfigureDefaultRegistries(
+		docker.WithClient(client),
+		docker.WithAuthorizer(docker.NewDockerAuthorizer(docker.WithAuthClient(client), docker.WithAuthCreds(creds))),
+		docker.WithPlainHTTP(func(host string) (bool, error) {
+			r, _ := p.registry(host)
+			return r.PlainHTTP, nil
+		}),
+	)
+}
+
+// ParseImageRef returns the full name of image reference ref (registry/repository:tag or @digest, with
+// docker.io and :latest filled in as Docker does), or an error that says what is wrong with it.
+func ParseImageRef(ref string) (string, error) {
+	named, err := reference.ParseDockerRef(ref)
+	if err != nil {
+		return "", fmt.Errorf("image reference %q does not parse (%w): write registry/repository:tag or registry/repository@sha256:<64 hex digits>", ref, err)
+	}
+	return named.String(), nil
+}
+
+// ensure returns the image ref names from the store, pulling and unpacking it first when the store lacks
+// it. ctx ending stops this caller's wait, not a pull other callers share; the pull has its own time limit.
+func (p *imagePuller) ensure(ctx context.Context, ref string) (containerd.Image, error) {
+	name, err := ParseImageRef(ref)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", sandbox.ErrImageRefused, err)
+	}
+	if img, err := p.unpacked(ctx, name); err == nil || !errdefs.IsNotFound(err) {
+		return img, err
+	}
+	ch := p.flight.DoChan(name, func() (any, error) {
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.Timeout)
+		defer cancel()
+		return p.pull(pctx, name)
+	})
+	select {
+	case res := <-ch:
+		if res.Err != nil {
+			return nil, res.Err
+		}
+		return res.Val.(containerd.Image), nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: wait for the pull of %s: %w", sandbox.ErrImagePull, name, ctx.Err())
+	}
+}
+
+// unpacked returns the stored image name when it is unpacked for the snapshotter; a NotFound error when it
+// is absent or only partly there.
+func (p *imagePuller) unpacked(ctx context.Context, name string) (containerd.Image, error) {
+	img, err := p.client.GetImage(ctx, name)
+	if err != nil {
+		if errdefs.IsNotFound(err) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: get image %s: %w", sandbox.ErrImagePull, name, err)
+	}
+	ok, err := img.IsUnpacked(ctx, snapshotter)
+	if err != nil || !ok {
+		return nil, fmt.Errorf("image %s is not unpacked: %w", name, errdefs.ErrNotFound)
+	}
+	return img, nil
+}
+
+// pull fetches name, checks its layers and unpacks it. On any failure it deletes what it stored of the
+// image, so that nothing half-pulled is ever run.
+func (p *imagePuller) pull(ctx context.Context, name string) (_ containerd.Image, retErr error) {
+	host := reference.Domain(mustNamed(name))
+	var total atomic.Int64
+	limit := func(h images.Handler) images.Handler {
+		return images.HandlerFunc(func(ctx context.Context, desc ocispec.Descriptor) ([]ocispec.Descriptor, error) {
+			children, err := h.Handle(ctx, desc)
+			if err != nil || !images.IsManifestType(desc.MediaType) {
+				return children, err
+			}
+			sum := desc.Size
+			for _, c := range children {
+				sum += c.Size
+			}
+			if n := total.Add(sum); n > p.cfg.MaxBytes {
+				return nil, fmt.Errorf("%w: image %s is %d bytes, over this worker's limit of %d (images.max_bytes): use a smaller image, or raise the limit", sandbox.ErrImageRefused, name, n, p.cfg.MaxBytes)
+			}
+			return children, nil
+		})
+	}
+	defer func() {
+		if retErr != nil {
+			delCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+			defer cancel()
+			_ = p.client.ImageService().Delete(delCtx, name, images.SynchronousDelete())
+		}
+	}()
+	resolver := docker.NewResolver(docker.ResolverOptions{Hosts: p.hosts()})
+	img, err := p.client.Pull(ctx, name, containerd.WithResolver(resolver), containerd.WithImageHandlerWrapper(limit))
+	if err != nil {
+		return nil, pullError(name, host, err)
+	}
+	if err := checkLayers(ctx, p.client.ContentStore(), img.Target()); err != nil {
+		return nil, fmt.Errorf("%w: image %s: %w", sandbox.ErrImageRefused, name, err)
+	}
+	if err := img.Unpack(ctx, snapshotter); err != nil {
+		return nil, fmt.Errorf("%w: unpack image %s: %w", sandbox.ErrImagePull, name, err)
+	}
+	return img, nil
+}
+
+func mustNamed(name string) reference.Named {
+	n, err := reference.ParseNormalizedNamed(name)
+	if err != nil {
+		panic(err) // name came from ParseImageRef
+	}
+	return n
+}
+
+// pullError turns a failed pull of name from host into an error that says what to fix.
+func pullError(name, host string, err error) error {
+	if errors.Is(err, sandbox.ErrImageRefused) {
+		return err
+	}
+	msg := err.Error()
+	var hint string
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		hint = "the pull took longer than this worker's limit (images.pull_timeout): use a smaller image, or raise the limit"
+	case errdefs.IsNotFound(err) || strings.Contains(msg, "not found"):
+		hint = fmt.Sprintf("registry %s has no such image: check the repository name and the tag or digest", host)
+	case strings.Contains(msg, "401") || strings.Contains(msg, "nauthorized") || strings.Contains(msg, "authorization"):
+		hint = fmt.Sprintf("registry %s refused this worker's credentials: set the worker's images.registries entry for %s (username, password)", host, host)
+	case strings.Contains(msg, "connection refused") || strings.Contains(msg, "no such host") || strings.Contains(msg, "i/o timeout"):
+		hint = fmt.Sprintf("registry %s cannot be reached: check that it is up and that the worker's images.registries entry for it is right (plain_http for a registry without TLS)", host)
+	case strings.Contains(msg, "unexpected commit digest") || strings.Contains(msg, "digest"):
+		hint = fmt.Sprintf("content from registry %s did not match its digest: the registry or a proxy on the way corrupted it; push the image again", host)
+	default:
+		hint = fmt.Sprintf("the transfer from registry %s failed: try again, and check the registry and the network between it and the worker", host)
+	}
+	return fmt.Errorf("%w: pull %s: %s (%w)", sandbox.ErrImagePull, name, hint, err)
+}

@@ -1,0 +1,234 @@
+package containerd_test
+
+import (
+	"archive/tar"
+	"context"
+	"crypto/rand"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	ctdclient "github.com/containerd/containerd"
+	"github.com/containerd/containerd/errdefs"
+	"github.com/containerd/containerd/namespaces"
+	"github.com/containerd/containerd/snapshots"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/toolpool/toolpool/internal/sandbox"
+	"github.com/toolpool/toolpool/internal/sandbox/containerd"
+	"github.com/toolpool/toolpool/internal/sandbox/containerd/ctrtest"
+)
+
+// pullRuntime starts a private registry with basic auth, a private containerd and a runtime whose pull
+// configuration holds the registry's credentials.
+func pullRuntime(t *testing.T, edit func(*containerd.PullConfig, *ctrtest.Registry)) (*containerd.Runtime, *containerd.Daemon, *ctrtest.Registry) {
+	t.Helper()
+	ctrtest.Require(t)
+	reg := ctrtest.StartPrivateRegistry(t, "tenant-a", "s3cret")
+	cfg := containerd.PullConfig{Registries: []containerd.RegistryConfig{{Host: reg.Host, Username: "tenant-a", Password: "s3cret", PlainHTTP: true}}}
+	if edit != nil {
+		edit(&cfg, reg)
+	}
+	rt, d := ctrtest.NewRuntime(t, containerd.Config{Pull: cfg})
+	return rt, d, reg
+}
+
+func imageCall(ref, ws string, argv ...string) sandbox.Spec {
+	return sandbox.Spec{ID: newID("img"), Image: ref, Argv: argv, WorkspaceDir: ws, Limits: sandbox.Limits{Timeout: 30 * time.Second}}
+}
+
+// TestPulledImagesRunTheirOwnToolchain pulls two images from a private registry and runs a call in each:
+// each sees its own toolchain, both share the workspace, the result names the image by digest, and the
+// image's config (root user, entrypoint, working directory, HOME, a proxy) grants nothing.
+func TestPulledImagesRunTheirOwnToolchain(t *testing.T) {
+	rt, d, reg := pullRuntime(t, nil)
+	shellRef := ctrtest.PushShellImage(t, reg, "tools/shell:1")
+	pyRef := ctrtest.PushPythonImage(t, reg, "tools/python:3.11")
+	ws := workspace(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	out, err := rt.Run(ctx, imageCall(shellRef, ws, "/bin/sh", "-c",
+		`echo "mark=$TOOLPOOL_IMAGE_MARK uid=$(id -u) pwd=$(pwd) home=$HOME proxy=${HTTPS_PROXY:-none}"; `+
+			`test -e /usr/bin/python3 && echo has-python; touch /usr/x 2>/dev/null && echo root-writable; echo shell > /workspace/from-shell`))
+	if err != nil {
+		t.Fatalf("run in shell image: %v", err)
+	}
+	if got, want := out.Stdout.String(), "mark=shell uid=65532 pwd=/workspace home=/tmp proxy=none\n"; got != want || out.ExitCode != 0 {
+		t.Errorf("shell image: stdout %q (want %q), exit %d, stderr %q", got, want, out.ExitCode, out.Stderr.String())
+	}
+	if !strings.HasPrefix(out.Image, reg.Host+"/tools/shell@sha256:") {
+		t.Errorf("outcome image %q, want %s/tools/shell@sha256:...", out.Image, reg.Host)
+	}
+
+	out, err = rt.Run(ctx, imageCall(pyRef, ws, "/usr/bin/python3", "-c",
+		`import os,sys; print(os.environ["TOOLPOOL_IMAGE_MARK"], sys.version_info[:2] >= (3, 0), os.getuid(), os.getcwd(), open("/workspace/from-shell").read().strip())`))
+	if err != nil {
+		t.Fatalf("run in python image: %v", err)
+	}
+	if got, want := out.Stdout.String(), "python True 65532 /workspace shell\n"; got != want {
+		t.Errorf("python image: stdout %q (want %q), exit %d, stderr %q", got, want, out.ExitCode, out.Stderr.String())
+	}
+
+	// The shell image has no python.
+	out, err = rt.Run(ctx, imageCall(shellRef, ws, "/usr/bin/python3", "-c", "print(1)"))
+	if !errors.Is(err, sandbox.ErrNoProgram) {
+		t.Errorf("python in the shell image: err %v, exit %d; want ErrNoProgram", err, out.ExitCode)
+	}
+
+	// The two images share their first layer: three committed snapshots (base, base+shell, base+python), not four.
+	client, err := ctdclient.New(d.Address())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	nctx := namespaces.WithNamespace(ctx, "toolpool-test")
+	committed := 0
+	if err := client.SnapshotService("overlayfs").Walk(nctx, func(_ context.Context, info snapshots.Info) error {
+		if info.Kind == snapshots.KindCommitted {
+			committed++
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if committed != 3 {
+		t.Errorf("%d committed snapshots, want 3: the images' common layer is stored once", committed)
+	}
+}
+
+// TestConcurrentPullsOfOneImageAreCoalesced runs four calls in an image the worker lacks, at once: the
+// image is pulled once (one resolve at the registry) and every call runs.
+func TestConcurrentPullsOfOneImageAreCoalesced(t *testing.T) {
+	rt, _, reg := pullRuntime(t, nil)
+	ref := ctrtest.PushShellImage(t, reg, "tools/shell:coalesced")
+	before := reg.ManifestResolves()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out, err := rt.Run(ctx, imageCall(ref, workspace(t), "/usr/bin/id", "-u"))
+			if err == nil && out.ExitCode != 0 {
+				err = errors.New("exit " + out.Stderr.String())
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("call %d: %v", i, err)
+		}
+	}
+	if n := reg.ManifestResolves() - before; n != 1 {
+		t.Errorf("the image was resolved %d times for 4 concurrent calls, want once: one pull serves them all", n)
+	}
+}
+
+// anonymousHost names reg as localhost:PORT, a host the worker has no credentials for.
+func anonymousHost(reg *ctrtest.Registry) string {
+	return "localhost:" + reg.Host[strings.LastIndex(reg.Host, ":")+1:]
+}
+
+// randomLayer is a layer of its own (one file of random bytes), so that no earlier pull has its content.
+func randomLayer(t *testing.T) []byte {
+	data := make([]byte, 64<<10)
+	if _, err := rand.Read(data); err != nil {
+		t.Fatal(err)
+	}
+	return ctrtest.LayerTar(t, ctrtest.TarEntry{Name: "data", Type: tar.TypeReg, Mode: 0o644, Data: data})
+}
+
+// TestPullFaults ends each broken pull with ErrImagePull or ErrImageRefused (and ErrNotStarted: nothing
+// ran), a message that says what to fix, and nothing of the image in the store.
+func TestPullFaults(t *testing.T) {
+	// The private registry is also reachable as localhost:PORT, for which the worker has no credentials.
+	rt, d, reg := pullRuntime(t, func(c *containerd.PullConfig, reg *ctrtest.Registry) {
+		c.MaxBytes = 64 << 20
+		c.Registries = append(c.Registries, containerd.RegistryConfig{Host: anonymousHost(reg), PlainHTTP: true})
+	})
+	down := ctrtest.StartRegistry(t)
+	downRef := ctrtest.PushImage(t, down, "gone/image:1", v1.Config{}, randomLayer(t))
+	down.Close()
+	base := ctrtest.BaseLayer(t)
+	hostile := func(e ...ctrtest.TarEntry) string {
+		return ctrtest.PushImage(t, reg, "hostile/image:"+newID("h"), v1.Config{}, base, ctrtest.LayerTar(t, e...))
+	}
+	tests := []struct {
+		name    string
+		ref     func(t *testing.T) string
+		fault   ctrtest.Fault
+		want    error
+		message string
+	}{
+		{name: "registry down", ref: func(*testing.T) string { return downRef }, want: sandbox.ErrImagePull, message: "cannot be reached"},
+		{name: "401 without credentials", ref: func(t *testing.T) string {
+			return strings.Replace(ctrtest.PushImage(t, reg, "private/image:1", v1.Config{}, randomLayer(t)), reg.Host, anonymousHost(reg), 1)
+		}, want: sandbox.ErrImagePull, message: "credentials"},
+		{name: "404", ref: func(*testing.T) string { return reg.Host + "/no/such:image" }, want: sandbox.ErrImagePull, message: "no such image"},
+		{name: "pull cut midway", ref: func(t *testing.T) string {
+			return ctrtest.PushImage(t, reg, "cut/image:1", v1.Config{}, randomLayer(t))
+		}, fault: ctrtest.CutBlobs, want: sandbox.ErrImagePull, message: "registry " + reg.Host},
+		{name: "digest mismatch", ref: func(t *testing.T) string {
+			return ctrtest.PushImage(t, reg, "corrupt/image:1", v1.Config{}, randomLayer(t))
+		}, fault: ctrtest.CorruptBlobs, want: sandbox.ErrImagePull, message: "digest"},
+		{name: "over the size limit", ref: func(t *testing.T) string {
+			big := make([]byte, 65<<20)
+			return ctrtest.PushImage(t, reg, "big/image:1", v1.Config{}, ctrtest.LayerTar(t, ctrtest.TarEntry{Name: "big", Type: tar.TypeReg, Mode: 0o644, Data: big}))
+		}, want: sandbox.ErrImageRefused, message: "images.max_bytes"},
+		{name: "device node", ref: func(*testing.T) string {
+			return hostile(ctrtest.TarEntry{Name: "dev/sda", Type: tar.TypeBlock, Mode: 0o666, Devmajor: 8})
+		}, want: sandbox.ErrImageRefused, message: "device node"},
+		{name: "absolute path", ref: func(*testing.T) string {
+			return hostile(ctrtest.TarEntry{Name: "/etc/cron.d/x", Type: tar.TypeReg, Mode: 0o644, Data: []byte("x")})
+		}, want: sandbox.ErrImageRefused, message: "absolute path"},
+		{name: "dot-dot path", ref: func(*testing.T) string {
+			return hostile(ctrtest.TarEntry{Name: "a/../../../tmp/x", Type: tar.TypeReg, Mode: 0o644, Data: []byte("x")})
+		}, want: sandbox.ErrImageRefused, message: `".."`},
+		{name: "hard link out of the root", ref: func(*testing.T) string {
+			return hostile(ctrtest.TarEntry{Name: "shadow", Type: tar.TypeLink, Linkname: "../../../etc/shadow"})
+		}, want: sandbox.ErrImageRefused, message: "hard link"},
+		{name: "symbolic link out of the root", ref: func(*testing.T) string {
+			return hostile(ctrtest.TarEntry{Name: "usr/escape", Type: tar.TypeSymlink, Linkname: "../../../etc"})
+		}, want: sandbox.ErrImageRefused, message: "out of the image's root"},
+		{name: "unparsable reference", ref: func(*testing.T) string { return "Not A/Reference::" }, want: sandbox.ErrImageRefused, message: "does not parse"},
+	}
+	client, err := ctdclient.New(d.Address())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ref := tt.ref(t)
+			reg.SetFault(tt.fault)
+			defer reg.SetFault(ctrtest.NoFault)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			out, err := rt.Run(ctx, imageCall(ref, workspace(t), "/bin/sh", "-c", "echo ran"))
+			if !errors.Is(err, tt.want) || !errors.Is(err, sandbox.ErrNotStarted) {
+				t.Fatalf("err %v; want %v and ErrNotStarted (stdout %q)", err, tt.want, out.Stdout.String())
+			}
+			t.Logf("error: %v", err)
+			if !strings.Contains(err.Error(), tt.message) {
+				t.Errorf("error %q does not say %q", err, tt.message)
+			}
+			if strings.Contains(err.Error(), "s3cret") {
+				t.Errorf("error %q shows the registry password", err)
+			}
+			name, perr := containerd.ParseImageRef(ref)
+			if perr != nil {
+				return
+			}
+			if _, err := client.ImageService().Get(namespaces.WithNamespace(ctx, "toolpool-test"), name); !errdefs.IsNotFound(err) {
+				t.Errorf("after a failed pull the store has image %s (err %v): it must keep nothing half-pulled", name, err)
+			}
+		})
+	}
+}
