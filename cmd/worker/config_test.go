@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/toolpool/toolpool/internal/sandbox/containerd"
 )
 
 // TestLoadConfigPool checks the warm pool's and the OCI runtime's settings: defaults, file, flags, and a
@@ -84,5 +86,57 @@ func TestSandboxBinaries(t *testing.T) {
 	cfg = config{RunnerBinary: runner, InitBinary: dir}
 	if _, _, err = cfg.sandboxBinaries(); err == nil || !strings.Contains(err.Error(), "toolpool-init") || !strings.Contains(err.Error(), "not a regular file") {
 		t.Fatalf("init a directory: %v", err)
+	}
+}
+
+// TestLoadConfigImages checks the image settings: defaults, the file's registries reaching the sandbox's
+// pull configuration, the default image by its full name, and a clear error for each bad value.
+func TestLoadConfigImages(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml, wantErr string
+		check               func(t *testing.T, cfg config)
+	}{
+		{name: "defaults", check: func(t *testing.T, cfg config) {
+			pull := cfg.sandboxConfig("/run/c.sock", "/r", "/i").Pull
+			if cfg.Image != "" || pull.MaxBytes != containerd.DefaultPullMaxBytes || pull.Timeout != containerd.DefaultPullTimeout || pull.Registries != nil {
+				t.Errorf("image %q pull %+v", cfg.Image, pull)
+			}
+		}},
+		{name: "file", yaml: "image: python:3.12\nimages:\n  max_bytes: 1000\n  pull_timeout: 30s\n  registries:\n  - {host: reg.example:5000, username: u, password: p, plain_http: true}\n",
+			check: func(t *testing.T, cfg config) {
+				pull := cfg.sandboxConfig("/run/c.sock", "/r", "/i").Pull
+				want := containerd.RegistryConfig{Host: "reg.example:5000", Username: "u", Password: "p", PlainHTTP: true}
+				if cfg.Image != "docker.io/library/python:3.12" || pull.MaxBytes != 1000 || pull.Timeout != 30*time.Second || len(pull.Registries) != 1 || pull.Registries[0] != want {
+					t.Errorf("image %q pull %+v", cfg.Image, pull)
+				}
+			}},
+		{name: "bad image", yaml: "image: Not/A::ref\n", wantErr: "image (--image): image reference"},
+		{name: "half the credentials", yaml: "images: {registries: [{host: r.example, username: u}]}\n", wantErr: "set both username and password"},
+		{name: "a scheme in the host", yaml: "images: {registries: [{host: 'https://r.example'}]}\n", wantErr: "without a scheme or path"},
+		{name: "zero size", yaml: "images: {max_bytes: 0}\n", wantErr: "images.max_bytes 0 must be positive"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := []string{"-data-dir", t.TempDir()}
+			if tc.yaml != "" {
+				p := filepath.Join(t.TempDir(), "worker.yaml")
+				if err := os.WriteFile(p, []byte(tc.yaml), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				args = append(args, "-config", p)
+			}
+			fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			cfg, err := loadConfig(fs, args)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err %v, want one saying %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.check(t, cfg)
+		})
 	}
 }

@@ -53,7 +53,9 @@ const (
 	DefaultPullTimeout  = 10 * time.Minute
 )
 
-func (c *PullConfig) validate() error {
+// Validate checks the configuration: each registry host once, without a scheme or path, with both
+// credentials or neither; no negative bound.
+func (c *PullConfig) Validate() error {
 	seen := map[string]bool{}
 	for i, r := range c.Registries {
 		switch {

@@ -109,7 +109,7 @@ func (c *Config) Validate() error {
 	if err := c.validateRuntimes(); err != nil {
 		return err
 	}
-	if err := c.Pull.validate(); err != nil {
+	if err := c.Pull.Validate(); err != nil {
 		return err
 	}
 	return c.Pool.validate()
