@@ -102,9 +102,9 @@ var ErrImageReference = errors.New("image reference does not parse")
 // section in any layer, no image may be asked for. It returns ErrImageReference, wrapped with what to
 // write, when ref does not parse.
 func (p *Policy) CheckImage(tenant, tool, ref string) (ImageVerdict, error) {
-	named, err := reference.ParseDockerRef(ref)
+	named, err := parseImageRef(ref)
 	if err != nil {
-		return ImageVerdict{}, fmt.Errorf("%w: %q (%v): write registry/repository:tag or registry/repository@sha256:<64 hex digits>", ErrImageReference, ref, err)
+		return ImageVerdict{}, err
 	}
 	_, byDigest := named.(reference.Digested)
 	seen := false
@@ -138,6 +138,24 @@ func (p *Policy) CheckImage(tenant, tool, ref string) (ImageVerdict, error) {
 			"unless the operator lists allowed images under images.allow in the policy"}, nil
 	}
 	return ImageVerdict{Allowed: true}, nil
+}
+
+// ParseImageRef returns the full name of image reference ref (docker.io and :latest filled in as Docker
+// does), or an error wrapping ErrImageReference that says how to write one.
+func ParseImageRef(ref string) (string, error) {
+	named, err := parseImageRef(ref)
+	if err != nil {
+		return "", err
+	}
+	return named.String(), nil
+}
+
+func parseImageRef(ref string) (reference.Named, error) {
+	named, err := reference.ParseDockerRef(ref)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %q (%v): write registry/repository:tag or registry/repository@sha256:<64 hex digits>", ErrImageReference, ref, err)
+	}
+	return named, nil
 }
 
 func listOrNone(patterns []string) string {
