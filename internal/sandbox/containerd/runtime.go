@@ -652,6 +652,10 @@ func startError(err error) error {
 	if strings.Contains(msg, "exec:") && (strings.Contains(msg, "no such file or directory") || strings.Contains(msg, "executable file not found")) {
 		return sandbox.ErrNoProgram
 	}
+	// gVisor's sentry loads the program itself and says so in its own words.
+	if strings.Contains(msg, "failed to load") && strings.Contains(msg, "no such file or directory") {
+		return sandbox.ErrNoProgram
+	}
 	return sandbox.ErrNotStarted
 }
 
