@@ -5,6 +5,8 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -52,7 +54,7 @@ func TestPulledImagesRunTheirOwnToolchain(t *testing.T) {
 
 	out, err := rt.Run(ctx, imageCall(shellRef, ws, "/bin/sh", "-c",
 		`echo "mark=$TOOLPOOL_IMAGE_MARK uid=$(id -u) pwd=$(pwd) home=$HOME proxy=${HTTPS_PROXY:-none}"; `+
-			`test -e /usr/bin/python3 && echo has-python; touch /usr/x 2>/dev/null && echo root-writable; echo shell > /workspace/from-shell`))
+			`test -e /usr/bin/python3 && echo has-python; touch /var/scratch/x 2>/dev/null && echo root-writable; echo shell > /workspace/from-shell`))
 	if err != nil {
 		t.Fatalf("run in shell image: %v", err)
 	}
@@ -230,5 +232,41 @@ func TestPullFaults(t *testing.T) {
 				t.Errorf("after a failed pull the store has image %s (err %v): it must keep nothing half-pulled", name, err)
 			}
 		})
+	}
+}
+
+// TestImageWithoutMountPoints runs a call on an image of one static program and nothing else: no
+// /workspace, /tmp, /proc or /.toolpool. The runtime's mounts land all the same, the workspace is
+// writable, and a file the image made writable by all is not: the root is read-only.
+func TestImageWithoutMountPoints(t *testing.T) {
+	rt, _, reg := pullRuntime(t, nil)
+	probe, err := os.ReadFile(buildProbe(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := ctrtest.PushImage(t, reg, "bare/probe:1", v1.Config{}, ctrtest.LayerTar(t,
+		ctrtest.TarEntry{Name: "probe", Type: tar.TypeReg, Mode: 0o755, Data: probe},
+		ctrtest.TarEntry{Name: "writable", Type: tar.TypeReg, Mode: 0o666, Data: []byte("x")}))
+	ws := workspace(t)
+	if err := os.WriteFile(filepath.Join(ws, "f"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(filepath.Join(ws, "f"), ctrtest.SandboxUID, ctrtest.SandboxGID); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, tc := range []struct {
+		argv []string
+		want string
+	}{
+		{[]string{"/probe", "whoami"}, "uid=65532 euid=65532 gid=65532 egid=65532 capeff=0000000000000000\n"},
+		{[]string{"/probe", "open_write", "/workspace/f"}, "OK\n"},
+		{[]string{"/probe", "open_write", "/writable"}, "EROFS\n"}, // mode 0666 in the image, on a read-only root
+	} {
+		out, err := rt.Run(ctx, imageCall(ref, ws, tc.argv...))
+		if err != nil || !strings.Contains(out.Stdout.String(), tc.want) {
+			t.Errorf("%v: err %v stdout %q stderr %q; want %q", tc.argv, err, out.Stdout.String(), out.Stderr.String(), tc.want)
+		}
 	}
 }

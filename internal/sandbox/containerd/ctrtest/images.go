@@ -76,6 +76,7 @@ func toolchainLayers(t testing.TB) (base, shell, python []byte) {
 				b.dir(d, 0o755)
 			}
 			b.dir("tmp", 0o1777)
+			b.dir("var/scratch", 0o777) // writable by all in the image: a test finds the root read-only there
 			return b.programs("/bin/sh")
 		})
 		if layers.err != nil {
