@@ -163,7 +163,8 @@ func (p *imagePuller) ensure(ctx context.Context, ref string) (containerd.Image,
 		}
 		return res.Val.(containerd.Image), nil
 	case <-ctx.Done():
-		return nil, fmt.Errorf("%w: wait for the pull of %s: %w", sandbox.ErrImagePull, name, ctx.Err())
+		// The call ended (cancelled, or its worker stopping), not the pull: others may still get it.
+		return nil, fmt.Errorf("wait for the pull of %s: %w", name, ctx.Err())
 	}
 }
 

@@ -270,3 +270,27 @@ func TestImageWithoutMountPoints(t *testing.T) {
 		}
 	}
 }
+
+// TestPullTimeLimit: a registry that stops sending ends the pull at the worker's time limit, with an error
+// that names the setting, and a call cancelled while it waits for a pull ends with its context's error,
+// not as a failed pull.
+func TestPullTimeLimit(t *testing.T) {
+	rt, _, reg := pullRuntime(t, func(c *containerd.PullConfig, _ *ctrtest.Registry) { c.Timeout = 3 * time.Second })
+	ref := ctrtest.PushImage(t, reg, "slow/image:1", v1.Config{}, randomLayer(t))
+	reg.SetFault(ctrtest.StallBlobs)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	began := time.Now()
+	_, err := rt.Run(ctx, imageCall(ref, workspace(t), "/bin/sh", "-c", "true"))
+	if !errors.Is(err, sandbox.ErrImagePull) || !strings.Contains(err.Error(), "images.pull_timeout") || time.Since(began) > 30*time.Second {
+		t.Fatalf("after %s: err %v; want ErrImagePull naming images.pull_timeout after about 3s", time.Since(began), err)
+	}
+
+	ref = ctrtest.PushImage(t, reg, "slow/image:2", v1.Config{}, randomLayer(t))
+	cctx, ccancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer ccancel()
+	_, err = rt.Run(cctx, imageCall(ref, workspace(t), "/bin/sh", "-c", "true"))
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, sandbox.ErrImagePull) || !errors.Is(err, sandbox.ErrNotStarted) {
+		t.Fatalf("a call that ended while waiting: err %v; want its context's error, not ErrImagePull", err)
+	}
+}

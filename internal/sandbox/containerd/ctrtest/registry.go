@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -24,6 +25,9 @@ const (
 	// CorruptBlobs sends every layer blob in full with one byte changed, so that its digest no longer
 	// matches the manifest's.
 	CorruptBlobs
+	// StallBlobs sends the headers of every layer blob and then nothing until the client gives up, as a
+	// registry that hangs does.
+	StallBlobs
 )
 
 // Registry is an OCI distribution (API v2) registry on a loopback port, holding its content in memory,
@@ -37,6 +41,8 @@ type Registry struct {
 	srv                *httptest.Server
 	fault              atomic.Int32
 	manifestHeads      atomic.Int64
+	closed             chan struct{} // closed by Close: stalled answers end
+	closeOnce          sync.Once
 }
 
 // ManifestResolves counts the HEAD requests for manifests the registry has answered: containerd resolves
@@ -58,7 +64,7 @@ func StartPrivateRegistry(t testing.TB, user, password string) *Registry {
 }
 
 func startRegistry(t testing.TB, user, password string) *Registry {
-	r := &Registry{Username: user, Password: password}
+	r := &Registry{Username: user, Password: password, closed: make(chan struct{})}
 	inner := registry.New(registry.Logger(discardLogger()))
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if user != "" {
@@ -76,7 +82,7 @@ func startRegistry(t testing.TB, user, password string) *Registry {
 			if f := Fault(r.fault.Load()); f != NoFault {
 				rec := httptest.NewRecorder()
 				inner.ServeHTTP(rec, req)
-				r.serveFaulty(w, rec, f)
+				r.serveFaulty(w, req, rec, f)
 				return
 			}
 		}
@@ -88,7 +94,7 @@ func startRegistry(t testing.TB, user, password string) *Registry {
 }
 
 // serveFaulty writes the recorded answer rec to a blob request as fault f has it.
-func (r *Registry) serveFaulty(w http.ResponseWriter, rec *httptest.ResponseRecorder, f Fault) {
+func (r *Registry) serveFaulty(w http.ResponseWriter, req *http.Request, rec *httptest.ResponseRecorder, f Fault) {
 	body := rec.Body.Bytes()
 	if rec.Code != http.StatusOK || len(body) < 1024 { // the config blob stays whole: faults hit layers
 		for k, v := range rec.Header() {
@@ -107,6 +113,15 @@ func (r *Registry) serveFaulty(w http.ResponseWriter, rec *httptest.ResponseReco
 		bad[len(bad)/2] ^= 0xff
 		w.WriteHeader(http.StatusOK)
 		_, _ = w.Write(bad)
+	case StallBlobs:
+		w.WriteHeader(http.StatusOK)
+		if fl, ok := w.(http.Flusher); ok {
+			fl.Flush()
+		}
+		select {
+		case <-req.Context().Done():
+		case <-r.closed:
+		}
 	case CutBlobs:
 		w.WriteHeader(http.StatusOK)
 		_, _ = w.Write(body[:len(body)/2])
@@ -127,11 +142,11 @@ func (r *Registry) SetFault(f Fault) { r.fault.Store(int32(f)) }
 // Close stops the registry: from then on its address refuses connections, as a registry that is down
 // does. Close is idempotent.
 func (r *Registry) Close() {
-	if r.srv == nil {
-		return
-	}
-	r.srv.CloseClientConnections()
-	r.srv.Close()
+	r.closeOnce.Do(func() {
+		close(r.closed)
+		r.srv.CloseClientConnections()
+		r.srv.Close()
+	})
 }
 
 // DownAddress returns a loopback host:port where nothing listens: a registry that is down.
