@@ -294,3 +294,27 @@ func TestPullTimeLimit(t *testing.T) {
 		t.Fatalf("a call that ended while waiting: err %v; want its context's error, not ErrImagePull", err)
 	}
 }
+
+// TestWarmCallOnPulledImage: once an image is pulled, the warm pool keeps containers of it, found by the
+// image's full name however a call writes it (here without its :latest), and a warm call on it gets the
+// image's environment and names the image by digest, as a cold one does.
+func TestWarmCallOnPulledImage(t *testing.T) {
+	ctrtest.Require(t)
+	reg := ctrtest.StartRegistry(t)
+	ref := strings.TrimSuffix(ctrtest.PushShellImage(t, reg, "tools/shell:latest"), ":latest") // the pool must match it as :latest
+	rt, _, probe := newPooledRuntime(t, containerd.Config{Pull: containerd.PullConfig{Registries: []containerd.RegistryConfig{{Host: reg.Host, PlainHTTP: true}}}})
+	ws := workspace(t)
+	spec := warmSpec(probe, ws, `echo "$TOOLPOOL_IMAGE_MARK $HOME"`)
+	spec.Image = ref
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cold, err := rt.Run(ctx, spec)
+	if err != nil || cold.Warm || cold.Stdout.String() != "shell /tmp\n" {
+		t.Fatalf("first call: err %v warm %v stdout %q stderr %q", err, cold.Warm, cold.Stdout.String(), cold.Stderr.String())
+	}
+	spec.ID = newID("w")
+	warm := runWarm(t, rt, spec)
+	if warm.Stdout.String() != "shell /tmp\n" || warm.Image != cold.Image || !strings.Contains(warm.Image, "@sha256:") {
+		t.Errorf("warm call: stdout %q image %q; want the image's mark and %q", warm.Stdout.String(), warm.Image, cold.Image)
+	}
+}
