@@ -42,7 +42,7 @@ func NewWorker(reg prometheus.Registerer, opts Options) *WorkerMetrics {
 		Help: "Containers started for calls, by path: warm (claimed from the warm pool) or cold (created for the call), and for cold, why: none (the worker has no pool), empty, mounts, limits, profiles, broken, disabled, draining, runtime, or other."},
 		[]string{"path", "cold_reason"})
 	m.sandboxSteps = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: "sandbox_step_seconds",
-		Help:    "Each step of running a call's container and of removing it afterwards (sandbox.Outcome.Steps), by step: claim, create_container, create_task, bind_workspace, limits, request, wait, start, run, drain_io, usage, workspace_size; delete_task, delete_container, slot; or other.",
+		Help:    "Each step of running a call's container and of removing it afterwards (sandbox.Outcome.Steps), by step: image (finding or pulling a call's image), claim, create_container, create_task, bind_workspace, limits, request, wait, start, run, drain_io, usage, workspace_size; delete_task, delete_container, slot; or other.",
 		Buckets: stepBuckets}, []string{"step"})
 	m.egress = newEgressMetrics(reg)
 	m.sandboxErrors.WithLabelValues("start")
@@ -57,7 +57,7 @@ var stepBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, 
 
 // steps are the values of sandbox_step_seconds's step label (sandbox.Outcome.Steps and the removal's steps
 // of the containerd runtime); any other name counts as Overflow.
-var steps = setOf("claim", "create_container", "create_task", "bind_workspace", "limits", "request", "wait", "start", "run",
+var steps = setOf("image", "claim", "create_container", "create_task", "bind_workspace", "limits", "request", "wait", "start", "run",
 	"drain_io", "usage", "workspace_size", "delete_task", "delete_container", "slot")
 
 func (m *WorkerMetrics) observeSteps(list []sandbox.Step) {

@@ -135,7 +135,8 @@ type Outcome struct {
 	SandboxTime time.Duration
 	RunTime     time.Duration
 	CleanupTime time.Duration
-	// Steps are the steps of this Run as the runtime timed them, in the order they ran (a warm call:
+	// Steps are the steps of this Run as the runtime timed them, in the order they ran (a call on an
+	// image starts with image: finding it in the store, or pulling it; then a warm call:
 	// claim, bind_workspace, limits, request, then run, drain_io, usage, workspace_size; a cold one:
 	// create_container, create_task, wait, start, then the same). They account for Run's time between its
 	// start and its return; removal after Run returns is not among them. A runtime that does not time its

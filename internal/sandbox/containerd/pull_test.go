@@ -64,6 +64,9 @@ func TestPulledImagesRunTheirOwnToolchain(t *testing.T) {
 	if !strings.HasPrefix(out.Image, reg.Host+"/tools/shell@sha256:") {
 		t.Errorf("outcome image %q, want %s/tools/shell@sha256:...", out.Image, reg.Host)
 	}
+	if len(out.Steps) < 2 || out.Steps[0].Name != "image" || out.Steps[1].Name != "create_container" {
+		t.Errorf("steps %v: want the image's (its pull) first, then the cold call's", out.Steps)
+	}
 
 	out, err = rt.Run(ctx, imageCall(pyRef, ws, "/usr/bin/python3", "-c",
 		`import os,sys; print(os.environ["TOOLPOOL_IMAGE_MARK"], sys.version_info[:2] >= (3, 0), os.getuid(), os.getcwd(), open("/workspace/from-shell").read().strip())`))
