@@ -108,6 +108,9 @@ type imagesConfig struct {
 	MaxBytes int64 `yaml:"max_bytes"`
 	// PullTimeout bounds one pull, resolve to unpacked snapshot.
 	PullTimeout time.Duration `yaml:"pull_timeout"`
+	// CacheBytes bounds the pulled images' content (0: keep every image); Pinned are never evicted.
+	CacheBytes int64    `yaml:"cache_bytes"`
+	Pinned     []string `yaml:"pinned"`
 }
 
 // poolConfig is the worker's part of containerd.PoolConfig (the init is toolpool-init, InitBinary);
@@ -280,7 +283,7 @@ func (c *config) validate() error {
 	if c.Images.PullTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("images.pull_timeout %s must be positive (default %s)", c.Images.PullTimeout, containerd.DefaultPullTimeout))
 	}
-	if err := (&containerd.PullConfig{Registries: c.Images.Registries}).Validate(); err != nil {
+	if err := (&containerd.PullConfig{Registries: c.Images.Registries, CacheBytes: c.Images.CacheBytes, Pinned: c.Images.Pinned}).Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("images.%w", err))
 	}
 	for name := range c.Runtimes {
@@ -302,7 +305,8 @@ func (c *config) sandboxConfig(address, runner, initBinary string) containerd.Co
 		StateDir: filepath.Join(c.DataDir, "sandbox"), UID: c.UID, GID: c.GID, WorkerID: c.ID,
 		Pool: containerd.PoolConfig{MaxSize: c.Pool.MaxSize, MemoryBytes: c.Pool.MemoryBytes, MaxAge: c.Pool.MaxAge,
 			InitBinary: initBinary, InitPath: sandboxinit.Path, Mounts: []sandbox.Mount{{Source: runner, Destination: incontainer.RunnerPath}}},
-		Pull: containerd.PullConfig{Registries: c.Images.Registries, MaxBytes: c.Images.MaxBytes, Timeout: c.Images.PullTimeout},
+		Pull: containerd.PullConfig{Registries: c.Images.Registries, MaxBytes: c.Images.MaxBytes, Timeout: c.Images.PullTimeout,
+			CacheBytes: c.Images.CacheBytes, Pinned: c.Images.Pinned},
 	}
 }
 

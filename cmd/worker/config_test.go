@@ -102,11 +102,12 @@ func TestLoadConfigImages(t *testing.T) {
 				t.Errorf("image %q pull %+v", cfg.Image, pull)
 			}
 		}},
-		{name: "file", yaml: "image: python:3.12\nimages:\n  max_bytes: 1000\n  pull_timeout: 30s\n  registries:\n  - {host: reg.example:5000, username: u, password: p, plain_http: true}\n",
+		{name: "file", yaml: "image: python:3.12\nimages:\n  max_bytes: 1000\n  pull_timeout: 30s\n  cache_bytes: 5000\n  pinned: [python:3.12]\n  registries:\n  - {host: reg.example:5000, username: u, password: p, plain_http: true}\n",
 			check: func(t *testing.T, cfg config) {
 				pull := cfg.sandboxConfig("/run/c.sock", "/r", "/i").Pull
 				want := containerd.RegistryConfig{Host: "reg.example:5000", Username: "u", Password: "p", PlainHTTP: true}
-				if cfg.Image != "docker.io/library/python:3.12" || pull.MaxBytes != 1000 || pull.Timeout != 30*time.Second || len(pull.Registries) != 1 || pull.Registries[0] != want {
+				if cfg.Image != "docker.io/library/python:3.12" || pull.MaxBytes != 1000 || pull.Timeout != 30*time.Second || len(pull.Registries) != 1 || pull.Registries[0] != want ||
+					pull.CacheBytes != 5000 || len(pull.Pinned) != 1 || pull.Pinned[0] != "python:3.12" {
 					t.Errorf("image %q pull %+v", cfg.Image, pull)
 				}
 			}},
@@ -114,6 +115,7 @@ func TestLoadConfigImages(t *testing.T) {
 		{name: "half the credentials", yaml: "images: {registries: [{host: r.example, username: u}]}\n", wantErr: "set both username and password"},
 		{name: "a scheme in the host", yaml: "images: {registries: [{host: 'https://r.example'}]}\n", wantErr: "without a scheme or path"},
 		{name: "zero size", yaml: "images: {max_bytes: 0}\n", wantErr: "images.max_bytes 0 must be positive"},
+		{name: "a bad pinned image", yaml: "images: {pinned: ['Bad::Ref']}\n", wantErr: "images.pinned[0]: image reference"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := []string{"-data-dir", t.TempDir()}

@@ -132,6 +132,7 @@ func run(args []string) (retErr error) {
 	}
 	scfg := cfg.sandboxConfig(address, runner, initBinary)
 	scfg.OnCleanup = wm.ObserveCleanup
+	scfg.Pull.OnWarning = func(msg string) { log.Warn("image cache", "warning", msg) }
 	rt, err := containerd.New(ctx, scfg)
 	if err != nil {
 		return err

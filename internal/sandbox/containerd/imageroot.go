@@ -14,23 +14,25 @@ import (
 
 // prepareImage makes spec's image ready to run: pulled and unpacked when the store lacks it (pull.go),
 // spec.Image set to its full stored name, and the image's safe environment (imageEnv) put before the
-// call's own. It returns the image's name by digest, for the Outcome.
+// call's own. It returns the image's name by digest, for the Outcome, and the function that ends the
+// image's use by this call (an image in use is never evicted).
 //
 // Of an image's config only Env is used. User, Entrypoint, Cmd, WorkingDir, ExposedPorts, Volumes,
 // StopSignal, Healthcheck and Labels are ignored: the call runs its own argv as the sandbox user in
 // /workspace with no capabilities, exactly as on the host view.
-func (r *Runtime) prepareImage(ctx context.Context, spec *sandbox.Spec) (string, error) {
-	img, err := r.images.ensure(ctx, spec.Image)
+func (r *Runtime) prepareImage(ctx context.Context, spec *sandbox.Spec) (digest string, release func(), err error) {
+	img, release, err := r.images.ensure(ctx, spec.Image)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	spec.Image = img.Name()
 	env, err := imageEnv(ctx, img)
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", sandbox.ErrImagePull, err)
+		release()
+		return "", nil, fmt.Errorf("%w: %w", sandbox.ErrImagePull, err)
 	}
 	spec.Env = append(env, spec.Env...)
-	return byDigest(img), nil
+	return byDigest(img), release, nil
 }
 
 // byDigest names img as repository@digest.

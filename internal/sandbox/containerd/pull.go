@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -45,6 +46,15 @@ type PullConfig struct {
 	// Timeout bounds one pull, from resolving the reference to the unpacked snapshot. Zero means
 	// DefaultPullTimeout.
 	Timeout time.Duration
+	// CacheBytes bounds the content of the images pulled (compressed, each layer counted once, as the
+	// manifests give it): after each pull the least recently used ones go until they fit, never one that
+	// a call is running on, a pinned one or the one just pulled. Zero keeps every image.
+	CacheBytes int64
+	// Pinned are image references never evicted.
+	Pinned []string
+	// OnWarning, when set, hears what went wrong off a call's path (the cache could not be brought within
+	// its budget). Called from any goroutine.
+	OnWarning func(msg string)
 }
 
 // Pull defaults.
@@ -73,6 +83,13 @@ func (c *PullConfig) Validate() error {
 		return errors.New("image pull max bytes must not be negative")
 	case c.Timeout < 0:
 		return errors.New("image pull timeout must not be negative")
+	case c.CacheBytes < 0:
+		return errors.New("image cache bytes must not be negative")
+	}
+	for i, ref := range c.Pinned {
+		if _, err := ParseImageRef(ref); err != nil {
+			return fmt.Errorf("pinned[%d]: %w", i, err)
+		}
 	}
 	return nil
 }
@@ -83,12 +100,30 @@ type imagePuller struct {
 	client *containerd.Client
 	cfg    PullConfig
 	flight singleflight.Group
+	pinned []string // cfg.Pinned by full name
+
+	mu       sync.Mutex
+	inUse    map[string]int       // calls running on each image, by full name
+	lastUsed map[string]time.Time // when a call of this process last used each image
+	evicted  int                  // images evicted, for tests
 }
 
 func newImagePuller(client *containerd.Client, cfg PullConfig) *imagePuller {
 	cfg.MaxBytes = cmpOr(cfg.MaxBytes, DefaultPullMaxBytes)
 	cfg.Timeout = cmpOr(cfg.Timeout, DefaultPullTimeout)
-	return &imagePuller{client: client, cfg: cfg}
+	p := &imagePuller{client: client, cfg: cfg, inUse: map[string]int{}, lastUsed: map[string]time.Time{}}
+	for _, ref := range cfg.Pinned {
+		if name, err := ParseImageRef(ref); err == nil {
+			p.pinned = append(p.pinned, name)
+		}
+	}
+	return p
+}
+
+func (p *imagePuller) warn(msg string) {
+	if p.cfg.OnWarning != nil {
+		p.cfg.OnWarning(msg)
+	}
 }
 
 func cmpOr[T comparable](v, def T) T {
@@ -142,12 +177,26 @@ func ParseImageRef(ref string) (string, error) {
 }
 
 // ensure returns the image ref names from the store, pulling and unpacking it first when the store lacks
-// it. ctx ending stops this caller's wait, not a pull other callers share; the pull has its own time limit.
-func (p *imagePuller) ensure(ctx context.Context, ref string) (containerd.Image, error) {
+// it, marked in use (never evicted) until the caller calls release; on an error there is nothing to
+// release. ctx ending stops this caller's wait, not a pull other callers share; the pull has its own time
+// limit.
+func (p *imagePuller) ensure(ctx context.Context, ref string) (_ containerd.Image, release func(), retErr error) {
 	name, err := ParseImageRef(ref)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", sandbox.ErrImageRefused, err)
+		return nil, nil, fmt.Errorf("%w: %w", sandbox.ErrImageRefused, err)
 	}
+	release = p.use(name) // before the look-up: no eviction can come between it and the call's container
+	defer func() {
+		if retErr != nil {
+			release()
+		}
+	}()
+	img, err := p.get(ctx, name)
+	return img, release, err
+}
+
+// get returns image name from the store, pulling it (once for all concurrent callers) when it is absent.
+func (p *imagePuller) get(ctx context.Context, name string) (containerd.Image, error) {
 	if img, err := p.unpacked(ctx, name); err == nil || !errdefs.IsNotFound(err) {
 		return img, err
 	}
@@ -214,7 +263,8 @@ func (p *imagePuller) pull(ctx context.Context, name string) (_ containerd.Image
 		}
 	}()
 	resolver := docker.NewResolver(docker.ResolverOptions{Hosts: p.hosts()})
-	img, err := p.client.Pull(ctx, name, containerd.WithResolver(resolver), containerd.WithImageHandlerWrapper(limit))
+	img, err := p.client.Pull(ctx, name, containerd.WithResolver(resolver), containerd.WithImageHandlerWrapper(limit),
+		containerd.WithPullLabel(labelPulled, "1"))
 	if err != nil {
 		return nil, pullError(name, host, err)
 	}
@@ -223,6 +273,9 @@ func (p *imagePuller) pull(ctx context.Context, name string) (_ containerd.Image
 	}
 	if err := img.Unpack(ctx, snapshotter); err != nil {
 		return nil, fmt.Errorf("%w: unpack image %s: %w", sandbox.ErrImagePull, name, err)
+	}
+	if err := p.evict(ctx, name); err != nil {
+		p.warn(fmt.Sprintf("keep images within the cache budget after pulling %s: %v", name, err))
 	}
 	return img, nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -319,5 +320,118 @@ func TestWarmCallOnPulledImage(t *testing.T) {
 	warm := runWarm(t, rt, spec)
 	if warm.Stdout.String() != "shell /tmp\n" || warm.Image != cold.Image || !strings.Contains(warm.Image, "@sha256:") {
 		t.Errorf("warm call: stdout %q image %q; want the image's mark and %q", warm.Stdout.String(), warm.Image, cold.Image)
+	}
+}
+
+// TestImageCacheBudget: with a budget that holds the python image but not the shell image besides, a
+// pull evicts the least recently used image, never one a call is running on and never a pinned one
+// (then the worker hears that the cache stays over its budget).
+func TestImageCacheBudget(t *testing.T) {
+	base, shellOwn, pythonOwn := ctrtest.ToolchainLayerBytes(t)
+	budget := base + pythonOwn + shellOwn/2 // the python image and its config fit; the shell layer besides does not
+	var warnings struct {
+		sync.Mutex
+		list []string
+	}
+	start := func(t *testing.T, pin func(reg *ctrtest.Registry) []string) (*containerd.Runtime, *ctrtest.Registry, func(ref string) bool) {
+		rt, d, reg := pullRuntime(t, func(c *containerd.PullConfig, reg *ctrtest.Registry) {
+			c.CacheBytes = budget
+			if pin != nil {
+				c.Pinned = pin(reg)
+			}
+			c.OnWarning = func(msg string) { warnings.Lock(); warnings.list = append(warnings.list, msg); warnings.Unlock() }
+		})
+		client, err := ctdclient.New(d.Address())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { client.Close() })
+		stored := func(ref string) bool {
+			name, err := containerd.ParseImageRef(ref)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = client.ImageService().Get(namespaces.WithNamespace(context.Background(), "toolpool-test"), name)
+			return err == nil
+		}
+		return rt, reg, stored
+	}
+	run := func(t *testing.T, rt *containerd.Runtime, ref, ws string, argv ...string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if out, err := rt.Run(ctx, imageCall(ref, ws, argv...)); err != nil || out.ExitCode != 0 {
+			t.Fatalf("%s %v: err %v exit %d stderr %q", ref, argv, err, out.ExitCode, out.Stderr.String())
+		}
+	}
+
+	t.Run("least recently used goes, never one in use", func(t *testing.T) {
+		rt, reg, stored := start(t, nil)
+		shell := ctrtest.PushShellImage(t, reg, "tools/shell:1")
+		python := ctrtest.PushPythonImage(t, reg, "tools/python:1")
+		ws := workspace(t)
+		run(t, rt, shell, ws, "/bin/sh", "-c", ":")
+		run(t, rt, python, ws, "/usr/bin/python3", "-c", "pass")
+		if stored(shell) || !stored(python) {
+			t.Fatalf("after the python pull: shell stored %v, python stored %v; want the shell image evicted", stored(shell), stored(python))
+		}
+		// A long python call holds its image while the shell image comes back: nothing may be evicted.
+		done := make(chan error, 1)
+		go func() {
+			out, err := rt.Run(context.Background(), imageCall(python, ws, "/usr/bin/python3", "-c",
+				"import os,time\nopen('started','w').close()\nwhile not os.path.exists('release'): time.sleep(0.02)"))
+			if err == nil && out.ExitCode != 0 {
+				err = fmt.Errorf("exit %d: %s", out.ExitCode, out.Stderr.String())
+			}
+			done <- err
+		}()
+		waitFile(t, filepath.Join(ws, "started"))
+		run(t, rt, shell, ws, "/bin/sh", "-c", ":")
+		if !stored(python) || !stored(shell) {
+			t.Errorf("python in use stored %v, shell just pulled stored %v: both must stay", stored(python), stored(shell))
+		}
+		if err := os.WriteFile(filepath.Join(ws, "release"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		warnings.Lock()
+		defer warnings.Unlock()
+		if len(warnings.list) != 1 || !strings.Contains(warnings.list[0], "images.cache_bytes") {
+			t.Errorf("warnings %q, want one saying the cache stays over images.cache_bytes", warnings.list)
+		}
+		warnings.list = nil
+	})
+	t.Run("a pinned image stays", func(t *testing.T) {
+		rt, reg, stored := start(t, func(reg *ctrtest.Registry) []string { return []string{reg.Host + "/tools/shell:1"} })
+		shell := ctrtest.PushShellImage(t, reg, "tools/shell:1")
+		python := ctrtest.PushPythonImage(t, reg, "tools/python:1")
+		ws := workspace(t)
+		run(t, rt, shell, ws, "/bin/sh", "-c", ":")
+		run(t, rt, python, ws, "/usr/bin/python3", "-c", "pass")
+		if !stored(shell) || !stored(python) {
+			t.Errorf("pinned shell stored %v, python just pulled stored %v: both must stay", stored(shell), stored(python))
+		}
+		warnings.Lock()
+		defer warnings.Unlock()
+		if len(warnings.list) != 1 || !strings.Contains(warnings.list[0], "pinned or in use") {
+			t.Errorf("warnings %q, want one saying every image is pinned or in use", warnings.list)
+		}
+	})
+}
+
+// waitFile waits until path exists, failing the test after a minute.
+func waitFile(t *testing.T, path string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not appear within a minute", path)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

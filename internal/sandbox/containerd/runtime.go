@@ -328,11 +328,12 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Outcome, 
 	ctx = namespaces.WithNamespace(ctx, r.cfg.Namespace)
 	if spec.Image != "" {
 		began := time.Now()
-		digest, err := r.prepareImage(ctx, &spec)
+		digest, release, err := r.prepareImage(ctx, &spec)
 		step := sandbox.Step{Name: "image", Took: time.Since(began)} // the pull, when the store lacked it
 		if err != nil {
 			return sandbox.Outcome{WorkspaceBytes: -1, Steps: []sandbox.Step{step}}, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
 		}
+		defer release()
 		out, err := r.run(ctx, spec, lim)
 		out.Image, out.Steps = digest, append([]sandbox.Step{step}, out.Steps...)
 		return out, err

@@ -197,6 +197,14 @@ func LayerTar(t testing.TB, entries ...TarEntry) []byte {
 	return buf.Bytes()
 }
 
+// ToolchainLayerBytes returns the sizes of the toolchain images' layers (base, shell's own, python's
+// own), for tests of size limits and cache budgets.
+func ToolchainLayerBytes(t testing.TB) (base, shell, python int64) {
+	t.Helper()
+	b, s, p := toolchainLayers(t)
+	return int64(len(b)), int64(len(s)), int64(len(p))
+}
+
 // BaseLayer is the toolchain images' first layer (/bin/sh, the C library, the runtime's mount points),
 // for a test that builds an image of its own on it.
 func BaseLayer(t testing.TB) []byte {
