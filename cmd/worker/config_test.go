@@ -113,6 +113,7 @@ func TestLoadConfigImages(t *testing.T) {
 			}},
 		{name: "bad image", yaml: "image: Not/A::ref\n", wantErr: "image (--image): image reference"},
 		{name: "half the credentials", yaml: "images: {registries: [{host: r.example, username: u}]}\n", wantErr: "set both username and password"},
+		{name: "two passwords", yaml: "images: {registries: [{host: r.example, username: u, password: p, password_file: /run/p}]}\n", wantErr: "password or password_file, not both"},
 		{name: "a scheme in the host", yaml: "images: {registries: [{host: 'https://r.example'}]}\n", wantErr: "without a scheme or path"},
 		{name: "zero size", yaml: "images: {max_bytes: 0}\n", wantErr: "images.max_bytes 0 must be positive"},
 		{name: "a bad pinned image", yaml: "images: {pinned: ['Bad::Ref']}\n", wantErr: "images.pinned[0]: image reference"},

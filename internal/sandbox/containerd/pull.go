@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,9 +31,11 @@ type RegistryConfig struct {
 	// "localhost:5000"); docker.io for Docker Hub.
 	Host string `yaml:"host"`
 	// Username and Password are the registry's basic-auth (or token-service) credentials; empty pulls
-	// anonymously.
-	Username string `yaml:"username"`
-	Password string `yaml:"password"`
+	// anonymously. PasswordFile, instead of Password, names a file holding it (a mounted secret), read
+	// when the Runtime starts; a trailing newline is dropped.
+	Username     string `yaml:"username"`
+	Password     string `yaml:"password"`
+	PasswordFile string `yaml:"password_file"`
 	// PlainHTTP talks to the registry over plain HTTP instead of HTTPS (a registry on loopback).
 	PlainHTTP bool `yaml:"plain_http"`
 }
@@ -73,8 +77,10 @@ func (c *PullConfig) Validate() error {
 			return fmt.Errorf("registries[%d]: host %q must be a registry host[:port], without a scheme or path", i, r.Host)
 		case seen[r.Host]:
 			return fmt.Errorf("registries[%d]: host %s is listed twice", i, r.Host)
-		case (r.Username == "") != (r.Password == ""):
-			return fmt.Errorf("registries[%d] (%s): set both username and password, or neither", i, r.Host)
+		case r.Password != "" && r.PasswordFile != "":
+			return fmt.Errorf("registries[%d] (%s): set password or password_file, not both", i, r.Host)
+		case (r.Username == "") != (r.Password == "" && r.PasswordFile == ""):
+			return fmt.Errorf("registries[%d] (%s): set both username and password (or password_file), or neither", i, r.Host)
 		}
 		seen[r.Host] = true
 	}
@@ -108,7 +114,18 @@ type imagePuller struct {
 	evicted  int                  // images evicted, for tests
 }
 
-func newImagePuller(client *containerd.Client, cfg PullConfig) *imagePuller {
+func newImagePuller(client *containerd.Client, cfg PullConfig) (*imagePuller, error) {
+	cfg.Registries = slices.Clone(cfg.Registries)
+	for i, r := range cfg.Registries {
+		if r.PasswordFile == "" {
+			continue
+		}
+		b, err := os.ReadFile(r.PasswordFile)
+		if err != nil {
+			return nil, fmt.Errorf("read the password of registry %s: %w", r.Host, err)
+		}
+		cfg.Registries[i].Password = strings.TrimRight(string(b), "\r\n")
+	}
 	cfg.MaxBytes = cmpOr(cfg.MaxBytes, DefaultPullMaxBytes)
 	cfg.Timeout = cmpOr(cfg.Timeout, DefaultPullTimeout)
 	p := &imagePuller{client: client, cfg: cfg, inUse: map[string]int{}, lastUsed: map[string]time.Time{}}
@@ -117,7 +134,7 @@ func newImagePuller(client *containerd.Client, cfg PullConfig) *imagePuller {
 			p.pinned = append(p.pinned, name)
 		}
 	}
-	return p
+	return p, nil
 }
 
 func (p *imagePuller) warn(msg string) {

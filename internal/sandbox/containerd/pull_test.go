@@ -25,12 +25,16 @@ import (
 )
 
 // pullRuntime starts a private registry with basic auth, a private containerd and a runtime whose pull
-// configuration holds the registry's credentials.
+// configuration holds the registry's credentials (the password in a file, with a newline).
 func pullRuntime(t *testing.T, edit func(*containerd.PullConfig, *ctrtest.Registry)) (*containerd.Runtime, *containerd.Daemon, *ctrtest.Registry) {
 	t.Helper()
 	ctrtest.Require(t)
 	reg := ctrtest.StartPrivateRegistry(t, "tenant-a", "s3cret")
-	cfg := containerd.PullConfig{Registries: []containerd.RegistryConfig{{Host: reg.Host, Username: "tenant-a", Password: "s3cret", PlainHTTP: true}}}
+	secret := filepath.Join(t.TempDir(), "password")
+	if err := os.WriteFile(secret, []byte("s3cret\n"), 0o600); err != nil { // as a mounted secret has it
+		t.Fatal(err)
+	}
+	cfg := containerd.PullConfig{Registries: []containerd.RegistryConfig{{Host: reg.Host, Username: "tenant-a", PasswordFile: secret, PlainHTTP: true}}}
 	if edit != nil {
 		edit(&cfg, reg)
 	}

@@ -185,6 +185,10 @@ func New(ctx context.Context, cfg Config) (_ *Runtime, retErr error) {
 	if _, err := client.Version(ctx); err != nil {
 		return nil, fmt.Errorf("query containerd version at %s: %w", cfg.Address, err)
 	}
+	puller, err := newImagePuller(client, cfg.Pull)
+	if err != nil {
+		return nil, err
+	}
 	var warnings []string
 	if cfg.RuntimeBinary, warnings, err = resolveRuntimeBinary(ctx, RuncHandler, cfg.RuntimeBinary); err != nil {
 		return nil, err
@@ -213,7 +217,7 @@ func New(ctx context.Context, cfg Config) (_ *Runtime, retErr error) {
 	}
 	r := &Runtime{cfg: cfg, client: client, rootfs: rootfs, fifos: fifos, warnings: warnings, backends: all, def: def,
 		active: map[string]bool{}, trustWritten: map[string]bool{}, cleanupSlots: make(chan struct{}, maxPendingCleanups), started: started,
-		images: newImagePuller(client, cfg.Pull)}
+		images: puller}
 	if cfg.Pool.MaxSize > 0 {
 		slots, err := newContainerSlots(r, cfg.Pool, started)
 		if err != nil {
