@@ -15,13 +15,6 @@ import (
 // TestLoadConfigPool checks the warm pool's and the OCI runtime's settings: defaults, file, flags, and a
 // clear error for each bad value.
 func TestLoadConfigPool(t *testing.T) {
-	file := func(t *testing.T, yaml string) string {
-		p := filepath.Join(t.TempDir(), "worker.yaml")
-		if err := os.WriteFile(p, []byte(yaml), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
 	for _, tc := range []struct {
 		name    string
 		yaml    string
@@ -41,21 +34,9 @@ func TestLoadConfigPool(t *testing.T) {
 		{name: "unknown key", yaml: "pool: {size: 3}\n", wantErr: "field size not found"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			args := append([]string{"-data-dir", t.TempDir()}, tc.flags...)
-			if tc.yaml != "" {
-				args = append(args, "-config", file(t, tc.yaml))
-			}
-			fs := flag.NewFlagSet("worker", flag.ContinueOnError)
-			fs.SetOutput(io.Discard)
-			cfg, err := loadConfig(fs, args)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("err %v, want one saying %q", err, tc.wantErr)
-				}
+			cfg, ok := loadTestConfig(t, tc.yaml, tc.flags, tc.wantErr)
+			if !ok {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if cfg.Pool != tc.want || cfg.RuntimeBinary != tc.binary {
 				t.Errorf("pool %+v binary %q, want %+v %q", cfg.Pool, cfg.RuntimeBinary, tc.want, tc.binary)
@@ -119,27 +100,37 @@ func TestLoadConfigImages(t *testing.T) {
 		{name: "a bad pinned image", yaml: "images: {pinned: ['Bad::Ref']}\n", wantErr: "images.pinned[0]: image reference"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			args := []string{"-data-dir", t.TempDir()}
-			if tc.yaml != "" {
-				p := filepath.Join(t.TempDir(), "worker.yaml")
-				if err := os.WriteFile(p, []byte(tc.yaml), 0o600); err != nil {
-					t.Fatal(err)
-				}
-				args = append(args, "-config", p)
+			if cfg, ok := loadTestConfig(t, tc.yaml, nil, tc.wantErr); ok {
+				tc.check(t, cfg)
 			}
-			fs := flag.NewFlagSet("worker", flag.ContinueOnError)
-			fs.SetOutput(io.Discard)
-			cfg, err := loadConfig(fs, args)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("err %v, want one saying %q", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			tc.check(t, cfg)
 		})
 	}
+}
+
+// loadTestConfig loads the worker's configuration from yaml (no file when empty) and flags, with a fresh
+// data directory. With wantErr empty it fails the test on any error and returns the configuration and
+// true; otherwise it fails the test unless loading fails saying wantErr, and returns false.
+func loadTestConfig(t *testing.T, yaml string, flags []string, wantErr string) (config, bool) {
+	t.Helper()
+	args := append([]string{"-data-dir", t.TempDir()}, flags...)
+	if yaml != "" {
+		p := filepath.Join(t.TempDir(), "worker.yaml")
+		if err := os.WriteFile(p, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "-config", p)
+	}
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	cfg, err := loadConfig(fs, args)
+	if wantErr != "" {
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Fatalf("err %v, want one saying %q", err, wantErr)
+		}
+		return config{}, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, true
 }

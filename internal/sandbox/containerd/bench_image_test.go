@@ -33,15 +33,7 @@ func BenchmarkImageCall(b *testing.B) {
 				rt.WaitCleanups()
 			}
 			run() // the image's pull, and paging in runc and the shim
-			var ms []float64
-			b.ResetTimer()
-			for range b.N {
-				began := time.Now()
-				run()
-				ms = append(ms, float64(time.Since(began).Microseconds())/1000)
-			}
-			b.StopTimer()
-			reportPercentiles(b, ms)
+			measureCalls(b, run)
 		})
 	}
 }
