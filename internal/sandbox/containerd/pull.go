@@ -252,8 +252,11 @@ func (p *imagePuller) unpacked(ctx context.Context, name string) (containerd.Ima
 }
 
 // pull fetches name, checks its layers and unpacks it. On any failure it deletes what it stored of the
-// image, so that nothing half-pulled is ever run.
+// image, so that nothing half-pulled is ever run; an image record that was there before (imported by
+// hand, not unpacked) is left alone.
 func (p *imagePuller) pull(ctx context.Context, name string) (_ containerd.Image, retErr error) {
+	_, err := p.client.ImageService().Get(ctx, name)
+	existed := err == nil
 	host := reference.Domain(mustNamed(name))
 	var total atomic.Int64
 	limit := func(h images.Handler) images.Handler {
@@ -273,7 +276,7 @@ func (p *imagePuller) pull(ctx context.Context, name string) (_ containerd.Image
 		})
 	}
 	defer func() {
-		if retErr != nil {
+		if retErr != nil && !existed {
 			delCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 			defer cancel()
 			_ = p.client.ImageService().Delete(delCtx, name, images.SynchronousDelete())

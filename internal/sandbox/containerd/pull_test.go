@@ -439,3 +439,36 @@ func waitFile(t *testing.T, path string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestFailedPullKeepsAnImportedImage: an image imported by hand but never unpacked is pulled again from
+// its registry when a call needs it; when that pull fails, the imported record stays (only what a pull
+// created is deleted).
+func TestFailedPullKeepsAnImportedImage(t *testing.T) {
+	_, d, reg := pullRuntime(t, nil)
+	rt := ctrtest.NewRuntimeOn(t, containerd.Config{Address: d.Address(), Pull: containerd.PullConfig{
+		Registries: []containerd.RegistryConfig{{Host: reg.Host, Username: reg.Username, Password: reg.Password, PlainHTTP: true}}}})
+	name := reg.Host + "/imported/only:1" // the registry has no such image
+	tarball := filepath.Join(t.TempDir(), "img.tar")
+	ctrtest.WriteImageTar(t, tarball, name, []ctrtest.ImageFile{{Path: "marker", Mode: 0o644, Data: []byte("x")}})
+	client, err := ctdclient.New(d.Address())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	ctx := namespaces.WithNamespace(context.Background(), "toolpool-test")
+	f, err := os.Open(tarball)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := client.Import(ctx, f); err != nil { // not unpacked
+		t.Fatal(err)
+	}
+	_, err = rt.Run(ctx, imageCall(name, workspace(t), "/marker"))
+	if !errors.Is(err, sandbox.ErrImagePull) || !strings.Contains(err.Error(), "no such image") {
+		t.Fatalf("err %v, want ErrImagePull: the registry has no such image", err)
+	}
+	if _, err := client.ImageService().Get(ctx, name); err != nil {
+		t.Errorf("the imported image is gone after a failed pull: %v", err)
+	}
+}
