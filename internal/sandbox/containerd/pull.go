@@ -164,7 +164,7 @@ func (p *imagePuller) registry(host string) (RegistryConfig, bool) {
 // hosts returns the registry hosts of the resolver: each with its scheme and credentials from the config.
 func (p *imagePuller) hosts() docker.RegistryHosts {
 	client := &http.Client{Transport: &http.Transport{
-		Proxy:                 nil, // the worker reaches registries directly, never through a call's proxy
+		Proxy:                 http.ProxyFromEnvironment, // the worker's own proxy settings, never a call's egress proxy
 		DialContext:           (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ResponseHeaderTimeout: 30 * time.Second,
