@@ -22,6 +22,7 @@ type WorkerMetrics struct {
 	sandboxStarts *prometheus.CounterVec
 	sandboxSteps  *prometheus.HistogramVec
 	egress        *egressMetrics
+	images        *imageMetrics
 }
 
 // NewWorker registers a worker's metrics, the Go and process collectors and toolpool_build_info on reg.
@@ -45,6 +46,7 @@ func NewWorker(reg prometheus.Registerer, opts Options) *WorkerMetrics {
 		Help:    "Each step of running a call's container and of removing it afterwards (sandbox.Outcome.Steps), by step: image (finding or pulling a call's image), claim, create_container, create_task, bind_workspace, limits, request, wait, start, run, drain_io, usage, workspace_size; delete_task, delete_container, slot; or other.",
 		Buckets: stepBuckets}, []string{"step"})
 	m.egress = newEgressMetrics(reg)
+	m.images = newImageMetrics(reg)
 	m.sandboxErrors.WithLabelValues("start")
 	m.sandboxErrors.WithLabelValues("run")
 	m.sandboxStarts.WithLabelValues("warm", "")

@@ -53,13 +53,14 @@ func (p *imagePuller) lastUse(img images.Image) time.Time {
 	return img.UpdatedAt
 }
 
-// evict keeps the pulled images within the cache budget (PullConfig.CacheBytes): while their content
+// evict reports the pulled images' content (OnCacheBytes) and keeps it within the cache budget
+// (PullConfig.CacheBytes): while their content
 // (layers shared between images counted once) is over it, it deletes the least recently used one that
 // may be evicted, with its content and snapshots that no other image or container holds. It never
 // evicts keep, a pinned image or one in use; when only those are left it stops over the budget and
 // says so in its error, which the pull that called it only logs.
 func (p *imagePuller) evict(ctx context.Context, keep string) error {
-	if p.cfg.CacheBytes <= 0 {
+	if p.cfg.CacheBytes <= 0 && p.cfg.OnCacheBytes == nil {
 		return nil
 	}
 	store := p.client.ImageService()
@@ -72,7 +73,10 @@ func (p *imagePuller) evict(ctx context.Context, keep string) error {
 		if err != nil {
 			return err
 		}
-		if total <= p.cfg.CacheBytes {
+		if p.cfg.OnCacheBytes != nil {
+			p.cfg.OnCacheBytes(total)
+		}
+		if p.cfg.CacheBytes <= 0 || total <= p.cfg.CacheBytes {
 			return nil
 		}
 		var victim *images.Image

@@ -59,6 +59,14 @@ type PullConfig struct {
 	// OnWarning, when set, hears what went wrong off a call's path (the cache could not be brought within
 	// its budget). Called from any goroutine.
 	OnWarning func(msg string)
+	// OnPull, when set, hears each pull once, however many calls waited for it: the image's size as its
+	// manifest gives it (0 when it failed before), how long it took, and its error (nil; or wrapping
+	// sandbox.ErrImagePull or sandbox.ErrImageRefused). OnLookup hears each call's look-up: hit when the
+	// image was in the store. OnCacheBytes hears the pulled images' content after each pull's eviction.
+	// Called from any goroutine.
+	OnPull       func(bytes int64, took time.Duration, err error)
+	OnLookup     func(hit bool)
+	OnCacheBytes func(bytes int64)
 }
 
 // Pull defaults.
@@ -215,12 +223,24 @@ func (p *imagePuller) ensure(ctx context.Context, ref string) (_ containerd.Imag
 // get returns image name from the store, pulling it (once for all concurrent callers) when it is absent.
 func (p *imagePuller) get(ctx context.Context, name string) (containerd.Image, error) {
 	if img, err := p.unpacked(ctx, name); err == nil || !errdefs.IsNotFound(err) {
+		if err == nil && p.cfg.OnLookup != nil {
+			p.cfg.OnLookup(true)
+		}
 		return img, err
+	}
+	if p.cfg.OnLookup != nil {
+		p.cfg.OnLookup(false)
 	}
 	ch := p.flight.DoChan(name, func() (any, error) {
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.Timeout)
 		defer cancel()
-		return p.pull(pctx, name)
+		began := time.Now()
+		var size int64
+		img, err := p.pull(pctx, name, &size)
+		if p.cfg.OnPull != nil {
+			p.cfg.OnPull(size, time.Since(began), err)
+		}
+		return img, err
 	})
 	select {
 	case res := <-ch:
@@ -254,7 +274,7 @@ func (p *imagePuller) unpacked(ctx context.Context, name string) (containerd.Ima
 // pull fetches name, checks its layers and unpacks it. On any failure it deletes what it stored of the
 // image, so that nothing half-pulled is ever run; an image record that was there before (imported by
 // hand, not unpacked) is left alone.
-func (p *imagePuller) pull(ctx context.Context, name string) (_ containerd.Image, retErr error) {
+func (p *imagePuller) pull(ctx context.Context, name string, size *int64) (_ containerd.Image, retErr error) {
 	_, err := p.client.ImageService().Get(ctx, name)
 	existed := err == nil
 	host := reference.Domain(mustNamed(name))
@@ -269,7 +289,9 @@ func (p *imagePuller) pull(ctx context.Context, name string) (_ containerd.Image
 			for _, c := range children {
 				sum += c.Size
 			}
-			if n := total.Add(sum); n > p.cfg.MaxBytes {
+			n := total.Add(sum)
+			*size = n
+			if n > p.cfg.MaxBytes {
 				return nil, fmt.Errorf("%w: image %s is %d bytes, over this worker's limit of %d (images.max_bytes): use a smaller image, or raise the limit", sandbox.ErrImageRefused, name, n, p.cfg.MaxBytes)
 			}
 			return children, nil

@@ -110,9 +110,34 @@ func TestPulledImagesRunTheirOwnToolchain(t *testing.T) {
 }
 
 // TestConcurrentPullsOfOneImageAreCoalesced runs four calls in an image the worker lacks, at once: the
-// image is pulled once (one resolve at the registry) and every call runs.
+// image is pulled once (one resolve at the registry, one pull heard by the hooks) and every call runs; a
+// fifth call finds it in the store.
 func TestConcurrentPullsOfOneImageAreCoalesced(t *testing.T) {
-	rt, _, reg := pullRuntime(t, nil)
+	var hooks struct {
+		sync.Mutex
+		pulls, hits, misses int
+		bytes, cache        int64
+	}
+	rt, _, reg := pullRuntime(t, func(c *containerd.PullConfig, _ *ctrtest.Registry) {
+		c.OnPull = func(bytes int64, _ time.Duration, err error) {
+			hooks.Lock()
+			defer hooks.Unlock()
+			if err == nil {
+				hooks.pulls++
+				hooks.bytes += bytes
+			}
+		}
+		c.OnLookup = func(hit bool) {
+			hooks.Lock()
+			defer hooks.Unlock()
+			if hit {
+				hooks.hits++
+			} else {
+				hooks.misses++
+			}
+		}
+		c.OnCacheBytes = func(b int64) { hooks.Lock(); hooks.cache = b; hooks.Unlock() }
+	})
 	ref := ctrtest.PushShellImage(t, reg, "tools/shell:coalesced")
 	before := reg.ManifestResolves()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -138,6 +163,16 @@ func TestConcurrentPullsOfOneImageAreCoalesced(t *testing.T) {
 	}
 	if n := reg.ManifestResolves() - before; n != 1 {
 		t.Errorf("the image was resolved %d times for 4 concurrent calls, want once: one pull serves them all", n)
+	}
+	if _, err := rt.Run(ctx, imageCall(ref, workspace(t), "/usr/bin/id", "-u")); err != nil {
+		t.Fatal(err)
+	}
+	base, shellOwn, _ := ctrtest.ToolchainLayerBytes(t)
+	hooks.Lock()
+	defer hooks.Unlock()
+	if hooks.pulls != 1 || hooks.bytes < base+shellOwn || hooks.cache != hooks.bytes || hooks.hits+hooks.misses != 5 || hooks.hits < 1 {
+		t.Errorf("hooks heard %d pulls of %d bytes (cache %d), %d hits and %d misses; want one pull of the image's size (at least %d), the cache that size, 5 look-ups with the last a hit",
+			hooks.pulls, hooks.bytes, hooks.cache, hooks.hits, hooks.misses, base+shellOwn)
 	}
 }
 
