@@ -3,6 +3,7 @@ package ctrtest
 import (
 	"archive/tar"
 	"bytes"
+	"fmt"
 	"io"
 	"log"
 	"os"
@@ -32,8 +33,6 @@ import (
 var (
 	// ShellPrograms are the programs of the shell image's second layer; it has no python.
 	ShellPrograms = []string{"/usr/bin/cat", "/usr/bin/ls", "/usr/bin/id", "/usr/bin/env", "/usr/bin/touch", "/usr/bin/stat"}
-	// PythonPrograms are the python image's; its second layer adds the standard library.
-	PythonPrograms = []string{"/usr/bin/python3.11"}
 )
 
 // ImageMarkEnv is a variable each toolchain image's config sets to the image's name ("shell", "python"),
@@ -87,13 +86,18 @@ func toolchainLayers(t testing.TB) (base, shell, python []byte) {
 			return
 		}
 		layers.python, layers.err = buildLayer(func(b *layerBuilder) error {
-			if err := b.programs(PythonPrograms...); err != nil {
+			// Debian's python3 is a link to python3.X, whose standard library is /usr/lib/python3.X.
+			real, err := filepath.EvalSymlinks("/usr/bin/python3")
+			if err != nil {
+				return fmt.Errorf("find python3 (apt-get install python3): %w", err)
+			}
+			if err := b.programs(real); err != nil {
 				return err
 			}
-			if err := b.symlink("/usr/bin/python3", "python3.11"); err != nil {
+			if err := b.symlink("/usr/bin/python3", filepath.Base(real)); err != nil {
 				return err
 			}
-			return b.tree("/usr/lib/python3.11", pythonSkip)
+			return b.tree(filepath.Join("/usr/lib", filepath.Base(real)), pythonSkip)
 		})
 	})
 	if layers.err != nil {
@@ -120,8 +124,8 @@ func PushShellImage(t testing.TB, reg *Registry, repoTag string) string {
 	return PushImage(t, reg, repoTag, hostileConfig("shell"), base, shell)
 }
 
-// PushPythonImage pushes the python image (sh and python3 with its standard library) to reg as repo:tag
-// and returns its reference. Its first layer is the shell image's, so the two share it.
+// PushPythonImage pushes the python image (sh and this host's python3 with its standard library) to reg
+// as repo:tag and returns its reference. Its first layer is the shell image's, so the two share it.
 func PushPythonImage(t testing.TB, reg *Registry, repoTag string) string {
 	t.Helper()
 	base, _, python := toolchainLayers(t)
