@@ -62,8 +62,12 @@ type config struct {
 	FullOutputBytes int64 `yaml:"full_output_bytes"`
 	// Workspaces are the workspace API's lifecycle and limits (docs/workspaces.md).
 	Workspaces workspacesConfig `yaml:"workspaces"`
-	Image      string           `yaml:"image"`
-	Metrics    metrics.Options  `yaml:"metrics"`
+	// Image is the OCI image reference calls run on when neither the call nor its tenant names one; empty
+	// means the host's read-only view. It is pulled on first use unless it is in the store already.
+	Image string `yaml:"image"`
+	// Images configures how images are pulled (docs/images.md).
+	Images  imagesConfig    `yaml:"images"`
+	Metrics metrics.Options `yaml:"metrics"`
 	// Egress is the base rules of every call's egress (which policy narrows), the DNS server and the
 	// credential bindings of the egress proxy.
 	Egress   egress.Config `yaml:"egress"`
@@ -92,6 +96,20 @@ type workspacesConfig struct {
 	MaxTenantBytes  int64         `yaml:"max_tenant_bytes"`
 	ArchiveMaxFiles int           `yaml:"archive_max_files"`
 	ArchiveMaxBytes int64         `yaml:"archive_max_bytes"`
+}
+
+// imagesConfig is the worker's part of containerd.PullConfig; sandboxConfig copies it.
+type imagesConfig struct {
+	// Registries bind credentials (and plain HTTP) to registry hosts. They never enter a sandbox or a
+	// result.
+	Registries []containerd.RegistryConfig `yaml:"registries"`
+	// MaxBytes bounds an image's size (its manifest's config and layers, compressed).
+	MaxBytes int64 `yaml:"max_bytes"`
+	// PullTimeout bounds one pull, resolve to unpacked snapshot.
+	PullTimeout time.Duration `yaml:"pull_timeout"`
+	// CacheBytes bounds the pulled images' content (0: keep every image); Pinned are never evicted.
+	CacheBytes int64    `yaml:"cache_bytes"`
+	Pinned     []string `yaml:"pinned"`
 }
 
 // poolConfig is the worker's part of containerd.PoolConfig (the init is toolpool-init, InitBinary);
@@ -129,6 +147,7 @@ func defaults() config {
 		FullOutputBytes: worker.DefaultFullOutputBytes,
 		Metrics:         metrics.DefaultOptions(),
 		Pool:            poolConfig{MaxSize: pool.MaxSize, MemoryBytes: pool.MemoryBytes, MaxAge: pool.MaxAge},
+		Images:          imagesConfig{MaxBytes: containerd.DefaultPullMaxBytes, PullTimeout: containerd.DefaultPullTimeout},
 		// crun where it holds: it starts a container with less CPU than runc (docs/deploy.md).
 		RuntimeBinary: containerd.RuntimeBinaryAuto,
 	}
@@ -151,7 +170,7 @@ func loadConfig(fs *flag.FlagSet, args []string) (config, error) {
 	listen := fs.String("listen", "", "address for /metrics, /healthz and /readyz (default "+cfg.Listen+")")
 	logLevel := fs.String("log-level", "", "debug, info, warn or error")
 	drain := fs.Duration("drain-timeout", 0, "on SIGTERM, how long running calls may finish before they are killed (default "+cfg.DrainTimeout.String()+")")
-	image := fs.String("image", "", "run every call in this OCI image (import it with 'worker import-image') instead of the host's read-only /usr")
+	image := fs.String("image", "", "run calls that name no image in this OCI image reference (pulled on first use, or imported with 'worker import-image') instead of the host's read-only /usr")
 	wsQuota := fs.Int64("workspace-quota", 0, "most bytes one workspace may use (default 1 GiB; -1: no quota)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -194,9 +213,13 @@ func loadConfig(fs *flag.FlagSet, args []string) (config, error) {
 	return cfg, cfg.validate()
 }
 
-// derive fills the values that follow from others once the file and flags are in: the lease from the
-// heartbeat, the workspaces directory from the data directory, the sweep interval from the idle TTL.
+// derive fills the values that follow from others once the file and flags are in: the image's full name,
+// the lease from the heartbeat, the workspaces directory from the data directory, the sweep interval from
+// the idle TTL.
 func (c *config) derive() {
+	if name, err := containerd.ParseImageRef(c.Image); err == nil && c.Image != "" {
+		c.Image = name // the store's full name, by which the warm pool matches calls (validate reports a bad one)
+	}
 	if c.WorkspaceQuota < 0 {
 		c.WorkspaceQuota = 0
 	}
@@ -248,6 +271,20 @@ func (c *config) validate() error {
 	if c.Pool.MaxAge < 0 {
 		errs = append(errs, fmt.Errorf("pool.max_age %s is negative", c.Pool.MaxAge))
 	}
+	if c.Image != "" {
+		if _, err := containerd.ParseImageRef(c.Image); err != nil {
+			errs = append(errs, fmt.Errorf("image (--image): %w", err))
+		}
+	}
+	if c.Images.MaxBytes <= 0 {
+		errs = append(errs, fmt.Errorf("images.max_bytes %d must be positive (default %d)", c.Images.MaxBytes, containerd.DefaultPullMaxBytes))
+	}
+	if c.Images.PullTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("images.pull_timeout %s must be positive (default %s)", c.Images.PullTimeout, containerd.DefaultPullTimeout))
+	}
+	if err := (&containerd.PullConfig{Registries: c.Images.Registries, CacheBytes: c.Images.CacheBytes, Pinned: c.Images.Pinned}).Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("images.%w", err))
+	}
 	for name := range c.Runtimes {
 		if err := call.ValidateName("runtime", name); err != nil {
 			errs = append(errs, err)
@@ -267,6 +304,8 @@ func (c *config) sandboxConfig(address, runner, initBinary string) containerd.Co
 		StateDir: filepath.Join(c.DataDir, "sandbox"), UID: c.UID, GID: c.GID, WorkerID: c.ID,
 		Pool: containerd.PoolConfig{MaxSize: c.Pool.MaxSize, MemoryBytes: c.Pool.MemoryBytes, MaxAge: c.Pool.MaxAge,
 			InitBinary: initBinary, InitPath: sandboxinit.Path, Mounts: []sandbox.Mount{{Source: runner, Destination: incontainer.RunnerPath}}},
+		Pull: containerd.PullConfig{Registries: c.Images.Registries, MaxBytes: c.Images.MaxBytes, Timeout: c.Images.PullTimeout,
+			CacheBytes: c.Images.CacheBytes, Pinned: c.Images.Pinned},
 	}
 }
 

@@ -8,18 +8,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/toolpool/toolpool/internal/sandbox/containerd"
 )
 
 // TestLoadConfigPool checks the warm pool's and the OCI runtime's settings: defaults, file, flags, and a
 // clear error for each bad value.
 func TestLoadConfigPool(t *testing.T) {
-	file := func(t *testing.T, yaml string) string {
-		p := filepath.Join(t.TempDir(), "worker.yaml")
-		if err := os.WriteFile(p, []byte(yaml), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
 	for _, tc := range []struct {
 		name    string
 		yaml    string
@@ -39,21 +34,9 @@ func TestLoadConfigPool(t *testing.T) {
 		{name: "unknown key", yaml: "pool: {size: 3}\n", wantErr: "field size not found"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			args := append([]string{"-data-dir", t.TempDir()}, tc.flags...)
-			if tc.yaml != "" {
-				args = append(args, "-config", file(t, tc.yaml))
-			}
-			fs := flag.NewFlagSet("worker", flag.ContinueOnError)
-			fs.SetOutput(io.Discard)
-			cfg, err := loadConfig(fs, args)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("err %v, want one saying %q", err, tc.wantErr)
-				}
+			cfg, ok := loadTestConfig(t, tc.yaml, tc.flags, tc.wantErr)
+			if !ok {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if cfg.Pool != tc.want || cfg.RuntimeBinary != tc.binary {
 				t.Errorf("pool %+v binary %q, want %+v %q", cfg.Pool, cfg.RuntimeBinary, tc.want, tc.binary)
@@ -85,4 +68,69 @@ func TestSandboxBinaries(t *testing.T) {
 	if _, _, err = cfg.sandboxBinaries(); err == nil || !strings.Contains(err.Error(), "toolpool-init") || !strings.Contains(err.Error(), "not a regular file") {
 		t.Fatalf("init a directory: %v", err)
 	}
+}
+
+// TestLoadConfigImages checks the image settings: defaults, the file's registries reaching the sandbox's
+// pull configuration, the default image by its full name, and a clear error for each bad value.
+func TestLoadConfigImages(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml, wantErr string
+		check               func(t *testing.T, cfg config)
+	}{
+		{name: "defaults", check: func(t *testing.T, cfg config) {
+			pull := cfg.sandboxConfig("/run/c.sock", "/r", "/i").Pull
+			if cfg.Image != "" || pull.MaxBytes != containerd.DefaultPullMaxBytes || pull.Timeout != containerd.DefaultPullTimeout || pull.Registries != nil {
+				t.Errorf("image %q pull %+v", cfg.Image, pull)
+			}
+		}},
+		{name: "file", yaml: "image: python:3.12\nimages:\n  max_bytes: 1000\n  pull_timeout: 30s\n  cache_bytes: 5000\n  pinned: [python:3.12]\n  registries:\n  - {host: reg.example:5000, username: u, password: p, plain_http: true}\n",
+			check: func(t *testing.T, cfg config) {
+				pull := cfg.sandboxConfig("/run/c.sock", "/r", "/i").Pull
+				want := containerd.RegistryConfig{Host: "reg.example:5000", Username: "u", Password: "p", PlainHTTP: true}
+				if cfg.Image != "docker.io/library/python:3.12" || pull.MaxBytes != 1000 || pull.Timeout != 30*time.Second || len(pull.Registries) != 1 || pull.Registries[0] != want ||
+					pull.CacheBytes != 5000 || len(pull.Pinned) != 1 || pull.Pinned[0] != "python:3.12" {
+					t.Errorf("image %q pull %+v", cfg.Image, pull)
+				}
+			}},
+		{name: "bad image", yaml: "image: Not/A::ref\n", wantErr: "image (--image): image reference"},
+		{name: "half the credentials", yaml: "images: {registries: [{host: r.example, username: u}]}\n", wantErr: "set both username and password"},
+		{name: "two passwords", yaml: "images: {registries: [{host: r.example, username: u, password: p, password_file: /run/p}]}\n", wantErr: "password or password_file, not both"},
+		{name: "a scheme in the host", yaml: "images: {registries: [{host: 'https://r.example'}]}\n", wantErr: "without a scheme or path"},
+		{name: "zero size", yaml: "images: {max_bytes: 0}\n", wantErr: "images.max_bytes 0 must be positive"},
+		{name: "a bad pinned image", yaml: "images: {pinned: ['Bad::Ref']}\n", wantErr: "images.pinned[0]: image reference"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if cfg, ok := loadTestConfig(t, tc.yaml, nil, tc.wantErr); ok {
+				tc.check(t, cfg)
+			}
+		})
+	}
+}
+
+// loadTestConfig loads the worker's configuration from yaml (no file when empty) and flags, with a fresh
+// data directory. With wantErr empty it fails the test on any error and returns the configuration and
+// true; otherwise it fails the test unless loading fails saying wantErr, and returns false.
+func loadTestConfig(t *testing.T, yaml string, flags []string, wantErr string) (config, bool) {
+	t.Helper()
+	args := append([]string{"-data-dir", t.TempDir()}, flags...)
+	if yaml != "" {
+		p := filepath.Join(t.TempDir(), "worker.yaml")
+		if err := os.WriteFile(p, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "-config", p)
+	}
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	cfg, err := loadConfig(fs, args)
+	if wantErr != "" {
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Fatalf("err %v, want one saying %q", err, wantErr)
+		}
+		return config{}, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, true
 }

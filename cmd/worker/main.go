@@ -132,6 +132,8 @@ func run(args []string) (retErr error) {
 	}
 	scfg := cfg.sandboxConfig(address, runner, initBinary)
 	scfg.OnCleanup = wm.ObserveCleanup
+	scfg.Pull.OnWarning = func(msg string) { log.Warn("image cache", "warning", msg) }
+	scfg.Pull.OnPull, scfg.Pull.OnLookup, scfg.Pull.OnCacheBytes = wm.ObserveImagePull, wm.ObserveImageLookup, wm.SetImageCacheBytes
 	rt, err := containerd.New(ctx, scfg)
 	if err != nil {
 		return err

@@ -60,6 +60,12 @@ const (
 
 	// ErrRuntimeUnavailable: the worker that took the call lacks the sandbox runtime the call requires.
 	ErrRuntimeUnavailable = "runtime_unavailable"
+	// ErrImagePullFailed: the worker could not pull the call's image (registry down, credentials refused,
+	// no such image, content that did not verify); nothing ran.
+	ErrImagePullFailed = "image_pull_failed"
+	// ErrImageRefused: the call's image may not run (over the worker's size limit, a hostile layer, a
+	// reference that does not parse); nothing ran.
+	ErrImageRefused = "image_refused"
 )
 
 // Limits bound one call. Zero means "the configured default".
@@ -114,6 +120,10 @@ type Call struct {
 	ArgsDigest string `json:"args_digest,omitempty"`
 	// TraceParent carries the W3C trace context of the request that accepted the call.
 	TraceParent string `json:"traceparent,omitempty"`
+	// Image is the OCI image reference the call's container runs on, as the dispatcher chose it (the
+	// request's image, else the tenant's default); empty means the worker's default image, or else the
+	// host view. A custom tool's own image comes first.
+	Image string `json:"image,omitempty"`
 }
 
 // ErrorInfo is a machine-readable error type and a message written for the model.
@@ -192,6 +202,9 @@ type Result struct {
 	Timing      Timing     `json:"timing"`
 	Usage       Usage      `json:"usage"`
 	Worker      string     `json:"worker,omitempty"`
+	// Image names the image the call ran on by digest (registry/repository@sha256:...); empty on the
+	// host view.
+	Image string `json:"image,omitempty"`
 	// Egress lists the call's network connections through the worker's egress proxy, when it had any.
 	Egress []EgressConn `json:"egress,omitempty"`
 	// ArgsDigest is "sha256:" and the hex digest of the call's arguments as received: what an approval

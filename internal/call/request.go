@@ -27,6 +27,9 @@ type Request struct {
 	// Tools, when not empty, is the request's "tools" object as received: tools it turns off (or on, where
 	// policy lets a request choose).
 	Tools json.RawMessage
+	// Image, when not empty, is the OCI image reference to run the call on instead of the tenant's default
+	// (policy's images.allow decides which may be asked for).
+	Image string
 
 	// The caller's asks; nil or zero means the default. The call service clamps them to what policy and
 	// the server allow, and refuses an ask above a ceiling.

@@ -44,6 +44,9 @@ type Tenant struct {
 	// Runtime is the sandbox runtime every call of the tenant runs under ("gvisor"); empty means each
 	// worker's default. A worker that lacks it refuses the call rather than run it under another.
 	Runtime string `yaml:"runtime,omitempty"`
+	// Image is the OCI image reference the tenant's calls run on when they ask for none (docs/images.md);
+	// empty means each worker's default. Policy's images.allow governs only the images calls ask for.
+	Image string `yaml:"image,omitempty"`
 }
 
 // Ceilings are the most any request may ask for, whatever policy allows: a request above one is
@@ -122,6 +125,11 @@ func (c *Config) Validate() error {
 		if t.Runtime != "" {
 			if err := call.ValidateName("runtime", t.Runtime); err != nil {
 				return fmt.Errorf("tenant %q: %w", t.Name, err)
+			}
+		}
+		if t.Image != "" {
+			if _, err := policy.ParseImageRef(t.Image); err != nil {
+				return fmt.Errorf("tenant %q: image: %w", t.Name, err)
 			}
 		}
 		if len(t.Tokens) == 0 {

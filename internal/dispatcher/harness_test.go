@@ -88,6 +88,8 @@ func (p *fakePublisher) calls() []*call.Call {
 type fakePolicy struct {
 	decisions map[string]policy.Decision
 	disabled  map[string]bool
+	// images answers CheckImage; nil is a policy without an images section, which allows none.
+	images *policy.Policy
 
 	mu       sync.Mutex
 	requests []policy.Request
@@ -101,6 +103,17 @@ func (p *fakePolicy) Decide(_ context.Context, r policy.Request) policy.Decision
 		return d
 	}
 	return policy.Decision{Action: policy.Allow, Rule: "test-allow", Reason: "allowed by rule test-allow: tests"}
+}
+
+func (p *fakePolicy) CheckImage(tenant, tool, ref string) (policy.ImageVerdict, error) {
+	if p.images == nil {
+		none, err := policy.Parse([]byte("version: 1\ndefault_action: allow\n"), "none.yaml")
+		if err != nil {
+			return policy.ImageVerdict{}, err
+		}
+		return none.CheckImage(tenant, tool, ref)
+	}
+	return p.images.CheckImage(tenant, tool, ref)
 }
 
 func (p *fakePolicy) ToolEnabled(tenant, tool string, requestTools map[string]bool) bool {

@@ -31,13 +31,14 @@ type callRequest struct {
 	Wait           *bool           `json:"wait"`
 	IdempotencyKey string          `json:"idempotency_key"`
 	Tools          json.RawMessage `json:"tools"`
+	Image          string          `json:"image"`
 }
 
 // request is the call service's request that the body asks for.
 func (b *callRequest) request() *call.Request {
 	return &call.Request{Tool: b.Tool, Args: b.Args, Workspace: b.Workspace, IdempotencyKey: b.IdempotencyKey, Tools: b.Tools,
 		TimeoutMS: b.TimeoutMS, DeadlineMS: b.DeadlineMS, OutputBytes: b.OutputBytes, MemoryBytes: b.MemoryBytes,
-		CPUMillis: b.CPUMillis, PIDs: b.PIDs, TmpBytes: b.TmpBytes}
+		CPUMillis: b.CPUMillis, PIDs: b.PIDs, TmpBytes: b.TmpBytes, Image: b.Image}
 }
 
 func (s *api) postCall(w http.ResponseWriter, r *http.Request) {

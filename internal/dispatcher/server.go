@@ -37,6 +37,7 @@ type Publisher interface {
 type Policy interface {
 	policy.Engine
 	ToolEnabled(tenant, tool string, requestTools map[string]bool) bool
+	CheckImage(tenant, tool, ref string) (policy.ImageVerdict, error)
 }
 
 // Approvals parks calls that wait for a person's approval: the queue's Approvals contract, all of it.
@@ -101,6 +102,8 @@ type principal struct {
 	workspace string // the token's default workspace; "" means "default"
 	// runtime is the tenant's sandbox runtime, carried in every call's limits.
 	runtime string
+	// image is the tenant's default image (Tenant.Image), for calls that ask for none.
+	image string
 }
 
 // Option configures optional behaviour of a Server.
@@ -170,7 +173,7 @@ func New(cfg Config, deps Deps, opts ...Option) (*Server, error) {
 			if role == "" {
 				role = RoleCaller
 			}
-			s.tokens[key] = principal{tenant: t.Name, role: role, name: tok.Name, workspace: tok.Workspace, runtime: t.Runtime}
+			s.tokens[key] = principal{tenant: t.Name, role: role, name: tok.Name, workspace: tok.Workspace, runtime: t.Runtime, image: t.Image}
 		}
 	}
 	for _, o := range opts {

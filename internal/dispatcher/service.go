@@ -110,6 +110,9 @@ func (s *Server) admit(ctx context.Context, p principal, req *call.Request) (*ca
 		queueTimeout = min(queueTimeout, time.Duration(*req.DeadlineMS)*time.Millisecond)
 	}
 	c.Deadline = c.CreatedAt.Add(queueTimeout)
+	if c.Image, err = s.image(p, req, tool.Name); err != nil {
+		return nil, none, err
+	}
 	c.Limits, c.Decision.Clamped = s.limits(p.tenant, req, tool, dec.Limits)
 	c.Limits.Runtime = p.runtime
 	if tool.TakesDeniedGlobs() { // the others' calls would carry them to no use, in every message and record

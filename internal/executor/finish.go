@@ -26,6 +26,7 @@ func (e *Executor) Finish(r *call.Result, c *call.Call, x Execution, runErr, can
 		return
 	}
 	o := x.out
+	r.Image = o.Image
 	r.Timing.SandboxMS = o.SandboxTime.Milliseconds()
 	r.Timing.RunMS = o.RunTime.Milliseconds()
 	r.Timing.Warm = o.Warm

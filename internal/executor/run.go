@@ -84,6 +84,9 @@ func (e *Executor) Run(ctx context.Context, c *call.Call, newCapture func() (Cap
 		return Execution{tool: tool, failed: &call.ErrorInfo{Type: call.ErrNotFound, Message: fmt.Sprintf(
 			"the program %q does not exist in this sandbox's root filesystem (%s); use a program it has", spec.Argv[0], root)}}, nil
 	}
+	if failed := imageFailure(err, spec.Image); failed != nil {
+		return Execution{tool: tool, failed: failed}, nil
+	}
 	if errors.Is(err, sandbox.ErrNoRuntime) {
 		// Final: running it under another runtime would silently weaken the boundary its tenant was given.
 		return Execution{tool: tool, failed: &call.ErrorInfo{Type: call.ErrRuntimeUnavailable, Message: fmt.Sprintf(
@@ -93,6 +96,19 @@ func (e *Executor) Run(ctx context.Context, c *call.Call, newCapture func() (Cap
 			spec.Runtime, e.cfg.Worker, err)}}, nil
 	}
 	return Execution{tool: tool, out: out, timeout: timeout, streams: streams, egress: egressConns}, err
+}
+
+// imageFailure is the call's final error when err says its image could not be pulled or may not run:
+// nothing ran, and another worker would fail the same way, so the call ends with the runtime's message,
+// which says what to fix. It is nil for any other error.
+func imageFailure(err error, image string) *call.ErrorInfo {
+	switch {
+	case errors.Is(err, sandbox.ErrImageRefused):
+		return &call.ErrorInfo{Type: call.ErrImageRefused, Message: fmt.Sprintf("toolpool did not run this call: its image %s was refused: %v", image, err)}
+	case errors.Is(err, sandbox.ErrImagePull):
+		return &call.ErrorInfo{Type: call.ErrImagePullFailed, Message: fmt.Sprintf("toolpool did not run this call: its image %s could not be pulled: %v", image, err)}
+	}
+	return nil
 }
 
 // plan is the container spec of call c, planned as inv, in workspace ws (over its quota when over), and
@@ -113,7 +129,7 @@ func (e *Executor) plan(c *call.Call, tool *tools.Tool, inv tools.Invocation, ws
 		timeout = tool.DefaultTimeout
 	}
 	spec := sandbox.Spec{
-		ID: c.ID, Argv: inv.Argv, Env: inv.Env, Cwd: inv.Cwd, Stdin: inv.Stdin, WorkspaceDir: ws.Dir, Image: cmp.Or(inv.Image, e.cfg.Image),
+		ID: c.ID, Argv: inv.Argv, Env: inv.Env, Cwd: inv.Cwd, Stdin: inv.Stdin, WorkspaceDir: ws.Dir, Image: cmp.Or(inv.Image, c.Image, e.cfg.Image),
 		Runtime: c.Limits.Runtime,
 		Limits: sandbox.Limits{
 			Timeout: timeout, OutputBytes: max(c.Limits.OutputBytes, e.cfg.CaptureBytes), MemoryBytes: c.Limits.MemoryBytes,

@@ -41,8 +41,16 @@ func (h *Handler) runTool(ctx context.Context, req *sdk.CallToolRequest) (*sdk.C
 		}
 		workspace = s
 	}
+	var image string
+	if v, ok := req.Params.Meta[ImageMeta]; ok {
+		s, isString := v.(string)
+		if !isString {
+			return failure(fmt.Sprintf("_meta %q must be an image reference (a string), got %v", ImageMeta, v)), nil
+		}
+		image = s
+	}
 	r := requestFrom(ctx)
-	res, err := h.calls.Submit(ctx, call.Request{Tool: req.Params.Name, Args: args, Workspace: workspace, ID: r.session.callID(r.id)})
+	res, err := h.calls.Submit(ctx, call.Request{Tool: req.Params.Name, Args: args, Workspace: workspace, Image: image, ID: r.session.callID(r.id)})
 	if err != nil {
 		return rejected(err)
 	}

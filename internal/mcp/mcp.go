@@ -61,6 +61,10 @@ const (
 	WorkspaceMeta   = "toolpool/workspace"
 )
 
+// ImageMeta is a tools/call's _meta key naming the OCI image the call runs on, as "image" does on POST
+// /v1/calls (docs/images.md).
+const ImageMeta = "toolpool/image"
+
 // Calls is the dispatcher's call path. Every method acts for the caller that the request's context
 // carries (the dispatcher's authentication put it there) and treats another tenant's call as one that
 // does not exist. A refusal is a *call.Rejection, classed by its Kind (rejected maps it to the answer);

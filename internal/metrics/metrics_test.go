@@ -403,6 +403,28 @@ func TestWorkerUpGauges(t *testing.T) {
 	mustSample(t, reg, "toolpool_build_info", nil, 1)
 }
 
+// TestImageMetrics checks the image hooks: a pull by its result (its bytes only when it succeeded), a
+// call's look-up, the cache's bytes.
+func TestImageMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := metrics.NewWorker(reg, metrics.Options{})
+	m.ObserveImagePull(1000, time.Second, nil)
+	m.ObserveImagePull(500, time.Second, fmt.Errorf("%w: layer 2: device node", sandbox.ErrImageRefused))
+	m.ObserveImagePull(0, time.Second, fmt.Errorf("%w: registry down", sandbox.ErrImagePull))
+	m.ObserveImageLookup(true)
+	m.ObserveImageLookup(true)
+	m.ObserveImageLookup(false)
+	m.SetImageCacheBytes(4096)
+	for _, r := range []string{"ok", "refused", "failed"} {
+		mustSample(t, reg, "toolpool_image_pulls_total", map[string]string{"result": r}, 1)
+	}
+	mustSample(t, reg, "toolpool_image_pull_bytes_total", nil, 1000)
+	mustSample(t, reg, "toolpool_image_pull_seconds", nil, 3)
+	mustSample(t, reg, "toolpool_image_lookups_total", map[string]string{"result": "hit"}, 2)
+	mustSample(t, reg, "toolpool_image_lookups_total", map[string]string{"result": "miss"}, 1)
+	mustSample(t, reg, "toolpool_image_cache_bytes", nil, 4096)
+}
+
 // TestObserveCleanupSteps checks that a removal's steps, which the runtime reports after Run returned,
 // reach toolpool_sandbox_step_seconds.
 func TestObserveCleanupSteps(t *testing.T) {

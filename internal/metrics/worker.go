@@ -22,6 +22,7 @@ type WorkerMetrics struct {
 	sandboxStarts *prometheus.CounterVec
 	sandboxSteps  *prometheus.HistogramVec
 	egress        *egressMetrics
+	images        *imageMetrics
 }
 
 // NewWorker registers a worker's metrics, the Go and process collectors and toolpool_build_info on reg.
@@ -42,9 +43,10 @@ func NewWorker(reg prometheus.Registerer, opts Options) *WorkerMetrics {
 		Help: "Containers started for calls, by path: warm (claimed from the warm pool) or cold (created for the call), and for cold, why: none (the worker has no pool), empty, mounts, limits, profiles, broken, disabled, draining, runtime, or other."},
 		[]string{"path", "cold_reason"})
 	m.sandboxSteps = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: "sandbox_step_seconds",
-		Help:    "Each step of running a call's container and of removing it afterwards (sandbox.Outcome.Steps), by step: claim, create_container, create_task, bind_workspace, limits, request, wait, start, run, drain_io, usage, workspace_size; delete_task, delete_container, slot; or other.",
+		Help:    "Each step of running a call's container and of removing it afterwards (sandbox.Outcome.Steps), by step: image (finding or pulling a call's image), claim, create_container, create_task, bind_workspace, limits, request, wait, start, run, drain_io, usage, workspace_size; delete_task, delete_container, slot; or other.",
 		Buckets: stepBuckets}, []string{"step"})
 	m.egress = newEgressMetrics(reg)
+	m.images = newImageMetrics(reg)
 	m.sandboxErrors.WithLabelValues("start")
 	m.sandboxErrors.WithLabelValues("run")
 	m.sandboxStarts.WithLabelValues("warm", "")
@@ -57,7 +59,7 @@ var stepBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, 
 
 // steps are the values of sandbox_step_seconds's step label (sandbox.Outcome.Steps and the removal's steps
 // of the containerd runtime); any other name counts as Overflow.
-var steps = setOf("claim", "create_container", "create_task", "bind_workspace", "limits", "request", "wait", "start", "run",
+var steps = setOf("image", "claim", "create_container", "create_task", "bind_workspace", "limits", "request", "wait", "start", "run",
 	"drain_io", "usage", "workspace_size", "delete_task", "delete_container", "slot")
 
 func (m *WorkerMetrics) observeSteps(list []sandbox.Step) {

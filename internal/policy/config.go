@@ -45,6 +45,8 @@ type fileLayer struct {
 	// BuiltinAsks sets what the asks of built-in checks become (redirect-write: allow). The operator's
 	// layer may set allow, ask or deny; a tenant's layer only ask or deny.
 	BuiltinAsks map[string]string `yaml:"builtin_asks"`
+	// Images lists the OCI images a call may ask for (images.go).
+	Images *fileImages `yaml:"images"`
 }
 
 type fileLimits struct {
@@ -70,6 +72,8 @@ type fileTool struct {
 	// AllowedPorts, when set, is the only destination ports egress may reach.
 	AllowedPorts []int `yaml:"allowed_ports"`
 	Network      *bool `yaml:"network"`
+	// Images replaces its layer's images section for this tool.
+	Images *fileImages `yaml:"images"`
 }
 
 type fileCommandRule struct {
@@ -219,7 +223,7 @@ func parsePolicy(data []byte, source string, read readFunc, opts []ParseOption) 
 
 func isZeroLayer(l fileLayer) bool {
 	return l.DefaultAction == "" && l.Kinds == nil && l.Limits == (fileLimits{}) && l.Paths.AllowedRoots == nil &&
-		l.Paths.DeniedGlobs == nil && l.Commands == nil && l.Tools == nil && l.BuiltinAsks == nil
+		l.Paths.DeniedGlobs == nil && l.Commands == nil && l.Tools == nil && l.BuiltinAsks == nil && l.Images == nil
 }
 
 // decodeStrict decodes one YAML document into out with unknown fields rejected, and also returns the
@@ -438,6 +442,9 @@ func (v *validator) layer(at []string, f fileLayer, origin string, tenant bool) 
 	if l.roots, l.denied, err = v.paths(join(at, "paths"), f.Paths); err != nil {
 		return nil, err
 	}
+	if l.images, err = v.images(join(at, "images"), f.Images); err != nil {
+		return nil, err
+	}
 	names := map[string]bool{}
 	for i, c := range f.Commands {
 		rat := join(at, "commands", strconv.Itoa(i))
@@ -469,6 +476,9 @@ func (v *validator) layer(at []string, f fileLayer, origin string, tenant bool) 
 			return nil, err
 		}
 		if tl.roots, tl.denied, err = v.paths(join(tat, "paths"), t.Paths); err != nil {
+			return nil, err
+		}
+		if tl.images, err = v.images(join(tat, "images"), t.Images); err != nil {
 			return nil, err
 		}
 		if t.AllowedDomains != nil || t.EgressPresets != nil {

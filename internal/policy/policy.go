@@ -35,6 +35,7 @@ type layer struct {
 	commands      []commandRule
 	tools         map[string]*toolLayer
 	builtinAsks   map[string]Action // builtin_asks: rule name to the action its asks become
+	images        *imageRule        // nil when not set
 }
 
 type toolLayer struct {
@@ -47,6 +48,7 @@ type toolLayer struct {
 	domainsSet bool
 	ports      []int // nil when not set
 	network    *bool
+	images     *imageRule // nil when not set
 }
 
 // limitValues are one layer's maxima; zero means "not set".

@@ -63,6 +63,11 @@ func (s *Store) ToolEnabled(tenant, tool string, requestTools map[string]bool) b
 	return s.policy.Load().ToolEnabled(tenant, tool, requestTools)
 }
 
+// CheckImage asks the current policy whether tenant's call of tool may run on image ref (Policy.CheckImage).
+func (s *Store) CheckImage(tenant, tool, ref string) (ImageVerdict, error) {
+	return s.policy.Load().CheckImage(tenant, tool, ref)
+}
+
 // Reload loads the policy at path and makes it current. When the file does not load or validate, the
 // current policy stays and the error names the file, line and field.
 func (s *Store) Reload(path string) error {

@@ -22,6 +22,16 @@ var ErrNoProgram = errors.New("program not found in the sandbox")
 // call must not run under another runtime instead (its tenant was given a stronger boundary on purpose).
 var ErrNoRuntime = errors.New("sandbox runtime not available")
 
+// ErrImagePull marks a Run error for an image the runtime could not bring in: the registry was down,
+// refused the worker's credentials, had no such image, or sent content that did not verify. Nothing ran;
+// the error's text says what to fix.
+var ErrImagePull = errors.New("image pull failed")
+
+// ErrImageRefused marks a Run error for an image the runtime will not run: a reference that does not parse,
+// an image over the size limit, or a layer with content no sandbox root may hold (device nodes, paths
+// outside the root). Nothing ran, and nothing of the image is kept.
+var ErrImageRefused = errors.New("image refused")
+
 // Mount is an extra bind mount from the host into the container, always read-only unless Writable.
 type Mount struct {
 	Source      string // host path
@@ -48,8 +58,9 @@ type Spec struct {
 	// Mounts land under /.toolpool only, and never inside another writable mount.
 	Mounts []Mount
 	Limits Limits
-	// Image, when set, names an OCI image in the runtime's store to use as the root filesystem instead of
-	// the read-only view of the host's system directories.
+	// Image, when set, is an OCI image reference (registry/repository:tag or @digest) to use as the root
+	// filesystem instead of the read-only view of the host's system directories. A runtime that pulls
+	// images brings it in from its registry when its store lacks it.
 	Image string
 	// Runtime names the sandbox runtime the process must run under ("runc", "gvisor"); empty means the
 	// sandbox's default. A name the sandbox does not offer is refused with ErrNoRuntime, never replaced by
@@ -113,6 +124,9 @@ type Outcome struct {
 	// runtime with a pool ran the call cold ("empty", "mounts", ...); empty without a pool.
 	Warm       bool
 	ColdReason string
+	// Image names the image the call ran on by digest (registry/repository@sha256:...), empty on the
+	// host view.
+	Image string
 	// ContainerID names the container the call ran in: the call's ID when cold, a pooled container's own
 	// ID when warm.
 	ContainerID string
@@ -121,7 +135,8 @@ type Outcome struct {
 	SandboxTime time.Duration
 	RunTime     time.Duration
 	CleanupTime time.Duration
-	// Steps are the steps of this Run as the runtime timed them, in the order they ran (a warm call:
+	// Steps are the steps of this Run as the runtime timed them, in the order they ran (a call on an
+	// image starts with image: finding it in the store, or pulling it; then a warm call:
 	// claim, bind_workspace, limits, request, then run, drain_io, usage, workspace_size; a cold one:
 	// create_container, create_task, wait, start, then the same). They account for Run's time between its
 	// start and its return; removal after Run returns is not among them. A runtime that does not time its

@@ -36,10 +36,11 @@ func HTTPHandler(h http.Handler) http.Handler {
 type Policy interface {
 	Decide(ctx context.Context, r policy.Request) policy.Decision
 	ToolEnabled(tenant, tool string, requestTools map[string]bool) bool
+	CheckImage(tenant, tool, ref string) (policy.ImageVerdict, error)
 }
 
 // TracePolicy returns next with a span "policy.evaluate" around each Decide, carrying the tenant, tool,
-// action and rule. ToolEnabled is not traced.
+// action and rule. ToolEnabled and CheckImage are not traced.
 func TracePolicy(next Policy) Policy { return tracedPolicy{next} }
 
 type tracedPolicy struct{ Policy }

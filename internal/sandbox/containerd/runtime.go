@@ -59,6 +59,8 @@ type Config struct {
 	ShimGroups int
 	// Pool configures the warm pool; its zero value is no pool.
 	Pool PoolConfig
+	// Pull configures how images a Spec names and the store lacks are pulled (imageroot.go, pull.go).
+	Pull PullConfig
 	// StateDir holds the prepared root filesystem and the per-call FIFOs; the worker owns it.
 	StateDir string
 	// UID and GID run every sandbox process.
@@ -107,6 +109,9 @@ func (c *Config) Validate() error {
 	if err := c.validateRuntimes(); err != nil {
 		return err
 	}
+	if err := c.Pull.Validate(); err != nil {
+		return err
+	}
 	return c.Pool.validate()
 }
 
@@ -152,6 +157,8 @@ type Runtime struct {
 	trustMu      sync.Mutex
 	trustWritten map[string]bool // the CA bundles written under StateDir/ca, by name
 
+	images *imagePuller
+
 	cleanups     sync.WaitGroup
 	cleanupSlots chan struct{}
 }
@@ -177,6 +184,10 @@ func New(ctx context.Context, cfg Config) (_ *Runtime, retErr error) {
 	}()
 	if _, err := client.Version(ctx); err != nil {
 		return nil, fmt.Errorf("query containerd version at %s: %w", cfg.Address, err)
+	}
+	puller, err := newImagePuller(client, cfg.Pull)
+	if err != nil {
+		return nil, err
 	}
 	var warnings []string
 	if cfg.RuntimeBinary, warnings, err = resolveRuntimeBinary(ctx, RuncHandler, cfg.RuntimeBinary); err != nil {
@@ -205,7 +216,8 @@ func New(ctx context.Context, cfg Config) (_ *Runtime, retErr error) {
 		warnings = append(warnings, runtimeWarnings(ctx, def.handler, cfg.RuntimeBinary)...)
 	}
 	r := &Runtime{cfg: cfg, client: client, rootfs: rootfs, fifos: fifos, warnings: warnings, backends: all, def: def,
-		active: map[string]bool{}, trustWritten: map[string]bool{}, cleanupSlots: make(chan struct{}, maxPendingCleanups), started: started}
+		active: map[string]bool{}, trustWritten: map[string]bool{}, cleanupSlots: make(chan struct{}, maxPendingCleanups), started: started,
+		images: puller}
 	if cfg.Pool.MaxSize > 0 {
 		slots, err := newContainerSlots(r, cfg.Pool, started)
 		if err != nil {
@@ -318,6 +330,23 @@ func capLimits(l, c sandbox.Limits) sandbox.Limits {
 func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Outcome, error) {
 	lim := capLimits(mergeLimits(spec.Limits, r.cfg.Defaults), r.cfg.Ceiling)
 	ctx = namespaces.WithNamespace(ctx, r.cfg.Namespace)
+	if spec.Image != "" {
+		began := time.Now()
+		digest, release, err := r.prepareImage(ctx, &spec)
+		step := sandbox.Step{Name: "image", Took: time.Since(began)} // the pull, when the store lacked it
+		if err != nil {
+			return sandbox.Outcome{WorkspaceBytes: -1, Steps: []sandbox.Step{step}}, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
+		}
+		defer release()
+		out, err := r.run(ctx, spec, lim)
+		out.Image, out.Steps = digest, append([]sandbox.Step{step}, out.Steps...)
+		return out, err
+	}
+	return r.run(ctx, spec, lim)
+}
+
+// run runs spec, whose image (if any) is in the store, warm when the pool can and cold otherwise.
+func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, lim sandbox.Limits) (sandbox.Outcome, error) {
 	if r.pool == nil {
 		return r.runCold(ctx, spec, lim)
 	}
@@ -628,6 +657,10 @@ func (r *Runtime) fifoDir(id string) string { return filepath.Join(r.fifos, id) 
 func startError(err error) error {
 	msg := err.Error()
 	if strings.Contains(msg, "exec:") && (strings.Contains(msg, "no such file or directory") || strings.Contains(msg, "executable file not found")) {
+		return sandbox.ErrNoProgram
+	}
+	// gVisor's sentry loads the program itself and says so in its own words.
+	if strings.Contains(msg, "failed to load") && strings.Contains(msg, "no such file or directory") {
 		return sandbox.ErrNoProgram
 	}
 	return sandbox.ErrNotStarted

@@ -124,7 +124,11 @@ func (c *containerSlots) profileOf(spec sandbox.Spec, lim sandbox.Limits) (profi
 	if lim.NoFile > c.limits(profileKey{}).NoFile {
 		return profileKey{}, ColdLimits
 	}
-	return profileKey{image: spec.Image, tmp: lim.TmpBytes}, ""
+	image := spec.Image
+	if name, err := ParseImageRef(image); err == nil && image != "" {
+		image = name // as Run names it once the image is pulled (prepareImage), however the caller wrote it
+	}
+	return profileKey{image: image, tmp: lim.TmpBytes}, ""
 }
 
 // limits are the limits a pooled container of profile key is created with: the runtime's defaults

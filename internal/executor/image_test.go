@@ -1,0 +1,65 @@
+package executor
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/toolpool/toolpool/internal/call"
+	"github.com/toolpool/toolpool/internal/sandbox"
+)
+
+// imageRuntime records the Spec's image and answers with err, or with a run on the image by digest.
+type imageRuntime struct {
+	fakeRuntime
+	err error
+}
+
+func (f *imageRuntime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Outcome, error) {
+	out, _ := f.fakeRuntime.Run(ctx, spec)
+	if f.err != nil {
+		return sandbox.Outcome{WorkspaceBytes: -1}, f.err
+	}
+	out.Image = "reg.example/tools/python@sha256:abc"
+	return out, nil
+}
+
+func TestCallImageReachesTheSpecAndTheResult(t *testing.T) {
+	rt := &imageRuntime{}
+	e, _ := newTestExecutor(t, rt, 0, nil)
+	e.cfg.Image = "reg.example/worker/default:1"
+
+	c := newCall("run_shell", shellArgs)
+	c.Image = "reg.example/tools/python:3.12"
+	r := runCall(e, c)
+	if got := rt.specs[0].Image; got != c.Image {
+		t.Errorf("spec image %q, want the call's %q", got, c.Image)
+	}
+	if r.Status != call.StatusOK || r.Image != "reg.example/tools/python@sha256:abc" {
+		t.Errorf("result status %s image %q, want ok on the image by digest", r.Status, r.Image)
+	}
+
+	runCall(e, newCall("run_shell", shellArgs))
+	if got := rt.specs[1].Image; got != e.cfg.Image {
+		t.Errorf("spec image %q for a call without one, want the worker's default %q", got, e.cfg.Image)
+	}
+}
+
+func TestImageFailuresEndTheCall(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("%w: %w: pull x: registry r cannot be reached", sandbox.ErrNotStarted, sandbox.ErrImagePull), call.ErrImagePullFailed},
+		{fmt.Errorf("%w: %w: layer 2: device node", sandbox.ErrNotStarted, sandbox.ErrImageRefused), call.ErrImageRefused},
+	} {
+		e, _ := newTestExecutor(t, &imageRuntime{err: tt.err}, 0, nil)
+		c := newCall("run_shell", shellArgs)
+		c.Image = "reg.example/tools/python:3.12"
+		r := runCall(e, c)
+		if r.Status != call.StatusError || r.Error == nil || r.Error.Type != tt.want {
+			t.Fatalf("result %s %+v, want error %s", r.Status, r.Error, tt.want)
+		}
+		t.Log(r.Error.Message)
+	}
+}

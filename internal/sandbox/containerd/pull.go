@@ -1,0 +1,355 @@
+package containerd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/containerd/containerd"
+	"github.com/containerd/containerd/errdefs"
+	"github.com/containerd/containerd/images"
+	"github.com/containerd/containerd/remotes/docker"
+	"github.com/distribution/reference"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/toolpool/toolpool/internal/sandbox"
+)
+
+// RegistryConfig is how the worker reaches one OCI registry (distribution API v2). Its credentials stay
+// in the worker: they are sent to that registry only, and never enter a sandbox or a result.
+type RegistryConfig struct {
+	// Host is the registry's host[:port] as image references name it ("registry.example.com",
+	// "localhost:5000"); docker.io for Docker Hub.
+	Host string `yaml:"host"`
+	// Username and Password are the registry's basic-auth (or token-service) credentials; empty pulls
+	// anonymously. PasswordFile, instead of Password, names a file holding it (a mounted secret), read
+	// when the Runtime starts; a trailing newline is dropped.
+	Username     string `yaml:"username"`
+	Password     string `yaml:"password"`
+	PasswordFile string `yaml:"password_file"`
+	// PlainHTTP talks to the registry over plain HTTP instead of HTTPS (a registry on loopback).
+	PlainHTTP bool `yaml:"plain_http"`
+}
+
+// PullConfig configures how a Runtime brings in images that its store lacks.
+type PullConfig struct {
+	// Registries configure registries by host; a registry not listed is reached over HTTPS, anonymously.
+	Registries []RegistryConfig
+	// MaxBytes bounds an image's size as its manifest gives it (config and layers, compressed); a bigger
+	// image is refused before any layer is fetched. Zero means DefaultPullMaxBytes.
+	MaxBytes int64
+	// Timeout bounds one pull, from resolving the reference to the unpacked snapshot. Zero means
+	// DefaultPullTimeout.
+	Timeout time.Duration
+	// CacheBytes bounds the content of the images pulled (compressed, each layer counted once, as the
+	// manifests give it): after each pull the least recently used ones go until they fit, never one that
+	// a call is running on, a pinned one or the one just pulled. Zero keeps every image.
+	CacheBytes int64
+	// Pinned are image references never evicted.
+	Pinned []string
+	// OnWarning, when set, hears what went wrong off a call's path (the cache could not be brought within
+	// its budget). Called from any goroutine.
+	OnWarning func(msg string)
+	// OnPull, when set, hears each pull once, however many calls waited for it: the image's size as its
+	// manifest gives it (0 when it failed before), how long it took, and its error (nil; or wrapping
+	// sandbox.ErrImagePull or sandbox.ErrImageRefused). OnLookup hears each call's look-up: hit when the
+	// image was in the store. OnCacheBytes hears the pulled images' content after each pull's eviction.
+	// Called from any goroutine.
+	OnPull       func(bytes int64, took time.Duration, err error)
+	OnLookup     func(hit bool)
+	OnCacheBytes func(bytes int64)
+}
+
+// Pull defaults.
+const (
+	DefaultPullMaxBytes = 4 << 30
+	DefaultPullTimeout  = 10 * time.Minute
+)
+
+// Validate checks the configuration: each registry host once, without a scheme or path, with both
+// credentials or neither; no negative bound.
+func (c *PullConfig) Validate() error {
+	seen := map[string]bool{}
+	for i, r := range c.Registries {
+		switch {
+		case r.Host == "" || strings.ContainsAny(r.Host, "/ "):
+			return fmt.Errorf("registries[%d]: host %q must be a registry host[:port], without a scheme or path", i, r.Host)
+		case seen[r.Host]:
+			return fmt.Errorf("registries[%d]: host %s is listed twice", i, r.Host)
+		case r.Password != "" && r.PasswordFile != "":
+			return fmt.Errorf("registries[%d] (%s): set password or password_file, not both", i, r.Host)
+		case (r.Username == "") != (r.Password == "" && r.PasswordFile == ""):
+			return fmt.Errorf("registries[%d] (%s): set both username and password (or password_file), or neither", i, r.Host)
+		}
+		seen[r.Host] = true
+	}
+	switch {
+	case c.MaxBytes < 0:
+		return errors.New("image pull max bytes must not be negative")
+	case c.Timeout < 0:
+		return errors.New("image pull timeout must not be negative")
+	case c.CacheBytes < 0:
+		return errors.New("image cache bytes must not be negative")
+	}
+	for i, ref := range c.Pinned {
+		if _, err := ParseImageRef(ref); err != nil {
+			return fmt.Errorf("pinned[%d]: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// imagePuller brings images into the runtime's containerd store and unpacks them into the snapshotter,
+// where images share the layers they have in common. Concurrent requests for one image share one pull.
+type imagePuller struct {
+	client *containerd.Client
+	cfg    PullConfig
+	flight singleflight.Group
+	pinned []string // cfg.Pinned by full name
+
+	mu       sync.Mutex
+	inUse    map[string]int       // calls running on each image, by full name
+	lastUsed map[string]time.Time // when a call of this process last used each image
+	evicted  int                  // images evicted, for tests
+}
+
+func newImagePuller(client *containerd.Client, cfg PullConfig) (*imagePuller, error) {
+	cfg.Registries = slices.Clone(cfg.Registries)
+	for i, r := range cfg.Registries {
+		if r.PasswordFile == "" {
+			continue
+		}
+		b, err := os.ReadFile(r.PasswordFile)
+		if err != nil {
+			return nil, fmt.Errorf("read the password of registry %s: %w", r.Host, err)
+		}
+		cfg.Registries[i].Password = strings.TrimRight(string(b), "\r\n")
+	}
+	cfg.MaxBytes = cmpOr(cfg.MaxBytes, DefaultPullMaxBytes)
+	cfg.Timeout = cmpOr(cfg.Timeout, DefaultPullTimeout)
+	p := &imagePuller{client: client, cfg: cfg, inUse: map[string]int{}, lastUsed: map[string]time.Time{}}
+	for _, ref := range cfg.Pinned {
+		if name, err := ParseImageRef(ref); err == nil {
+			p.pinned = append(p.pinned, name)
+		}
+	}
+	return p, nil
+}
+
+func (p *imagePuller) warn(msg string) {
+	if p.cfg.OnWarning != nil {
+		p.cfg.OnWarning(msg)
+	}
+}
+
+func cmpOr[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// registry returns the configuration of host, and whether it has one.
+func (p *imagePuller) registry(host string) (RegistryConfig, bool) {
+	for _, r := range p.cfg.Registries {
+		if r.Host == host {
+			return r, true
+		}
+	}
+	return RegistryConfig{Host: host}, false
+}
+
+// hosts returns the registry hosts of the resolver: each with its scheme and credentials from the config.
+func (p *imagePuller) hosts() docker.RegistryHosts {
+	client := &http.Client{Transport: &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment, // the worker's own proxy settings, never a call's egress proxy
+		DialContext:           (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ResponseHeaderTimeout: 30 * time.Second,
+	}}
+	creds := func(host string) (string, string, error) {
+		r, _ := p.registry(host)
+		return r.Username, r.Password, nil
+	}
+	return docker.ConfigureDefaultRegistries(
+		docker.WithClient(client),
+		docker.WithAuthorizer(docker.NewDockerAuthorizer(docker.WithAuthClient(client), docker.WithAuthCreds(creds))),
+		docker.WithPlainHTTP(func(host string) (bool, error) {
+			r, _ := p.registry(host)
+			return r.PlainHTTP, nil
+		}),
+	)
+}
+
+// ParseImageRef returns the full name of image reference ref (registry/repository:tag or @digest, with
+// docker.io and :latest filled in as Docker does), or an error that says what is wrong with it.
+func ParseImageRef(ref string) (string, error) {
+	named, err := reference.ParseDockerRef(ref)
+	if err != nil {
+		return "", fmt.Errorf("image reference %q does not parse (%w): write registry/repository:tag or registry/repository@sha256:<64 hex digits>", ref, err)
+	}
+	return named.String(), nil
+}
+
+// ensure returns the image ref names from the store, pulling and unpacking it first when the store lacks
+// it, marked in use (never evicted) until the caller calls release; on an error there is nothing to
+// release. ctx ending stops this caller's wait, not a pull other callers share; the pull has its own time
+// limit.
+func (p *imagePuller) ensure(ctx context.Context, ref string) (_ containerd.Image, release func(), retErr error) {
+	name, err := ParseImageRef(ref)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", sandbox.ErrImageRefused, err)
+	}
+	release = p.use(name) // before the look-up: no eviction can come between it and the call's container
+	defer func() {
+		if retErr != nil {
+			release()
+		}
+	}()
+	img, err := p.get(ctx, name)
+	return img, release, err
+}
+
+// get returns image name from the store, pulling it (once for all concurrent callers) when it is absent.
+func (p *imagePuller) get(ctx context.Context, name string) (containerd.Image, error) {
+	if img, err := p.unpacked(ctx, name); err == nil || !errdefs.IsNotFound(err) {
+		if err == nil && p.cfg.OnLookup != nil {
+			p.cfg.OnLookup(true)
+		}
+		return img, err
+	}
+	if p.cfg.OnLookup != nil {
+		p.cfg.OnLookup(false)
+	}
+	ch := p.flight.DoChan(name, func() (any, error) {
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.Timeout)
+		defer cancel()
+		began := time.Now()
+		var size int64
+		img, err := p.pull(pctx, name, &size)
+		if p.cfg.OnPull != nil {
+			p.cfg.OnPull(size, time.Since(began), err)
+		}
+		return img, err
+	})
+	select {
+	case res := <-ch:
+		if res.Err != nil {
+			return nil, res.Err
+		}
+		return res.Val.(containerd.Image), nil
+	case <-ctx.Done():
+		// The call ended (cancelled, or its worker stopping), not the pull: others may still get it.
+		return nil, fmt.Errorf("wait for the pull of %s: %w", name, ctx.Err())
+	}
+}
+
+// unpacked returns the stored image name when it is unpacked for the snapshotter; a NotFound error when it
+// is absent or only partly there.
+func (p *imagePuller) unpacked(ctx context.Context, name string) (containerd.Image, error) {
+	img, err := p.client.GetImage(ctx, name)
+	if err != nil {
+		if errdefs.IsNotFound(err) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: get image %s: %w", sandbox.ErrImagePull, name, err)
+	}
+	ok, err := img.IsUnpacked(ctx, snapshotter)
+	if err != nil || !ok {
+		return nil, fmt.Errorf("image %s is not unpacked: %w", name, errdefs.ErrNotFound)
+	}
+	return img, nil
+}
+
+// pull fetches name, checks its layers and unpacks it. On any failure it deletes what it stored of the
+// image, so that nothing half-pulled is ever run; an image record that was there before (imported by
+// hand, not unpacked) is left alone.
+func (p *imagePuller) pull(ctx context.Context, name string, size *int64) (_ containerd.Image, retErr error) {
+	_, err := p.client.ImageService().Get(ctx, name)
+	existed := err == nil
+	host := reference.Domain(mustNamed(name))
+	var total atomic.Int64
+	limit := func(h images.Handler) images.Handler {
+		return images.HandlerFunc(func(ctx context.Context, desc ocispec.Descriptor) ([]ocispec.Descriptor, error) {
+			children, err := h.Handle(ctx, desc)
+			if err != nil || !images.IsManifestType(desc.MediaType) {
+				return children, err
+			}
+			sum := desc.Size
+			for _, c := range children {
+				sum += c.Size
+			}
+			n := total.Add(sum)
+			*size = n
+			if n > p.cfg.MaxBytes {
+				return nil, fmt.Errorf("%w: image %s is %d bytes, over this worker's limit of %d (images.max_bytes): use a smaller image, or raise the limit", sandbox.ErrImageRefused, name, n, p.cfg.MaxBytes)
+			}
+			return children, nil
+		})
+	}
+	defer func() {
+		if retErr != nil && !existed {
+			delCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+			defer cancel()
+			_ = p.client.ImageService().Delete(delCtx, name, images.SynchronousDelete())
+		}
+	}()
+	resolver := docker.NewResolver(docker.ResolverOptions{Hosts: p.hosts()})
+	img, err := p.client.Pull(ctx, name, containerd.WithResolver(resolver), containerd.WithImageHandlerWrapper(limit),
+		containerd.WithPullLabel(labelPulled, "1"))
+	if err != nil {
+		return nil, pullError(name, host, err)
+	}
+	if err := checkLayers(ctx, p.client.ContentStore(), img.Target()); err != nil {
+		return nil, fmt.Errorf("%w: image %s: %w", sandbox.ErrImageRefused, name, err)
+	}
+	if err := img.Unpack(ctx, snapshotter); err != nil {
+		return nil, fmt.Errorf("%w: unpack image %s: %w", sandbox.ErrImagePull, name, err)
+	}
+	if err := p.evict(ctx, name); err != nil {
+		p.warn(fmt.Sprintf("keep images within the cache budget after pulling %s: %v", name, err))
+	}
+	return img, nil
+}
+
+func mustNamed(name string) reference.Named {
+	n, err := reference.ParseNormalizedNamed(name)
+	if err != nil {
+		panic(err) // name came from ParseImageRef
+	}
+	return n
+}
+
+// pullError turns a failed pull of name from host into an error that says what to fix.
+func pullError(name, host string, err error) error {
+	if errors.Is(err, sandbox.ErrImageRefused) {
+		return err
+	}
+	msg := err.Error()
+	var hint string
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		hint = "the pull took longer than this worker's limit (images.pull_timeout): use a smaller image, or raise the limit"
+	case errdefs.IsNotFound(err) || strings.Contains(msg, "not found"):
+		hint = fmt.Sprintf("registry %s has no such image: check the repository name and the tag or digest", host)
+	case strings.Contains(msg, "401") || strings.Contains(msg, "nauthorized") || strings.Contains(msg, "authorization"):
+		hint = fmt.Sprintf("registry %s refused this worker's credentials: set the worker's images.registries entry for %s (username, password)", host, host)
+	case strings.Contains(msg, "connection refused") || strings.Contains(msg, "no such host") || strings.Contains(msg, "i/o timeout"):
+		hint = fmt.Sprintf("registry %s cannot be reached: check that it is up and that the worker's images.registries entry for it is right (plain_http for a registry without TLS)", host)
+	case strings.Contains(msg, "unexpected commit digest") || strings.Contains(msg, "digest"):
+		hint = fmt.Sprintf("content from registry %s did not match its digest: the registry or a proxy on the way corrupted it; push the image again", host)
+	default:
+		hint = fmt.Sprintf("the transfer from registry %s failed: try again, and check the registry and the network between it and the worker", host)
+	}
+	return fmt.Errorf("%w: pull %s: %s (%w)", sandbox.ErrImagePull, name, hint, err)
+}

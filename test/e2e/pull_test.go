@@ -1,0 +1,71 @@
+package e2e
+
+import (
+	"archive/tar"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/toolpool/toolpool/internal/call"
+	"github.com/toolpool/toolpool/internal/sandbox/containerd/ctrtest"
+)
+
+// TestCallsOnPulledImages: calls name images in a private registry; the worker pulls them with the
+// credentials of its config, each call sees its image's toolchain and the shared workspace, the result
+// names the image by digest, policy refuses an image it does not list (403), and a pull that fails or an
+// image with a hostile layer ends the call with image_pull_failed or image_refused.
+func TestCallsOnPulledImages(t *testing.T) {
+	ctrtest.Require(t)
+	const password = "pull-s3cret-e2e"
+	reg := ctrtest.StartPrivateRegistry(t, "puller", password)
+	shellImage := ctrtest.PushShellImage(t, reg, "tools/shell:1")
+	pythonImage := ctrtest.PushPythonImage(t, reg, "tools/python:3.11")
+	hostile := ctrtest.PushImage(t, reg, "tools/hostile:1", v1.Config{}, ctrtest.BaseLayer(t),
+		ctrtest.LayerTar(t, ctrtest.TarEntry{Name: "dev/kmem", Type: tar.TypeChar, Mode: 0o666, Devmajor: 1, Devminor: 2}))
+	s := startStackWith(t, stackOptions{
+		policy:       permissivePolicy + "builtin_asks: {redirect-write: allow, unresolved: allow}\nimages:\n  allow: [" + reg.Host + "/tools/]\n",
+		workerConfig: fmt.Sprintf("images:\n  registries:\n    - {host: %q, username: puller, password: %s, plain_http: true}\n", reg.Host, password),
+	})
+	run := func(image, command string) (*call.Result, string) {
+		t.Helper()
+		r := s.shell(t, "dev-token", "img", command, map[string]any{"image": image})
+		if strings.Contains(string(r.body), password) {
+			t.Errorf("a result shows the registry password: %s", r.body)
+		}
+		return r.result(t), string(r.body)
+	}
+
+	sh, _ := run(shellImage, `echo "$TOOLPOOL_IMAGE_MARK $(id -u)" > from-shell; cat from-shell; command -v python3 || echo no python`)
+	if sh.Status != call.StatusOK || sh.Stdout != "shell 65532\nno python\n" || !strings.HasPrefix(sh.Image, reg.Host+"/tools/shell@sha256:") {
+		t.Fatalf("shell image: %s %q %q image %q %+v", sh.Status, sh.Stdout, sh.Stderr, sh.Image, sh.Error)
+	}
+	py, _ := run(pythonImage, `python3 -c 'import sys; print(open("from-shell").read().split()[0], sys.version_info.major)'`)
+	if py.Status != call.StatusOK || py.Stdout != "shell 3\n" || !strings.HasPrefix(py.Image, reg.Host+"/tools/python@sha256:") {
+		t.Fatalf("python image: %s %q %q image %q %+v", py.Status, py.Stdout, py.Stderr, py.Image, py.Error)
+	}
+	host := s.shell(t, "dev-token", "img", "cat from-shell", nil).result(t)
+	if host.Status != call.StatusOK || host.Image != "" || host.Stdout != "shell 65532\n" {
+		t.Fatalf("host view: %s %q image %q", host.Status, host.Stdout, host.Image)
+	}
+
+	denied := s.shell(t, "dev-token", "img", "true", map[string]any{"image": "docker.io/library/python:3.12"})
+	if e := denied.errorInfo(t); denied.code != http.StatusForbidden || e.Type != call.ErrPolicyDenied || !strings.Contains(e.Message, reg.Host+"/tools/") {
+		t.Errorf("an image policy does not list: HTTP %d %+v", denied.code, e)
+	}
+	bad := s.shell(t, "dev-token", "img", "true", map[string]any{"image": "Not::A/ref"})
+	if e := bad.errorInfo(t); bad.code != http.StatusUnprocessableEntity || e.Type != call.ErrInvalidParams {
+		t.Errorf("an unparsable image: HTTP %d %+v", bad.code, e)
+	}
+
+	missing, _ := run(reg.Host+"/tools/missing:1", "true")
+	if missing.Status != call.StatusError || missing.Error == nil || missing.Error.Type != call.ErrImagePullFailed || !strings.Contains(missing.Error.Message, "no such image") {
+		t.Errorf("a missing image: %s %+v", missing.Status, missing.Error)
+	}
+	refused, _ := run(hostile, "true")
+	if refused.Status != call.StatusError || refused.Error == nil || refused.Error.Type != call.ErrImageRefused || !strings.Contains(refused.Error.Message, "device node") {
+		t.Errorf("a hostile image: %s %+v", refused.Status, refused.Error)
+	}
+}
