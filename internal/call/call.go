@@ -84,6 +84,9 @@ type Limits struct {
 	// reports a path they match. Only policy sets them; they are not part of the call's arguments, so the
 	// record, the approval and the audit show the arguments as the client sent them.
 	DeniedGlobs []string `json:"denied_globs,omitempty"`
+	// ReadOnlyWorkspace mounts the call's workspace read-only in its container (policy.Limits'
+	// ReadOnlyWorkspace: the tenant's read-only posture). Only policy sets it; requests cannot.
+	ReadOnlyWorkspace bool `json:"read_only_workspace,omitempty"`
 }
 
 // Decision is the policy verdict on a call and the rule that produced it.

@@ -174,6 +174,9 @@ func TestPosturesByTenant(t *testing.T) {
 			if a.Code != 200 || a.Decision.Action != tt.action {
 				t.Errorf("status %d, decision %+v; want %s: %s", a.Code, a.Decision, tt.action, a.Raw)
 			}
+			if ro := tt.token == "audit-token"; a.Limits.ReadOnlyWorkspace != ro {
+				t.Errorf("limits.read_only_workspace = %v, want %v (the read-only posture's, only): %s", a.Limits.ReadOnlyWorkspace, ro, a.Raw)
+			}
 		})
 	}
 }

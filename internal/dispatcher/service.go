@@ -112,6 +112,7 @@ func (s *Server) admit(ctx context.Context, p principal, req *call.Request) (*ca
 	c.Deadline = c.CreatedAt.Add(queueTimeout)
 	c.Limits, c.Decision.Clamped = s.limits(p.tenant, req, tool, dec.Limits)
 	c.Limits.Runtime = p.runtime
+	c.Limits.ReadOnlyWorkspace = dec.Limits.ReadOnlyWorkspace
 	if tool.TakesDeniedGlobs() { // the others' calls would carry them to no use, in every message and record
 		c.Limits.DeniedGlobs = dec.Limits.DeniedGlobs
 	}

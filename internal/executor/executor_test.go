@@ -272,3 +272,23 @@ func (h *recordingHandler) find(msg string) string {
 	}
 	return ""
 }
+
+// TestReadOnlyWorkspaceReachesTheSandbox: a call whose limits ask for a read-only workspace (the read-only
+// posture) runs with it mounted read-only, whatever its tool; the others with it writable.
+func TestReadOnlyWorkspaceReachesTheSandbox(t *testing.T) {
+	for _, ro := range []bool{true, false} {
+		for _, tc := range []struct{ tool, args string }{{"run_shell", shellArgs}, {"read_file", `{"path":"a"}`}} {
+			rt := &fakeRuntime{}
+			e, _ := newTestExecutor(t, rt, 0, nil)
+			c := newCall(tc.tool, tc.args)
+			c.Limits.ReadOnlyWorkspace = ro
+			runCall(e, c)
+			if rt.count() != 1 {
+				t.Fatalf("%s: %d runs, want 1", tc.tool, rt.count())
+			}
+			if got := rt.specs[0].WorkspaceReadOnly; got != ro {
+				t.Errorf("%s with limits.read_only_workspace %v: spec.WorkspaceReadOnly %v", tc.tool, ro, got)
+			}
+		}
+	}
+}

@@ -114,7 +114,7 @@ func (e *Executor) plan(c *call.Call, tool *tools.Tool, inv tools.Invocation, ws
 	}
 	spec := sandbox.Spec{
 		ID: c.ID, Argv: inv.Argv, Env: inv.Env, Cwd: inv.Cwd, Stdin: inv.Stdin, WorkspaceDir: ws.Dir, Image: cmp.Or(inv.Image, e.cfg.Image),
-		Runtime: c.Limits.Runtime,
+		Runtime: c.Limits.Runtime, WorkspaceReadOnly: c.Limits.ReadOnlyWorkspace,
 		Limits: sandbox.Limits{
 			Timeout: timeout, OutputBytes: max(c.Limits.OutputBytes, e.cfg.CaptureBytes), MemoryBytes: c.Limits.MemoryBytes,
 			PIDs: c.Limits.PIDs, CPUMillis: c.Limits.CPUMillis, Network: c.Limits.Network, WorkspaceBytes: quota,

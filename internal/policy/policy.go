@@ -172,6 +172,7 @@ func (p *Policy) decide(r Request, approved []AllowRule) (Decision, shell.Seen) 
 	if err != nil {
 		return finish(finding{action: Deny, rule: RuleInvalidRequest, detail: err.Error()})
 	}
+	d.Limits.ReadOnlyWorkspace = posture == PostureReadOnly
 	env := &decideEnv{layers: layers, tenant: r.Tenant, tool: r.Tool, kind: kindOf(r), paths: effectivePaths(layers, r.Tool),
 		posture: posture, shell: r.Facts.Command != ""}
 	env.shape = env.shaper()

@@ -109,3 +109,23 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
+
+// TestReadOnlyPostureLimits: the read-only posture asks the sandbox for a read-only workspace on every
+// call, the ones it allows too; the other postures never do.
+func TestReadOnlyPostureLimits(t *testing.T) {
+	for _, r := range []Request{
+		{Tenant: "t1", Tool: "run_shell", Posture: PostureReadOnly, Facts: Facts{Command: "git log"}},
+		{Tenant: "t1", Tool: "read_file", Posture: PostureReadOnly, Facts: Facts{Paths: []string{"a.go"}}},
+		{Tenant: "t1", Tool: "run_shell", Posture: PostureReadOnly, Facts: Facts{Command: "rm x"}},
+	} {
+		if d := Default().Decide(context.Background(), r); !d.Limits.ReadOnlyWorkspace {
+			t.Errorf("%s %+v under read-only: decision %s without a read-only workspace", r.Tool, r.Facts, d.Action)
+		}
+	}
+	for _, p := range []Posture{"", PostureInteractive, PostureAutonomous} {
+		r := Request{Tenant: "t1", Tool: "run_shell", Posture: p, Facts: Facts{Command: "git log"}}
+		if d := Default().Decide(context.Background(), r); d.Limits.ReadOnlyWorkspace {
+			t.Errorf("posture %q: a read-only workspace", p)
+		}
+	}
+}

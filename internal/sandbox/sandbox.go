@@ -45,6 +45,9 @@ type Spec struct {
 	// WorkspaceDir is the host directory mounted read-write at /workspace: a clean absolute path to a real
 	// directory (a symlink there is refused, not followed).
 	WorkspaceDir string
+	// WorkspaceReadOnly mounts the workspace read-only: nothing in the container can create, change or
+	// remove a file in it (EROFS), whatever the process runs. A warm container honours it as a cold one.
+	WorkspaceReadOnly bool
 	// Mounts land under /.toolpool only, and never inside another writable mount.
 	Mounts []Mount
 	Limits Limits

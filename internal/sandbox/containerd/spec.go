@@ -299,9 +299,13 @@ func callMounts(base []specs.Mount, spec sandbox.Spec, lim sandbox.Limits) ([]sp
 		if err := checkWorkspaceDir(spec.WorkspaceDir); err != nil {
 			return nil, err
 		}
+		mode := "rw"
+		if spec.WorkspaceReadOnly {
+			mode = "ro"
+		}
 		mounts = append(mounts, specs.Mount{
 			Type: "bind", Source: spec.WorkspaceDir, Destination: workspaceDir,
-			Options: []string{"bind", "rw", "nosuid", "nodev"},
+			Options: []string{"bind", mode, "nosuid", "nodev"},
 		})
 	}
 	for _, m := range spec.Mounts {

@@ -141,7 +141,7 @@ func (r *Runtime) runWarm(ctx context.Context, spec sandbox.Spec, lim sandbox.Li
 		req.FileSize = uint64(lim.WorkspaceBytes)
 	}
 	if spec.WorkspaceDir != "" {
-		id, err := bindWorkspace(s.hostDir, spec.WorkspaceDir)
+		id, err := bindWorkspace(s.hostDir, spec.WorkspaceDir, spec.WorkspaceReadOnly)
 		if err != nil {
 			return fallBack()
 		}
