@@ -81,7 +81,8 @@ type Limits struct {
 	Runtime string `json:"runtime,omitempty"`
 	// DeniedGlobs are the path patterns policy denies to the call (policy.Limits.DeniedGlobs). The worker
 	// hands them to the in-container runner of the tools that read or write files, which neither opens nor
-	// reports a path they match. Only policy sets them; they are not part of the call's arguments, so the
+	// reports a path they match, and hides what they match in the workspace from every other tool's
+	// container (run_shell, custom tools: sandbox.Spec.Hidden). Only policy sets them; they are not part of the call's arguments, so the
 	// record, the approval and the audit show the arguments as the client sent them.
 	DeniedGlobs []string `json:"denied_globs,omitempty"`
 	// ReadOnlyWorkspace mounts the call's workspace read-only in its container (policy.Limits'

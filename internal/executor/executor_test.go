@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -290,5 +291,51 @@ func TestReadOnlyWorkspaceReachesTheSandbox(t *testing.T) {
 				t.Errorf("%s with limits.read_only_workspace %v: spec.WorkspaceReadOnly %v", tc.tool, ro, got)
 			}
 		}
+	}
+}
+
+// TestHiddenPathsReachTheSandbox: what the call's denied globs match in its workspace is hidden from a
+// run_shell container (spec.Hidden); a file tool, whose runner checks each path, hides nothing; a workspace
+// with too many matches is refused, unrun, with what to do.
+func TestHiddenPathsReachTheSandbox(t *testing.T) {
+	rt := &fakeRuntime{}
+	e, wsm := newTestExecutor(t, rt, 0, nil)
+	ws, err := wsm.Prepare("t", "ws")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{".env", "a/b/.env", ".ssh/id_rsa", "src/main.go"} {
+		p := filepath.Join(ws.Dir, f)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	globs := []string{"**/.env", "~/.ssh/**"}
+	for _, tc := range []struct {
+		tool, args string
+		want       []string
+	}{{"run_shell", shellArgs, []string{".env", ".ssh", "a/b/.env"}}, {"read_file", `{"path":"src/main.go"}`, nil}} {
+		c := newCall(tc.tool, tc.args)
+		c.Limits.DeniedGlobs = globs
+		runCall(e, c)
+		got := slices.Sorted(slices.Values(rt.specs[len(rt.specs)-1].Hidden))
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: spec.Hidden %q, want %q", tc.tool, got, tc.want)
+		}
+	}
+	for i := range maxHidden + 1 {
+		if err := os.WriteFile(filepath.Join(ws.Dir, fmt.Sprintf("k%d.pem", i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runs := rt.count()
+	c := newCall("run_shell", shellArgs)
+	c.Limits.DeniedGlobs = []string{"**/*.pem"}
+	r := runCall(e, c)
+	if rt.count() != runs || r.Error == nil || r.Error.Type != call.ErrPermissionDenied || !strings.Contains(r.Error.Message, "Remove them") {
+		t.Errorf("a workspace with %d denied files: ran %v, error %+v", maxHidden+1, rt.count() != runs, r.Error)
 	}
 }

@@ -57,6 +57,15 @@ func (e *Executor) Run(ctx context.Context, c *call.Call, newCapture func() (Cap
 		return Execution{}, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
 	}
 	defer release()
+	// Found while the workspace is held, so that no workspace operation changes it in between.
+	hidden, refused, err := hiddenPaths(c, tool, ws.Dir)
+	switch {
+	case refused != nil:
+		return Execution{tool: tool, failed: refused}, nil
+	case err != nil:
+		return Execution{}, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
+	}
+	spec.Hidden = hidden
 	finishEgress, err := e.withEgress(ctx, c, inv, &spec)
 	if err != nil {
 		return Execution{}, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)

@@ -146,6 +146,12 @@ func (r *Runtime) runWarm(ctx context.Context, spec sandbox.Spec, lim sandbox.Li
 			return fallBack()
 		}
 		bound, req.Workspace = true, &id
+		if len(spec.Hidden) > 0 {
+			if err := r.hideBeneath(s.hostDir, spec.Hidden); err != nil {
+				return out, "", err // cold would fail alike; the container is destroyed, nothing ran
+			}
+			clock.done("hide")
+		}
 		clock.done("bind_workspace")
 	}
 	if err := s.updateLimits(ctx, lim); err != nil {

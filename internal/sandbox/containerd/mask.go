@@ -1,0 +1,171 @@
+package containerd
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// Hiding paths of the workspace (sandbox.Spec.Hidden). Every hidden path gets a mount of its own on the
+// host, on top of it in a mount of the workspace that only the call's container sees: an empty read-only
+// directory over a directory, an empty read-only file over anything else. The container sees the
+// workspace through that mount: a pooled container through its slot (the masks are mounted beneath the
+// slot after the workspace is, and propagate with it), a cold one through a view directory of its own
+// that runc binds recursively at /workspace. The workspace itself never changes, and no other call's
+// container sees the masks. runc never resolves a path inside the workspace: the worker mounts the
+// masks, resolving each path beneath the workspace mount with openat2 (no symlink, no ".." out, no other
+// mount), and mounting on the file descriptor it got.
+
+const (
+	// viewsPrefix names the view directories in StateDir: views.<start time in ns>.
+	viewsPrefix = "views."
+	// maskDirName holds the empty file and directory that masks are bound from.
+	maskDirName = "mask"
+)
+
+// views makes cold calls' workspace views. Its zero value is ready; the directory is set up on first use.
+type views struct {
+	once sync.Once
+	dir  string // StateDir/views.<start>: a mount of its own whose subdirectories are the views
+	err  error
+}
+
+// makeView mounts workspace ws (read-only when readOnly) on a fresh view directory for call id, hides the paths
+// of hidden beneath it, and returns the view and how to remove it. On failure nothing stays mounted.
+func (r *Runtime) makeView(id, ws string, readOnly bool, hidden []string) (string, func() error, error) {
+	v := &r.views
+	v.once.Do(func() {
+		v.dir = filepath.Join(r.cfg.StateDir, fmt.Sprintf("%s%d", viewsPrefix, r.started.UnixNano()))
+		v.err = setupSlotsDir(v.dir)
+	})
+	if v.err != nil {
+		return "", nil, fmt.Errorf("set up workspace views: %w", v.err)
+	}
+	dir := filepath.Join(v.dir, id)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return "", nil, fmt.Errorf("create workspace view: %w", err)
+	}
+	release := func() error { return removeSlotDir(dir) }
+	if _, err := bindWorkspace(dir, ws, readOnly); err != nil {
+		return "", nil, errors.Join(err, release())
+	}
+	if err := r.hideBeneath(dir, hidden); err != nil {
+		return "", nil, errors.Join(err, release())
+	}
+	return dir, release, nil
+}
+
+// releaseView removes a call's view once its container is made; a failure goes to Config.OnCleanup.
+func (r *Runtime) releaseView(release func() error) {
+	if err := release(); err != nil && r.cfg.OnCleanup != nil {
+		r.cfg.OnCleanup(0, nil, err)
+	}
+}
+
+// closeViews unmounts and removes this Runtime's view directory, once no call uses it.
+func (r *Runtime) closeViews() error {
+	if r.views.dir == "" {
+		return nil
+	}
+	return removeSlotsTree(r.views.dir)
+}
+
+// removeOldViews removes the view directories of earlier Runtimes on this StateDir, unmounting what a
+// crashed worker left mounted on them without entering any workspace.
+func (r *Runtime) removeOldViews() error {
+	old, _ := filepath.Glob(filepath.Join(r.cfg.StateDir, viewsPrefix+"*"))
+	var errs []error
+	for _, dir := range old {
+		if dir != r.views.dir {
+			errs = append(errs, removeSlotsTree(dir))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// maskSources returns the empty file and the empty directory masks are bound from, making them when
+// they are missing. They belong to root and are read-only for everyone; the masks are read-only mounts
+// besides.
+func (r *Runtime) maskSources() (file, dir string, err error) {
+	base := filepath.Join(r.cfg.StateDir, maskDirName)
+	file, dir = filepath.Join(base, "file"), filepath.Join(base, "dir")
+	if err := os.MkdirAll(dir, 0o555); err != nil {
+		return "", "", fmt.Errorf("create mask directory: %w", err)
+	}
+	f, err := os.OpenFile(file, os.O_CREATE|os.O_RDONLY, 0o444)
+	if err != nil {
+		return "", "", fmt.Errorf("create mask file: %w", err)
+	}
+	f.Close()
+	return file, dir, nil
+}
+
+// hideBeneath mounts a mask on each path of hidden, relative to the mounted workspace at dir. A path
+// that is gone, or whose last component is a symbolic link (its target, if denied, has a mask of its
+// own), is skipped; a path that leads through a symbolic link, another mount or out of the workspace is
+// an error, and so is any failure to mount: a call whose masks are not all in place must not run.
+func (r *Runtime) hideBeneath(dir string, hidden []string) error {
+	if len(hidden) == 0 {
+		return nil
+	}
+	srcFile, srcDir, err := r.maskSources()
+	if err != nil {
+		return err
+	}
+	root, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("hide denied paths: open workspace: %w", err)
+	}
+	defer unix.Close(root)
+	masks := map[bool]string{false: srcFile, true: srcDir}
+	for _, rel := range hidden {
+		if err := hideOne(root, rel, masks); err != nil {
+			return fmt.Errorf("hide denied path %s: %w", rel, err)
+		}
+	}
+	return nil
+}
+
+// hideOne mounts a clone of the right mask on rel beneath root.
+func hideOne(root int, rel string, masks map[bool]string) error {
+	if rel == "" || strings.HasPrefix(rel, "/") || filepath.Clean(rel) != rel || rel == ".." || strings.HasPrefix(rel, "../") {
+		return errors.New("not a clean relative path")
+	}
+	target, err := unix.Openat2(root, rel, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
+	})
+	if errors.Is(err, unix.ENOENT) {
+		return nil // gone since the walk: nothing to hide
+	}
+	if err != nil {
+		return fmt.Errorf("open beneath the workspace: %w", err)
+	}
+	defer unix.Close(target)
+	var st unix.Stat_t
+	if err := unix.Fstat(target, &st); err != nil {
+		return fmt.Errorf("stat: %w", err)
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		return nil // the link itself holds no content; its target is judged by its own name
+	}
+	mask, err := unix.OpenTree(unix.AT_FDCWD, masks[st.Mode&unix.S_IFMT == unix.S_IFDIR], unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("clone mask: %w", err)
+	}
+	defer unix.Close(mask)
+	// The flags go on the detached mount, so that the copy that propagates into a pooled container has them.
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC}
+	if err := unix.MountSetattr(mask, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+		return fmt.Errorf("set mask flags: %w", err)
+	}
+	if err := unix.MoveMount(mask, "", target, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
+		return fmt.Errorf("mount mask: %w", err)
+	}
+	return nil
+}
