@@ -107,7 +107,7 @@ var secretFiles = map[string]string{
 	".env": "SECRET-dotenv", "app/config/.env.production": "SECRET-nested", ".ssh/id_ed25519": "SECRET-ssh",
 	"lib/.ssh/config": "SECRET-nested-ssh", ".aws/credentials": "SECRET-aws", "certs/server.pem": "SECRET-pem",
 	".git/config": "SECRET-gitconfig", ".git/hooks/pre-commit": "SECRET-hook", "vendor/m/.git/config": "SECRET-vendored-git",
-	".netrc": "SECRET-netrc", "README.md": "readable",
+	".netrc": "SECRET-netrc", ".docker/config.json": "SECRET-docker", "README.md": "readable",
 }
 
 // readAttempts are ways a shell reads a tree without naming the denied files, and ways it writes to them.
@@ -125,6 +125,7 @@ for d, _, fs in os.walk("."):
         try: print(open(os.path.join(d, f)).read())
         except Exception as e: print(e)' 2>&1
 echo overwritten > .env; rm -rf .ssh .aws certs/server.pem; mv .env moved
+mv .git g; mv .docker d; mv app/config app/c; mv app a2; mv vendor/m vendor/n
 ls -la .ssh .aws
 exit 0`
 
@@ -193,8 +194,10 @@ func TestHiddenPaths(t *testing.T) {
 					t.Errorf("%s on the host: %q (%v), want it unchanged", f, b, err)
 				}
 			}
-			if _, err := os.Stat(filepath.Join(ws, "moved")); err == nil {
-				t.Errorf("the call renamed a hidden file")
+			for _, moved := range []string{"moved", "g", "d", "app/c", "a2", "vendor/n"} {
+				if _, err := os.Lstat(filepath.Join(ws, moved)); err == nil {
+					t.Errorf("the call renamed a hidden file or a directory above one to %s", moved)
+				}
 			}
 		})
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
@@ -128,23 +129,78 @@ func (r *Runtime) hideBeneath(dir string, hidden []string) error {
 			return fmt.Errorf("hide denied path %s: %w", rel, err)
 		}
 	}
+	// Then every directory above a mask, deepest first, becomes a mount point of its own (a recursive
+	// bind of itself, with the masks beneath it): renaming it is EBUSY, as renaming a mask is. Otherwise
+	// a call could move a masked file's directory (.git, .docker) to a name no glob matches, and the next
+	// call would read it there.
+	for _, rel := range ancestors(hidden) {
+		if err := pinDir(root, rel); err != nil {
+			return fmt.Errorf("pin directory %s: %w", rel, err)
+		}
+	}
 	return nil
+}
+
+// ancestors returns the directories above the paths (not the root itself), each once, deepest first.
+func ancestors(paths []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, p := range paths {
+		for d := filepath.Dir(p); d != "." && !seen[d]; d = filepath.Dir(d) {
+			seen[d] = true
+			out = append(out, d)
+		}
+	}
+	slices.SortFunc(out, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
+	return out
+}
+
+// pinDir binds directory rel beneath root onto itself, with what is mounted beneath it, writable as it
+// was: a mount point no call can rename.
+func pinDir(root int, rel string) error {
+	target, err := openBeneath(root, rel)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer unix.Close(target)
+	tree, err := unix.OpenTree(target, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH|unix.AT_RECURSIVE)
+	if err != nil {
+		return fmt.Errorf("clone: %w", err)
+	}
+	defer unix.Close(tree)
+	if err := unix.MoveMount(tree, "", target, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
+		return fmt.Errorf("mount: %w", err)
+	}
+	return nil
+}
+
+// openBeneath opens rel beneath root as an O_PATH descriptor, refusing a symbolic link on the way, a way
+// out of root and another mount; a last component that is a link is opened as the link.
+func openBeneath(root int, rel string) (int, error) {
+	if rel == "" || strings.HasPrefix(rel, "/") || filepath.Clean(rel) != rel || rel == ".." || strings.HasPrefix(rel, "../") {
+		return -1, errors.New("not a clean relative path")
+	}
+	fd, err := unix.Openat2(root, rel, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
+	})
+	if err != nil {
+		return -1, fmt.Errorf("open beneath the workspace: %w", err)
+	}
+	return fd, nil
 }
 
 // hideOne mounts a clone of the right mask on rel beneath root.
 func hideOne(root int, rel string, masks map[bool]string) error {
-	if rel == "" || strings.HasPrefix(rel, "/") || filepath.Clean(rel) != rel || rel == ".." || strings.HasPrefix(rel, "../") {
-		return errors.New("not a clean relative path")
-	}
-	target, err := unix.Openat2(root, rel, &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
-	})
+	target, err := openBeneath(root, rel)
 	if errors.Is(err, unix.ENOENT) {
 		return nil // gone since the walk: nothing to hide
 	}
 	if err != nil {
-		return fmt.Errorf("open beneath the workspace: %w", err)
+		return err
 	}
 	defer unix.Close(target)
 	var st unix.Stat_t
