@@ -16,8 +16,9 @@ const maxHidden = 1000
 // hiddenPaths returns the paths of the workspace at dir that call c's container must not see: those its
 // denied globs match (call.Limits.DeniedGlobs), for the tools that do not apply the globs themselves
 // (run_shell, custom tools; the built-in file tools check each path they open, in their runner). A
-// workspace with more than maxHidden of them is the caller's error to fix.
-func hiddenPaths(c *call.Call, tool *tools.Tool, dir string) ([]string, *call.ErrorInfo, error) {
+// workspace with more than maxHidden of them is the caller's error to fix. The executor's Finder keeps the
+// readings of directories that did not change, so that a large workspace is not read whole for each call.
+func (e *Executor) hiddenPaths(c *call.Call, tool *tools.Tool, dir string) ([]string, *call.ErrorInfo, error) {
 	if tool.TakesDeniedGlobs() || len(c.Limits.DeniedGlobs) == 0 {
 		return nil, nil, nil
 	}
@@ -25,7 +26,7 @@ func hiddenPaths(c *call.Call, tool *tools.Tool, dir string) ([]string, *call.Er
 	if err != nil {
 		return nil, &call.ErrorInfo{Type: call.ErrInvalidParams, Message: fmt.Sprintf("the call's denied globs do not compile: %v", err)}, nil
 	}
-	hidden, err := set.Find(dir, maxHidden)
+	hidden, err := e.finder.Find(set, dir, maxHidden)
 	if errors.Is(err, deniedpath.ErrTooMany) {
 		return nil, &call.ErrorInfo{Type: call.ErrPermissionDenied, Message: fmt.Sprintf("toolpool did not run this call: "+
 			"the workspace holds more than %d files or directories under the denied globs (%v), and each must be hidden from "+

@@ -58,7 +58,7 @@ func (e *Executor) Run(ctx context.Context, c *call.Call, newCapture func() (Cap
 	}
 	defer release()
 	// Found while the workspace is held, so that no workspace operation changes it in between.
-	hidden, refused, err := hiddenPaths(c, tool, ws.Dir)
+	hidden, refused, err := e.hiddenPaths(c, tool, ws.Dir)
 	switch {
 	case refused != nil:
 		return Execution{tool: tool, failed: refused}, nil

@@ -9,6 +9,8 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -26,10 +28,14 @@ var ErrTooMany = errors.New("too many paths under denied globs")
 // Find matches every name once against an automaton of the globs' segments, so a 10k-file tree costs a
 // few milliseconds; it reads directories only (getdents), it stats nothing.
 func (d *Set) Find(root string, limit int) ([]string, error) {
+	return d.find(root, limit, nil)
+}
+
+func (d *Set) find(root string, limit int, cache *dirCache) ([]string, error) {
 	if d == nil {
 		return nil, nil
 	}
-	f := finder{set: d, limit: limit, segs: make([][]segment, len(d.globs))}
+	f := finder{set: d, limit: limit, segs: make([][]segment, len(d.globs)), cache: cache, began: time.Now()}
 	for i, g := range d.globs {
 		if len(g.segments) >= 64 {
 			f.slow = true // the automaton keeps a glob's positions in one uint64
@@ -49,11 +55,13 @@ func (d *Set) Find(root string, limit int) ([]string, error) {
 			return nil, nil // no glob reaches into the workspace
 		}
 	}
-	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("find denied paths in %s: %w", root, err)
 	}
-	if err := f.walk(fd, "", state); err != nil {
+	defer unix.Close(fd)
+	f.root = fd
+	if err := f.walk("", state); err != nil {
 		return nil, fmt.Errorf("find denied paths in %s: %w", root, err)
 	}
 	return f.found, nil
@@ -66,20 +74,50 @@ type finder struct {
 	limit int
 	found []string
 	bufs  [][]byte
+	root  int       // the tree's root, O_PATH
+	cache *dirCache // nil: read every directory
+	began time.Time
 }
 
-// walk lists the directory fd (which it closes), rel beneath the root, whose automaton state is state.
-func (f *finder) walk(fd int, rel string, state []uint64) error {
+// walk lists the directory rel beneath the root, whose automaton state is state, and those beneath it.
+// With a cache, a directory whose identity and change time are what they were at an earlier walk is not
+// read again: its matches and subdirectories are the cache's.
+func (f *finder) walk(rel string, state []uint64) error {
+	name := cmp.Or(rel, ".")
+	if f.cache != nil {
+		var st unix.Stat_t
+		if err := unix.Fstatat(f.root, name, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil {
+			if e := f.cache.dirs[rel]; e != nil && e.id == idOf(&st) {
+				return f.replay(e)
+			}
+		}
+	}
+	fd, err := unix.Openat2(f.root, name, &unix.OpenHow{
+		Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		if rel != "" && (errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR)) {
+			return nil // gone, or not a directory (any more): nothing beneath it to hide
+		}
+		return fmt.Errorf("open %s: %w", name, err)
+	}
 	defer unix.Close(fd)
-	var subdirs []string
-	var subStates [][]uint64
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("stat %s: %w", name, err)
+	}
+	e := &cachedDir{id: idOf(&st)}
+	if f.cache != nil {
+		f.cache.reads++
+	}
 	next := make([]uint64, len(state))
 	buf := f.buf()
 	defer f.putBuf(buf)
 	for {
 		n, err := unix.Getdents(fd, buf)
 		if err != nil {
-			return fmt.Errorf("read directory %s: %w", cmp.Or(rel, "."), err)
+			return fmt.Errorf("read directory %s: %w", name, err)
 		}
 		if n <= 0 {
 			break
@@ -87,52 +125,141 @@ func (f *finder) walk(fd int, rel string, state []uint64) error {
 		for b := buf[:n]; len(b) >= direntHeader; {
 			reclen := int(binary.NativeEndian.Uint16(b[16:18]))
 			if reclen < direntHeader || reclen > len(b) {
-				return fmt.Errorf("read directory %s: a malformed entry", cmp.Or(rel, "."))
+				return fmt.Errorf("read directory %s: a malformed entry", name)
 			}
 			typ, nameBytes := b[18], b[direntHeader:reclen]
 			b = b[reclen:]
 			if i := bytes.IndexByte(nameBytes, 0); i >= 0 {
 				nameBytes = nameBytes[:i]
 			}
-			name := string(nameBytes)
-			if name == "." || name == ".." {
+			entry := string(nameBytes)
+			if entry == "." || entry == ".." {
 				continue
 			}
 			var hit, alive bool
 			if f.slow {
-				_, hit = f.set.Match(WorkspaceRoot + "/" + join(rel, name))
+				_, hit = f.set.Match(WorkspaceRoot + "/" + join(rel, entry))
 				alive = true
 			} else {
-				alive = f.step(state, name, next)
+				alive = f.step(state, entry, next)
 				hit = f.accepts(next)
 			}
 			if hit {
-				if f.limit > 0 && len(f.found) >= f.limit {
-					return fmt.Errorf("%w: more than %d (the first ones: %s)", ErrTooMany, f.limit, strings.Join(f.found[:min(5, len(f.found))], ", "))
-				}
-				f.found = append(f.found, join(rel, name))
+				e.hits = append(e.hits, join(rel, entry))
 				continue
 			}
 			// DT_UNKNOWN (a filesystem without types): try it as a directory.
 			if alive && (typ == unix.DT_DIR || typ == unix.DT_UNKNOWN) {
-				subdirs = append(subdirs, name)
-				subStates = append(subStates, slices.Clone(next))
+				e.subdirs = append(e.subdirs, join(rel, entry))
+				e.states = append(e.states, slices.Clone(next))
 			}
 		}
 	}
-	for i, name := range subdirs {
-		sub, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err != nil {
-			if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
-				continue // gone, or not a directory (any more): nothing beneath it to hide
-			}
-			return fmt.Errorf("open %s: %w", join(rel, name), err)
+	// Only a directory last changed well before this walk began is kept: a change after the walk read it
+	// then has a later change time, even where the file system's clock is coarse.
+	if f.cache != nil && time.Unix(st.Ctim.Unix()).Before(f.began.Add(-f.cache.racy)) {
+		f.cache.dirs[rel] = e
+	}
+	return f.replay(e)
+}
+
+// replay adds a directory's matches and walks its subdirectories.
+func (f *finder) replay(e *cachedDir) error {
+	for _, h := range e.hits {
+		if f.limit > 0 && len(f.found) >= f.limit {
+			return fmt.Errorf("%w: more than %d (the first ones: %s)", ErrTooMany, f.limit, strings.Join(f.found[:min(5, len(f.found))], ", "))
 		}
-		if err := f.walk(sub, join(rel, name), subStates[i]); err != nil {
+		f.found = append(f.found, h)
+	}
+	for i, sub := range e.subdirs {
+		if err := f.walk(sub, e.states[i]); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// racyChange is how long before a walk a directory must have last changed for the walk's reading of it to
+// be cached: more than the coarsest file system timestamp granularity (a jiffy) by far.
+const racyChange = 100 * time.Millisecond
+
+// dirID is what tells that a directory is the one a cached reading was of, unchanged: a directory's change
+// time moves with every entry created, removed or renamed in it.
+type dirID struct {
+	dev, ino     uint64
+	ctime, mtime int64 // nanoseconds
+}
+
+func idOf(st *unix.Stat_t) dirID {
+	return dirID{dev: st.Dev, ino: st.Ino, ctime: st.Ctim.Nano(), mtime: st.Mtim.Nano()}
+}
+
+// cachedDir is one directory's reading: its matches and the subdirectories to walk, with their states.
+type cachedDir struct {
+	id      dirID
+	hits    []string
+	subdirs []string
+	states  [][]uint64
+}
+
+// dirCache holds the readings of one tree, for one set of globs, by relative path ("" the root).
+type dirCache struct {
+	dirs  map[string]*cachedDir
+	racy  time.Duration // racyChange; tests shorten it
+	reads int           // directories the last walk read
+}
+
+// Finder is Set.Find with a memory: it keeps, per tree and set of globs, the readings of directories that
+// had not changed for a while, and reads again only those whose identity or change time moved (a
+// stat instead of reading and matching every name). The answers are Set.Find's. Safe for concurrent
+// use; walks of one tree with the same globs take turns.
+type Finder struct {
+	mu    sync.Mutex
+	trees map[string]*finderTree
+	racy  time.Duration // racyChange when zero; tests shorten it
+}
+
+type finderTree struct {
+	mu    sync.Mutex
+	cache dirCache
+}
+
+// maxFinderTrees bounds a Finder's memory: past it, a tree's readings are dropped to make room.
+const maxFinderTrees = 256
+
+// Find is d.Find(root, limit), with the readings kept from earlier walks of root with the same globs.
+func (fi *Finder) Find(d *Set, root string, limit int) ([]string, error) {
+	if d == nil {
+		return nil, nil
+	}
+	key := root
+	for _, g := range d.globs {
+		key += "\x00" + g.source
+	}
+	fi.mu.Lock()
+	if fi.trees == nil {
+		fi.trees = map[string]*finderTree{}
+	}
+	t := fi.trees[key]
+	if t == nil {
+		for k := range fi.trees {
+			if len(fi.trees) < maxFinderTrees {
+				break
+			}
+			delete(fi.trees, k)
+		}
+		t = &finderTree{cache: dirCache{dirs: map[string]*cachedDir{}, racy: cmp.Or(fi.racy, racyChange)}}
+		fi.trees[key] = t
+	}
+	fi.mu.Unlock()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.cache.reads = 0
+	found, err := d.find(root, limit, &t.cache)
+	if err != nil {
+		clear(t.cache.dirs)
+	}
+	return found, err
 }
 
 // direntHeader is the size of linux_dirent64 before its name: inode, offset, record length, type.

@@ -8,7 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 )
 
 // testGlobs are the shipped default's denied globs and a few shapes it lacks.
@@ -152,6 +154,91 @@ func BenchmarkFind10k(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	root := tree10k(b)
+	for b.Loop() {
+		if _, err := d.Find(root, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func sorted(s []string) []string {
+	slices.Sort(s)
+	return s
+}
+
+// TestFinderRemembers: a Finder answers what Find answers; a second walk of an unchanged tree reads no
+// directory, and one whose directories changed reads those again and finds what is new in them.
+func TestFinderRemembers(t *testing.T) {
+	d := mustCompile(t, testGlobs...)
+	root := t.TempDir()
+	mkfiles(t, root, ".env", "a/b/c/x.go", "a/b/d/y.go", "e/f.go", ".git/config", ".git/HEAD")
+	fi := &Finder{racy: -time.Hour} // every reading is kept, however recent
+	check := func(wantReads int) {
+		t.Helper()
+		got, err := fi.Find(d, root, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := d.Find(root, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(sorted(got), sorted(want)) {
+			t.Errorf("Finder.Find = %q, Find = %q", got, want)
+		}
+		if reads := fi.trees[root+"\x00"+strings.Join(testGlobs, "\x00")].cache.reads; wantReads >= 0 && reads != wantReads {
+			t.Errorf("the walk read %d directories, want %d", reads, wantReads)
+		}
+	}
+	check(-1)
+	check(0)
+	// A new secret deep down: its directory changed (its times are set apart, so that a coarse clock
+	// cannot hide the change), the others did not.
+	mkfiles(t, root, "a/b/d/.env")
+	if err := os.Chtimes(filepath.Join(root, "a/b/d"), time.Unix(1, 0), time.Unix(1, 0)); err != nil {
+		t.Fatal(err)
+	}
+	check(1)
+	// A directory replaced by a file of the same name, and a new directory with a secret.
+	if err := os.RemoveAll(filepath.Join(root, "e")); err != nil {
+		t.Fatal(err)
+	}
+	mkfiles(t, root, "e", "n/.ssh/id_rsa")
+	if err := os.Chtimes(root, time.Unix(2, 0), time.Unix(2, 0)); err != nil {
+		t.Fatal(err)
+	}
+	check(-1)
+	check(0)
+	// Fresh directories are not kept under the default rule: every walk reads them.
+	fresh := &Finder{}
+	for range 2 {
+		if _, err := fresh.Find(d, root, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if reads := fresh.trees[root+"\x00"+strings.Join(testGlobs, "\x00")].cache.reads; reads == 0 {
+		t.Errorf("directories changed a moment ago were taken from the cache")
+	}
+}
+
+// BenchmarkFinder10k is BenchmarkFind10k with the Finder's memory, on a tree that does not change.
+func BenchmarkFinder10k(b *testing.B) {
+	d, err := Compile(defaultGlobs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	root := tree10k(b)
+	fi := &Finder{racy: -time.Hour}
+	for b.Loop() {
+		if _, err := fi.Find(d, root, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// tree10k makes 100 directories of 100 files, some of them dot-directories.
+func tree10k(b *testing.B) string {
 	root := b.TempDir()
 	for i := range 100 {
 		dir := filepath.Join(root, fmt.Sprintf("pkg%d/sub", i))
@@ -167,15 +254,5 @@ func BenchmarkFind10k(b *testing.B) {
 			}
 		}
 	}
-	b.ResetTimer()
-	for b.Loop() {
-		if _, err := d.Find(root, 0); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-func sorted(s []string) []string {
-	slices.Sort(s)
-	return s
+	return root
 }
