@@ -88,6 +88,9 @@ type Limits struct {
 	// ReadOnlyWorkspace mounts the call's workspace read-only in its container (policy.Limits'
 	// ReadOnlyWorkspace: the tenant's read-only posture). Only policy sets it; requests cannot.
 	ReadOnlyWorkspace bool `json:"read_only_workspace,omitempty"`
+	// WriteGitControl lets the call's container write git's control files (policy.Limits'
+	// WriteGitControl); they are read-only in it otherwise. Only policy sets it.
+	WriteGitControl bool `json:"write_git_control,omitempty"`
 }
 
 // Decision is the policy verdict on a call and the rule that produced it.

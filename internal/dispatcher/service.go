@@ -113,6 +113,7 @@ func (s *Server) admit(ctx context.Context, p principal, req *call.Request) (*ca
 	c.Limits, c.Decision.Clamped = s.limits(p.tenant, req, tool, dec.Limits)
 	c.Limits.Runtime = p.runtime
 	c.Limits.ReadOnlyWorkspace = dec.Limits.ReadOnlyWorkspace
+	c.Limits.WriteGitControl = dec.Limits.WriteGitControl
 	// The file tools' runner applies them to each path it opens; the worker hides what they match from
 	// every other tool's container (run_shell, custom tools).
 	c.Limits.DeniedGlobs = dec.Limits.DeniedGlobs

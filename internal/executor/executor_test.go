@@ -339,3 +339,44 @@ func TestHiddenPathsReachTheSandbox(t *testing.T) {
 		t.Errorf("a workspace with %d denied files: ran %v, error %+v", maxHidden+1, rt.count() != runs, r.Error)
 	}
 }
+
+// TestGitControlReachesTheSandbox: git's control files of every repository in the workspace (config,
+// hooks, gitfiles, a submodule's) are read-only paths of every call's container, and a .git without hooks
+// gets an empty hooks directory to make read-only; a call whose policy lets it write them gets none.
+func TestGitControlReachesTheSandbox(t *testing.T) {
+	rt := &fakeRuntime{}
+	e, wsm := newTestExecutor(t, rt, 0, nil)
+	ws, err := wsm.Prepare("t", "ws")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{".git/config", ".git/HEAD", ".git/hooks/pre-commit.sample", ".git/modules/lib/config",
+		".git/modules/lib/hooks/x", "lib/.git", "nested/repo/.git/config", "src/main.go"} {
+		p := filepath.Join(ws.Dir, f)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []string{".git", ".git/config", ".git/hooks", ".git/modules/lib/config", ".git/modules/lib/hooks", "lib/.git",
+		"nested/repo/.git", "nested/repo/.git/config", "nested/repo/.git/hooks"}
+	for _, tool := range []string{"run_shell", "read_file"} {
+		args := map[string]string{"run_shell": shellArgs, "read_file": `{"path":"src/main.go"}`}[tool]
+		runCall(e, newCall(tool, args))
+		got := slices.Sorted(slices.Values(rt.specs[len(rt.specs)-1].ReadOnlyPaths))
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: spec.ReadOnlyPaths %q, want %q", tool, got, want)
+		}
+	}
+	if fi, err := os.Lstat(filepath.Join(ws.Dir, "nested/repo/.git/hooks")); err != nil || !fi.IsDir() {
+		t.Errorf("the hooks directory a .git lacked was not made: %v", err)
+	}
+	c := newCall("run_shell", shellArgs)
+	c.Limits.WriteGitControl = true
+	runCall(e, c)
+	if got := rt.specs[len(rt.specs)-1].ReadOnlyPaths; got != nil {
+		t.Errorf("with write_git_control, spec.ReadOnlyPaths %q", got)
+	}
+}

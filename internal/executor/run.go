@@ -66,6 +66,9 @@ func (e *Executor) Run(ctx context.Context, c *call.Call, newCapture func() (Cap
 		return Execution{}, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
 	}
 	spec.Hidden = hidden
+	if spec.ReadOnlyPaths, err = e.readOnlyPaths(c, ws.Dir); err != nil {
+		return Execution{}, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
+	}
 	finishEgress, err := e.withEgress(ctx, c, inv, &spec)
 	if err != nil {
 		return Execution{}, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)

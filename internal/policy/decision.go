@@ -68,6 +68,10 @@ type Limits struct {
 	// mounts the workspace read-only, whatever the decision, so that a command policy judged wrongly
 	// still cannot change it. Only the posture sets it.
 	ReadOnlyWorkspace bool
+	// WriteGitControl lets the call's container write git's control files (a repository's config, hooks,
+	// commondir, gitfiles, config.worktree, and those of its submodules), which the sandbox makes
+	// read-only otherwise: true only when every layer that mentions write_git_control grants it.
+	WriteGitControl bool
 }
 
 // Decision is the verdict on a call: the action, the rule that decided it and a reason written for the

@@ -47,6 +47,7 @@ type toolLayer struct {
 	domainsSet bool
 	ports      []int // nil when not set
 	network    *bool
+	writeGit   *bool // write_git_control
 }
 
 // limitValues are one layer's maxima; zero means "not set".
@@ -342,8 +343,8 @@ func effectiveLimits(layers []*layer, tool string) Limits {
 			*cur = v
 		}
 	}
-	networkSet := false
-	network := true
+	networkSet, writeGitSet := false, false
+	network, writeGit := true, true
 	for _, l := range layers {
 		lv := l.limits
 		t := l.tools[tool]
@@ -363,6 +364,10 @@ func effectiveLimits(layers []*layer, tool string) Limits {
 			networkSet = true
 			network = network && *t.network
 		}
+		if t.writeGit != nil {
+			writeGitSet = true
+			writeGit = writeGit && *t.writeGit
+		}
 		if t.domainsSet {
 			if out.AllowedDomains == nil {
 				out.AllowedDomains = slices.Clone(t.domains)
@@ -379,6 +384,7 @@ func effectiveLimits(layers []*layer, tool string) Limits {
 		}
 	}
 	out.Network = networkSet && network
+	out.WriteGitControl = writeGitSet && writeGit
 	return out
 }
 

@@ -54,6 +54,12 @@ type Spec struct {
 	// or whose last component is a symbolic link, is skipped; one that leads through a symbolic link is
 	// an error, and the call does not run. The workspace itself is left as it is.
 	Hidden []string
+	// ReadOnlyPaths are paths in the workspace, relative to it, that the container sees but cannot
+	// change: each is bound read-only onto itself, with everything beneath it (git's control files). A
+	// directory named .git is left writable (only a gitfile, a regular file named .git, is bound); a path
+	// that is gone is skipped, and a symbolic link is an error (the call does not run). The directories
+	// above a hidden or read-only path cannot be renamed in the container.
+	ReadOnlyPaths []string
 	// Mounts land under /.toolpool only, and never inside another writable mount.
 	Mounts []Mount
 	Limits Limits

@@ -305,3 +305,112 @@ func gvisorIfInstalled(t *testing.T) *containerd.GVisorConfig {
 	}
 	return &containerd.GVisorConfig{}
 }
+
+// gitAttempts are ways a call could plant code for a later git command: hooks, core.fsmonitor and
+// core.hooksPath in the config, a gitfile pointing elsewhere, a submodule's config and hooks, and moving
+// .git away to rebuild it writable. The first line is the control: git's ordinary writes still work.
+const gitAttempts = `cd /workspace
+export HOME=/tmp GIT_CONFIG_NOSYSTEM=1
+git add README.md && git -c user.name=a -c user.email=a@b commit -qm second && echo "committed"
+echo 'echo pwned' > .git/hooks/post-checkout && echo "wrote a hook"
+mkdir -p .git/hooks/x 2>/dev/null && echo "made a hooks dir"
+git config core.fsmonitor 'touch /tmp/pwned' && echo "set fsmonitor"
+printf '[core]\n\thooksPath = /workspace/h\n' >> .git/config && echo "appended config"
+cp /workspace/evil.config .git/config 2>/dev/null && echo "copied config"
+echo 'gitdir: /tmp/evil' > sub/.git && echo "rewrote the gitfile"
+echo x >> .git/modules/sub/config && echo "wrote a submodule config"
+touch .git/modules/sub/hooks/pre-commit && echo "wrote a submodule hook"
+mv .git g 2>/dev/null && echo "moved .git"
+rm -rf .git/hooks 2>/dev/null; [ -d .git/hooks ] || echo "removed hooks"
+exit 0`
+
+// TestGitControlReadOnly: with git's control files in ReadOnlyPaths, nothing a call does changes them or
+// moves them away, warm and cold; git's ordinary writes (index, objects, refs) still work. Without them
+// the same attempts succeed (the control).
+func TestGitControlReadOnly(t *testing.T) {
+	ctrtest.RequirePrograms(t, "git")
+	rt, d, probe := newPooledRuntime(t, containerd.Config{})
+	cold := ctrtest.NewRuntimeOn(t, containerd.Config{Address: d.Address()})
+	for _, tc := range []struct {
+		name          string
+		warm, protect bool
+	}{{"warm", true, true}, {"cold", false, true}, {"control", false, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ws := workspace(t)
+			gitRepo(t, ws)
+			before := treeOf(t, filepath.Join(ws, ".git", "hooks")) + treeOf(t, filepath.Join(ws, ".git", "modules"))
+			config, _ := os.ReadFile(filepath.Join(ws, ".git", "config"))
+			spec := warmSpec(probe, ws, gitAttempts)
+			if tc.protect {
+				spec.ReadOnlyPaths = []string{".git/config", ".git/hooks", "sub/.git", ".git/modules/sub/config", ".git/modules/sub/hooks"}
+			}
+			var out sandbox.Outcome
+			var err error
+			if tc.warm {
+				out = runWarm(t, rt, spec)
+			} else if out, err = cold.Run(context.Background(), spec); err != nil {
+				t.Fatal(err)
+			}
+			printed := out.Stdout.String()
+			if !strings.Contains(printed, "committed") {
+				t.Errorf("git could not commit: %q %q", printed, out.Stderr.String())
+			}
+			if !tc.protect {
+				if !strings.Contains(printed, "wrote a hook") || !strings.Contains(printed, "set fsmonitor") {
+					t.Errorf("the attempts changed nothing without protection (they are broken): %q %q", printed, out.Stderr.String())
+				}
+				return
+			}
+			if strings.TrimSpace(strings.ReplaceAll(printed, "committed", "")) != "" {
+				t.Errorf("git's control files changed: %q (stderr %q)", printed, out.Stderr.String())
+			}
+			after := treeOf(t, filepath.Join(ws, ".git", "hooks")) + treeOf(t, filepath.Join(ws, ".git", "modules"))
+			if now, _ := os.ReadFile(filepath.Join(ws, ".git", "config")); string(now) != string(config) || after != before {
+				t.Errorf("on the host, the config or the hooks changed")
+			}
+			if b, _ := os.ReadFile(filepath.Join(ws, "sub", ".git")); string(b) != "gitdir: ../.git/modules/sub\n" {
+				t.Errorf("the gitfile is now %q", b)
+			}
+		})
+	}
+}
+
+// gitRepo makes ws a git repository with one commit, a hooks directory, a submodule-like gitfile whose
+// git directory is under .git/modules, and a file to copy over the config.
+func gitRepo(t *testing.T, ws string) {
+	t.Helper()
+	git := func(dir string, args ...string) {
+		cmd := exec.Command("git", append([]string{"-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main", "-c", "safe.directory=*"}, args...)...)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v: %s", args, err, out)
+		}
+	}
+	git(ws, "init", "-q")
+	mkfile := func(p, c string) {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(ws, p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(ws, p), []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mkfile("README.md", "one\n")
+	mkfile("evil.config", "[core]\n\tfsmonitor = touch /tmp/pwned\n")
+	git(ws, "add", "README.md")
+	git(ws, "commit", "-qm", "first")
+	mkfile("README.md", "two\n")
+	mkfile(".git/modules/sub/config", "[core]\n\tbare = false\n")
+	mkfile(".git/modules/sub/hooks/.keep", "")
+	mkfile("sub/.git", "gitdir: ../.git/modules/sub\n")
+	mkfile(".git/hooks/.keep", "")
+	// The sandbox user owns the workspace, as the worker's workspaces do.
+	if err := filepath.Walk(ws, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, ctrtest.SandboxUID, ctrtest.SandboxGID)
+	}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -10,6 +10,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/toolpool/toolpool/internal/sandbox"
 )
 
 // Hiding paths of the workspace (sandbox.Spec.Hidden). Every hidden path gets a mount of its own on the
@@ -36,9 +38,10 @@ type views struct {
 	err  error
 }
 
-// makeView mounts workspace ws (read-only when readOnly) on a fresh view directory for call id, hides the paths
-// of hidden beneath it, and returns the view and how to remove it. On failure nothing stays mounted.
-func (r *Runtime) makeView(id, ws string, readOnly bool, hidden []string) (string, func() error, error) {
+// makeView mounts spec's workspace (read-only when spec says so) on a fresh view directory for the call,
+// applies spec's Hidden and ReadOnlyPaths beneath it (maskWorkspace), and returns the view and how to
+// remove it. On failure nothing stays mounted.
+func (r *Runtime) makeView(spec sandbox.Spec) (string, func() error, error) {
 	v := &r.views
 	v.once.Do(func() {
 		v.dir = filepath.Join(r.cfg.StateDir, fmt.Sprintf("%s%d", viewsPrefix, r.started.UnixNano()))
@@ -47,15 +50,15 @@ func (r *Runtime) makeView(id, ws string, readOnly bool, hidden []string) (strin
 	if v.err != nil {
 		return "", nil, fmt.Errorf("set up workspace views: %w", v.err)
 	}
-	dir := filepath.Join(v.dir, id)
+	dir := filepath.Join(v.dir, spec.ID)
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return "", nil, fmt.Errorf("create workspace view: %w", err)
 	}
 	release := func() error { return removeSlotDir(dir) }
-	if _, err := bindWorkspace(dir, ws, readOnly); err != nil {
+	if _, err := bindWorkspace(dir, spec.WorkspaceDir, spec.WorkspaceReadOnly); err != nil {
 		return "", nil, errors.Join(err, release())
 	}
-	if err := r.hideBeneath(dir, hidden); err != nil {
+	if err := r.maskWorkspace(dir, spec); err != nil {
 		return "", nil, errors.Join(err, release())
 	}
 	return dir, release, nil
@@ -106,14 +109,19 @@ func (r *Runtime) maskSources() (file, dir string, err error) {
 	return file, dir, nil
 }
 
-// hideBeneath mounts a mask on each path of hidden, relative to the mounted workspace at dir. A path
-// that is gone, or whose last component is a symbolic link (its target, if denied, has a mask of its
-// own), is skipped; a path that leads through a symbolic link, another mount or out of the workspace is
-// an error, and so is any failure to mount: a call whose masks are not all in place must not run.
-func (r *Runtime) hideBeneath(dir string, hidden []string) error {
-	if len(hidden) == 0 {
+// needsMasks reports whether spec's workspace needs maskWorkspace.
+func needsMasks(spec sandbox.Spec) bool { return len(spec.Hidden)+len(spec.ReadOnlyPaths) > 0 }
+
+// maskWorkspace mounts a mask on each path of spec.Hidden and a read-only bind of itself on each path of
+// spec.ReadOnlyPaths (not hidden), relative to the mounted workspace at dir. A path that is gone, or
+// whose last component is a symbolic link (its target, if denied, has a mask of its own), is skipped; a
+// path that leads through a symbolic link, another mount or out of the workspace is an error, and so is
+// any failure to mount: a call whose masks are not all in place must not run.
+func (r *Runtime) maskWorkspace(dir string, spec sandbox.Spec) error {
+	if !needsMasks(spec) {
 		return nil
 	}
+	hidden := spec.Hidden
 	srcFile, srcDir, err := r.maskSources()
 	if err != nil {
 		return err
@@ -129,11 +137,21 @@ func (r *Runtime) hideBeneath(dir string, hidden []string) error {
 			return fmt.Errorf("hide denied path %s: %w", rel, err)
 		}
 	}
+	var readOnly []string
+	for _, rel := range spec.ReadOnlyPaths {
+		if slices.Contains(hidden, rel) {
+			continue // a mask is read-only already
+		}
+		if err := bindReadOnly(root, rel); err != nil {
+			return fmt.Errorf("make %s read-only: %w", rel, err)
+		}
+		readOnly = append(readOnly, rel)
+	}
 	// Then every directory above a mask, deepest first, becomes a mount point of its own (a recursive
 	// bind of itself, with the masks beneath it): renaming it is EBUSY, as renaming a mask is. Otherwise
 	// a call could move a masked file's directory (.git, .docker) to a name no glob matches, and the next
 	// call would read it there.
-	for _, rel := range ancestors(hidden) {
+	for _, rel := range ancestors(append(slices.Clone(hidden), readOnly...)) {
 		if err := pinDir(root, rel); err != nil {
 			return fmt.Errorf("pin directory %s: %w", rel, err)
 		}
@@ -171,6 +189,44 @@ func pinDir(root int, rel string) error {
 		return fmt.Errorf("clone: %w", err)
 	}
 	defer unix.Close(tree)
+	if err := unix.MoveMount(tree, "", target, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
+		return fmt.Errorf("mount: %w", err)
+	}
+	return nil
+}
+
+// bindReadOnly binds rel beneath root onto itself read-only, with everything beneath it (a directory's
+// files and subdirectories alike). A gitfile is a regular file named .git: a directory named .git is
+// left as it is (its control files have paths of their own).
+func bindReadOnly(root int, rel string) error {
+	target, err := openBeneath(root, rel)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer unix.Close(target)
+	var st unix.Stat_t
+	if err := unix.Fstat(target, &st); err != nil {
+		return fmt.Errorf("stat: %w", err)
+	}
+	kind := st.Mode & unix.S_IFMT
+	switch {
+	case kind == unix.S_IFLNK:
+		return fmt.Errorf("it is a symbolic link, which cannot be made read-only where it points: replace %s by the file or directory it points to", rel)
+	case kind == unix.S_IFDIR && filepath.Base(rel) == ".git":
+		return nil
+	}
+	tree, err := unix.OpenTree(target, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH|unix.AT_RECURSIVE)
+	if err != nil {
+		return fmt.Errorf("clone: %w", err)
+	}
+	defer unix.Close(tree)
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+		return fmt.Errorf("set read-only: %w", err)
+	}
 	if err := unix.MoveMount(tree, "", target, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
 		return fmt.Errorf("mount: %w", err)
 	}

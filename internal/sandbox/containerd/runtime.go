@@ -380,8 +380,8 @@ func (r *Runtime) runCold(ctx context.Context, spec sandbox.Spec, lim sandbox.Li
 			snapshots.WithLabels(map[string]string{labelWorker: r.cfg.WorkerID})))
 	}
 	mountSpec := spec
-	if len(spec.Hidden) > 0 {
-		view, release, err := r.makeView(spec.ID, spec.WorkspaceDir, spec.WorkspaceReadOnly, spec.Hidden)
+	if needsMasks(spec) {
+		view, release, err := r.makeView(spec)
 		if err != nil {
 			return out, err // not ErrNotStarted: another worker would fail alike, and must not run it unmasked
 		}

@@ -303,7 +303,7 @@ func callMounts(base []specs.Mount, spec sandbox.Spec, lim sandbox.Limits) ([]sp
 		if spec.WorkspaceReadOnly {
 			mode = "ro"
 		}
-		if len(spec.Hidden) > 0 {
+		if needsMasks(spec) {
 			bind = "rbind" // WorkspaceDir is the call's view: the workspace with its masks (makeView)
 		}
 		mounts = append(mounts, specs.Mount{

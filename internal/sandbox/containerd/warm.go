@@ -146,8 +146,8 @@ func (r *Runtime) runWarm(ctx context.Context, spec sandbox.Spec, lim sandbox.Li
 			return fallBack()
 		}
 		bound, req.Workspace = true, &id
-		if len(spec.Hidden) > 0 {
-			if err := r.hideBeneath(s.hostDir, spec.Hidden); err != nil {
+		if needsMasks(spec) {
+			if err := r.maskWorkspace(s.hostDir, spec); err != nil {
 				return out, "", err // cold would fail alike; the container is destroyed, nothing ran
 			}
 			clock.done("hide")
