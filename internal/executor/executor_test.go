@@ -304,15 +304,7 @@ func TestHiddenPathsReachTheSandbox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{".env", "a/b/.env", ".ssh/id_rsa", "src/main.go"} {
-		p := filepath.Join(ws.Dir, f)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeFiles(t, ws.Dir, ".env", "a/b/.env", ".ssh/id_rsa", "src/main.go")
 	globs := []string{"**/.env", "~/.ssh/**"}
 	for _, tc := range []struct {
 		tool, args string
@@ -350,16 +342,8 @@ func TestGitControlReachesTheSandbox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{".git/config", ".git/HEAD", ".git/hooks/pre-commit.sample", ".git/modules/lib/config",
-		".git/modules/lib/hooks/x", "lib/.git", "nested/repo/.git/config", "src/main.go"} {
-		p := filepath.Join(ws.Dir, f)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeFiles(t, ws.Dir, ".git/config", ".git/HEAD", ".git/hooks/pre-commit.sample", ".git/modules/lib/config",
+		".git/modules/lib/hooks/x", "lib/.git", "nested/repo/.git/config", "src/main.go")
 	want := []string{".git", ".git/config", ".git/hooks", ".git/modules/lib/config", ".git/modules/lib/hooks", "lib/.git",
 		"nested/repo/.git", "nested/repo/.git/config", "nested/repo/.git/hooks"}
 	for _, tool := range []string{"run_shell", "read_file"} {
@@ -378,5 +362,19 @@ func TestGitControlReachesTheSandbox(t *testing.T) {
 	runCall(e, c)
 	if got := rt.specs[len(rt.specs)-1].ReadOnlyPaths; got != nil {
 		t.Errorf("with write_git_control, spec.ReadOnlyPaths %q", got)
+	}
+}
+
+// writeFiles writes each file (a path relative to dir) with some content, making its directories.
+func writeFiles(t *testing.T, dir string, files ...string) {
+	t.Helper()
+	for _, f := range files {
+		p := filepath.Join(dir, f)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

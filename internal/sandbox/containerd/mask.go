@@ -184,11 +184,23 @@ func pinDir(root int, rel string) error {
 		return err
 	}
 	defer unix.Close(target)
+	return bindSelf(target, 0)
+}
+
+// bindSelf binds what the descriptor target opens onto itself, with everything mounted beneath it,
+// setting attrs (MOUNT_ATTR_...) on the whole copy first.
+func bindSelf(target int, attrs uint64) error {
 	tree, err := unix.OpenTree(target, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH|unix.AT_RECURSIVE)
 	if err != nil {
 		return fmt.Errorf("clone: %w", err)
 	}
 	defer unix.Close(tree)
+	if attrs != 0 {
+		attr := unix.MountAttr{Attr_set: attrs}
+		if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+			return fmt.Errorf("set mount flags: %w", err)
+		}
+	}
 	if err := unix.MoveMount(tree, "", target, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
 		return fmt.Errorf("mount: %w", err)
 	}
@@ -218,19 +230,7 @@ func bindReadOnly(root int, rel string) error {
 	case kind == unix.S_IFDIR && filepath.Base(rel) == ".git":
 		return nil
 	}
-	tree, err := unix.OpenTree(target, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH|unix.AT_RECURSIVE)
-	if err != nil {
-		return fmt.Errorf("clone: %w", err)
-	}
-	defer unix.Close(tree)
-	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
-	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
-		return fmt.Errorf("set read-only: %w", err)
-	}
-	if err := unix.MoveMount(tree, "", target, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
-		return fmt.Errorf("mount: %w", err)
-	}
-	return nil
+	return bindSelf(target, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
 }
 
 // openBeneath opens rel beneath root as an O_PATH descriptor, refusing a symbolic link on the way, a way
