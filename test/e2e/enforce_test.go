@@ -1,0 +1,117 @@
+package e2e
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/toolpool/toolpool/internal/call"
+	"github.com/toolpool/toolpool/internal/sandbox/containerd/ctrtest"
+)
+
+// postureTenants adds a read-only tenant and an autonomous one to the stack's dispatcher.
+const postureTenants = `    - name: auditor
+      posture: read-only
+      tokens: [{token: auditor-token}]
+    - name: ci
+      posture: autonomous
+      tokens: [{token: ci-token}]
+`
+
+// TestSandboxKeepsPolicyPromises: through the whole stack, with the shipped default policy, a line the
+// shell judge lets through cannot break what the posture and the denied paths promise: a read-only
+// tenant's allowed reader cannot change its workspace, and an autonomous tenant's recursive readers and
+// git commands read no denied file and cannot write git's hooks.
+//
+// Each line is one the judge allows although it should not (issue 29): the test fails, saying so, when the
+// judge learns better, so that another line takes its place.
+func TestSandboxKeepsPolicyPromises(t *testing.T) {
+	s := startStackWith(t, stackOptions{extraConfig: postureTenants})
+	seed := func(tenant, ws string) string {
+		t.Helper()
+		dir := filepath.Join(s.dataDir, "w", "workspaces", tenant, ws)
+		files := map[string]string{"README.md": "readable\n", ".env": "E2E-SECRET-env\n", "app/.env.local": "E2E-SECRET-nested\n",
+			".aws/credentials": "E2E-SECRET-aws\n", ".git/hooks/.keep": "", ".git/HEAD": "ref: refs/heads/main\n",
+			"ls": "#!/bin/sh\necho workspace ls ran\ntouch /workspace/planted\necho x > /workspace/README.md\n"}
+		for f, c := range files {
+			p := filepath.Join(dir, f)
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, []byte(c), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.Chmod(filepath.Join(dir, "ls"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := filepath.Walk(dir, func(p string, _ os.FileInfo, err error) error {
+			if err != nil {
+				return err
+			}
+			return os.Lchown(p, ctrtest.SandboxUID, ctrtest.SandboxGID)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	run := func(t *testing.T, token, ws, cmd string) *call.Result {
+		t.Helper()
+		r := s.shell(t, token, ws, cmd, nil)
+		if r.code != http.StatusOK {
+			t.Fatalf("%q: HTTP %d %s", cmd, r.code, r.body)
+		}
+		return r.result(t)
+	}
+	// A first call creates each workspace; then the test seeds it on the host.
+	for token, ws := range map[string]string{"auditor-token": "ro", "ci-token": "auto"} {
+		run(t, token, ws, "true")
+	}
+	roDir, autoDir := seed("auditor", "ro"), seed("ci", "auto")
+
+	t.Run("read-only: an allowed line cannot write", func(t *testing.T) {
+		// With PATH unset, the shell finds `ls` in the working directory: the workspace's own program,
+		// which writes; the judge sees the builtin `unset` and `ls`.
+		res := run(t, "auditor-token", "ro", `unset PATH; ls`)
+		if res.Decision == nil || res.Decision.Action != "allow" || !strings.Contains(res.Stdout, "workspace ls ran") {
+			t.Fatalf("the line no longer runs the workspace's ls (decision %+v, stdout %q): pick another the judge misjudges", res.Decision, res.Stdout)
+		}
+		if !strings.Contains(res.Stderr, "Read-only file system") {
+			t.Errorf("the writes did not fail read-only: stdout %q stderr %q", res.Stdout, res.Stderr)
+		}
+		if _, err := os.Stat(filepath.Join(roDir, "planted")); err == nil {
+			t.Errorf("the call created a file in a read-only tenant's workspace")
+		}
+		if b, _ := os.ReadFile(filepath.Join(roDir, "README.md")); string(b) != "readable\n" {
+			t.Errorf("README.md is now %q", b)
+		}
+	})
+	t.Run("autonomous: recursive readers read no denied file", func(t *testing.T) {
+		for _, cmd := range []string{"grep -r '' .", "grep -r '' --include=.env .", "tar cf - . | strings",
+			"bash -O cdable_vars -c 'x=/workspace/.aws; cd x; cat credentials'"} {
+			res := run(t, "ci-token", "auto", cmd)
+			if res.Decision == nil || res.Decision.Action == "deny" {
+				continue // the judge stops it: nothing to prove here
+			}
+			if out := res.Stdout + res.Stderr; strings.Contains(out, "E2E-SECRET") {
+				t.Errorf("%q printed a denied file: %q", cmd, out)
+			}
+		}
+		res := run(t, "ci-token", "auto", "grep -r '' .")
+		if !strings.Contains(res.Stdout, "readable") {
+			t.Errorf("the ordinary file was not read: %q %q", res.Stdout, res.Stderr)
+		}
+	})
+	t.Run("autonomous: git's hooks stay read-only", func(t *testing.T) {
+		// cdable_vars again: the judge sees a write to ./post-checkout.
+		res := run(t, "ci-token", "auto", "bash -O cdable_vars -c 'x=/workspace/.git/hooks; cd x; echo pwned > post-checkout'")
+		if res.Decision == nil || res.Decision.Action != "allow" {
+			t.Fatalf("the judge no longer allows the line (decision %+v): pick another it misjudges", res.Decision)
+		}
+		if _, err := os.Stat(filepath.Join(autoDir, ".git", "hooks", "post-checkout")); err == nil {
+			t.Errorf("a call wrote a git hook (decision %+v, stderr %q)", res.Decision, res.Stderr)
+		}
+	})
+}
