@@ -1,11 +1,14 @@
 package e2e
 
 import (
+	"bytes"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/toolpool/toolpool/internal/call"
 	"github.com/toolpool/toolpool/internal/sandbox/containerd/ctrtest"
@@ -33,8 +36,7 @@ func TestSandboxKeepsPolicyPromises(t *testing.T) {
 		t.Helper()
 		dir := filepath.Join(s.dataDir, "w", "workspaces", tenant, ws)
 		files := map[string]string{"README.md": "readable\n", ".env": "E2E-SECRET-env\n", "app/.env.local": "E2E-SECRET-nested\n",
-			".aws/credentials": "E2E-SECRET-aws\n", ".git/hooks/.keep": "", ".git/HEAD": "ref: refs/heads/main\n",
-			"ls": "#!/bin/sh\necho workspace ls ran\ntouch /workspace/planted\necho x > /workspace/README.md\n"}
+			".aws/credentials": "E2E-SECRET-aws\n"}
 		for f, c := range files {
 			p := filepath.Join(dir, f)
 			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -44,8 +46,12 @@ func TestSandboxKeepsPolicyPromises(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if err := os.Chmod(filepath.Join(dir, "ls"), 0o755); err != nil {
-			t.Fatal(err)
+		git := exec.Command("sh", "-c", "git -c safe.directory=* init -q && git -c safe.directory=* add README.md && git -c safe.directory=* commit -qm init")
+		git.Dir = dir
+		git.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+dir, "GIT_AUTHOR_NAME=e", "GIT_AUTHOR_EMAIL=e@x",
+			"GIT_COMMITTER_NAME=e", "GIT_COMMITTER_EMAIL=e@x")
+		if b, err := git.CombinedOutput(); err != nil {
+			t.Fatalf("git: %v: %s", err, b)
 		}
 		if err := filepath.Walk(dir, func(p string, _ os.FileInfo, err error) error {
 			if err != nil {
@@ -72,20 +78,21 @@ func TestSandboxKeepsPolicyPromises(t *testing.T) {
 	roDir, autoDir := seed("auditor", "ro"), seed("ci", "auto")
 
 	t.Run("read-only: an allowed line cannot write", func(t *testing.T) {
-		// With PATH unset, the shell finds `ls` in the working directory: the workspace's own program,
-		// which writes; the judge sees the builtin `unset` and `ls`.
-		res := run(t, "auditor-token", "ro", `unset PATH; ls`)
-		if res.Decision == nil || res.Decision.Action != "allow" || !strings.Contains(res.Stdout, "workspace ls ran") {
-			t.Fatalf("the line no longer runs the workspace's ls (decision %+v, stdout %q): pick another the judge misjudges", res.Decision, res.Stdout)
+		// `git status` is a reader to the judge, and it rewrites the index when the files' times moved.
+		later := time.Now().Add(time.Hour)
+		if err := os.Chtimes(filepath.Join(roDir, "README.md"), later, later); err != nil {
+			t.Fatal(err)
 		}
-		if !strings.Contains(res.Stderr, "Read-only file system") {
-			t.Errorf("the writes did not fail read-only: stdout %q stderr %q", res.Stdout, res.Stderr)
+		index, _ := os.ReadFile(filepath.Join(roDir, ".git", "index"))
+		res := run(t, "auditor-token", "ro", "git status")
+		if res.Decision == nil || res.Decision.Action != "allow" || res.Status != call.StatusOK {
+			t.Fatalf("git status: decision %+v, status %s, stderr %q", res.Decision, res.Status, res.Stderr)
 		}
-		if _, err := os.Stat(filepath.Join(roDir, "planted")); err == nil {
-			t.Errorf("the call created a file in a read-only tenant's workspace")
+		if now, _ := os.ReadFile(filepath.Join(roDir, ".git", "index")); !bytes.Equal(now, index) {
+			t.Errorf("git status rewrote the index of a read-only tenant's workspace")
 		}
-		if b, _ := os.ReadFile(filepath.Join(roDir, "README.md")); string(b) != "readable\n" {
-			t.Errorf("README.md is now %q", b)
+		if _, err := os.Stat(filepath.Join(roDir, ".git", "index.lock")); err == nil {
+			t.Errorf("git status left a lock in a read-only tenant's workspace")
 		}
 	})
 	t.Run("autonomous: recursive readers read no denied file", func(t *testing.T) {
