@@ -183,6 +183,8 @@ func TestAdversaryEvaluatingBuiltins(t *testing.T) {
 		{name: "complete -C", cmd: "compgen -C 'touch p' x", want: policy.Ask},
 		{name: "history -w writes", cmd: "history -w out.txt", want: policy.Ask},
 		{name: "plain unset is allowed", cmd: "unset x y", want: policy.Allow},
+		{name: "unset PATH runs the workspace's programs", cmd: "unset PATH; ls", want: policy.Ask, rule: policy.RuleUnresolved},
+		{name: "unset -v PATH", cmd: "unset -v x PATH", want: policy.Ask, rule: policy.RuleUnresolved},
 		{name: "unset of a literal element is allowed", cmd: "unset 'a[1]'", want: policy.Allow},
 		{name: "wait -n -p plain is allowed", cmd: "sleep 1 & wait -n -p x", want: policy.Allow},
 	})
