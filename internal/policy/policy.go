@@ -205,6 +205,9 @@ func (p *Policy) decide(r Request, approved []AllowRule) (Decision, shell.Seen) 
 		if f, bad := checkURL(r.Facts.URL, d.Limits.AllowedDomains); bad {
 			v.add(f)
 		}
+		if posture == PostureAutonomous && d.Limits.AllowedDomains == nil {
+			v.add(finding{action: Deny, rule: RulePosture, detail: fmt.Sprintf("the autonomous posture fetches only from the domains an allowlist names, because nobody approves where a call goes; an operator sets tools.%s.allowed_domains (or egress_presets)", r.Tool)})
+		}
 	}
 	return finish(v.best)
 }
