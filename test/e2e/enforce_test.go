@@ -53,14 +53,7 @@ func TestSandboxKeepsPolicyPromises(t *testing.T) {
 		if b, err := git.CombinedOutput(); err != nil {
 			t.Fatalf("git: %v: %s", err, b)
 		}
-		if err := filepath.Walk(dir, func(p string, _ os.FileInfo, err error) error {
-			if err != nil {
-				return err
-			}
-			return os.Lchown(p, ctrtest.SandboxUID, ctrtest.SandboxGID)
-		}); err != nil {
-			t.Fatal(err)
-		}
+		ctrtest.ChownToSandbox(t, dir)
 		return dir
 	}
 	run := func(t *testing.T, token, ws, cmd string) *call.Result {

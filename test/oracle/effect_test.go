@@ -306,6 +306,7 @@ func prepareFrom(t *testing.T, wsm *workspace.Manager, tpl, name string) string 
 	if b, err := cp.CombinedOutput(); err != nil {
 		t.Errorf("copy the template: %v: %s", err, b)
 	}
+	// Not ctrtest.ChownToSandbox: this runs on the lines' goroutines, where a test may not Fatal.
 	if err := exec.Command("chown", "-R", fmt.Sprintf("%d:%d", ctrtest.SandboxUID, ctrtest.SandboxGID), p.Dir).Run(); err != nil {
 		t.Errorf("chown %s: %v", p.Dir, err)
 	}

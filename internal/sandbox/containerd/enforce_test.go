@@ -404,13 +404,5 @@ func gitRepo(t *testing.T, ws string) {
 	mkfile(".git/modules/sub/hooks/.keep", "")
 	mkfile("sub/.git", "gitdir: ../.git/modules/sub\n")
 	mkfile(".git/hooks/.keep", "")
-	// The sandbox user owns the workspace, as the worker's workspaces do.
-	if err := filepath.Walk(ws, func(p string, _ os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		return os.Lchown(p, ctrtest.SandboxUID, ctrtest.SandboxGID)
-	}); err != nil {
-		t.Fatal(err)
-	}
+	ctrtest.ChownToSandbox(t, ws)
 }

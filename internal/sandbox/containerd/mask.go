@@ -176,6 +176,11 @@ func ancestors(paths []string) []string {
 // pinDir binds directory rel beneath root onto itself, with what is mounted beneath it, writable as it
 // was: a mount point no call can rename.
 func pinDir(root int, rel string) error {
+	return atBeneath(root, rel, func(target int) error { return bindSelf(target, 0) })
+}
+
+// atBeneath runs do on rel beneath root, opened by openBeneath; a path that is gone is skipped.
+func atBeneath(root int, rel string, do func(target int) error) error {
 	target, err := openBeneath(root, rel)
 	if errors.Is(err, unix.ENOENT) {
 		return nil
@@ -184,7 +189,7 @@ func pinDir(root int, rel string) error {
 		return err
 	}
 	defer unix.Close(target)
-	return bindSelf(target, 0)
+	return do(target)
 }
 
 // bindSelf binds what the descriptor target opens onto itself, with everything mounted beneath it,
@@ -211,26 +216,20 @@ func bindSelf(target int, attrs uint64) error {
 // files and subdirectories alike). A gitfile is a regular file named .git: a directory named .git is
 // left as it is (its control files have paths of their own).
 func bindReadOnly(root int, rel string) error {
-	target, err := openBeneath(root, rel)
-	if errors.Is(err, unix.ENOENT) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	defer unix.Close(target)
-	var st unix.Stat_t
-	if err := unix.Fstat(target, &st); err != nil {
-		return fmt.Errorf("stat: %w", err)
-	}
-	kind := st.Mode & unix.S_IFMT
-	switch {
-	case kind == unix.S_IFLNK:
-		return fmt.Errorf("it is a symbolic link, which cannot be made read-only where it points: replace %s by the file or directory it points to", rel)
-	case kind == unix.S_IFDIR && filepath.Base(rel) == ".git":
-		return nil
-	}
-	return bindSelf(target, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	return atBeneath(root, rel, func(target int) error {
+		var st unix.Stat_t
+		if err := unix.Fstat(target, &st); err != nil {
+			return fmt.Errorf("stat: %w", err)
+		}
+		kind := st.Mode & unix.S_IFMT
+		switch {
+		case kind == unix.S_IFLNK:
+			return fmt.Errorf("it is a symbolic link, which cannot be made read-only where it points: replace %s by the file or directory it points to", rel)
+		case kind == unix.S_IFDIR && filepath.Base(rel) == ".git":
+			return nil
+		}
+		return bindSelf(target, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	})
 }
 
 // openBeneath opens rel beneath root as an O_PATH descriptor, refusing a symbolic link on the way, a way
@@ -251,14 +250,11 @@ func openBeneath(root int, rel string) (int, error) {
 
 // hideOne mounts a clone of the right mask on rel beneath root.
 func hideOne(root int, rel string, masks map[bool]string) error {
-	target, err := openBeneath(root, rel)
-	if errors.Is(err, unix.ENOENT) {
-		return nil // gone since the walk: nothing to hide
-	}
-	if err != nil {
-		return err
-	}
-	defer unix.Close(target)
+	return atBeneath(root, rel, func(target int) error { return hideAt(target, masks) }) // gone: nothing to hide
+}
+
+// hideAt mounts a clone of the right mask on target.
+func hideAt(target int, masks map[bool]string) error {
 	var st unix.Stat_t
 	if err := unix.Fstat(target, &st); err != nil {
 		return fmt.Errorf("stat: %w", err)
