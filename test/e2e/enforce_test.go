@@ -90,7 +90,7 @@ func TestSandboxKeepsPolicyPromises(t *testing.T) {
 	})
 	t.Run("autonomous: recursive readers read no denied file", func(t *testing.T) {
 		for _, cmd := range []string{"grep -r '' .", "grep -r '' --include=.env .", "tar cf - . | strings",
-			"bash -O cdable_vars -c 'x=/workspace/.aws; cd x; cat credentials'"} {
+			`python3 -c "import os;[print(open(os.path.join(d,f),errors='replace').read()) for d,_,fs in os.walk('.') for f in fs]"`} {
 			res := run(t, "ci-token", "auto", cmd)
 			if res.Decision == nil || res.Decision.Action == "deny" {
 				continue // the judge stops it: nothing to prove here
@@ -105,8 +105,8 @@ func TestSandboxKeepsPolicyPromises(t *testing.T) {
 		}
 	})
 	t.Run("autonomous: git's hooks stay read-only", func(t *testing.T) {
-		// cdable_vars again: the judge sees a write to ./post-checkout.
-		res := run(t, "ci-token", "auto", "bash -O cdable_vars -c 'x=/workspace/.git/hooks; cd x; echo pwned > post-checkout'")
+		// The judge cannot tell where $h/post-checkout is, and allows it as a reader's redirect.
+		res := run(t, "ci-token", "auto", "h=hooks; cd .git && echo pwned > $h/post-checkout")
 		if res.Decision == nil || res.Decision.Action != "allow" {
 			t.Fatalf("the judge no longer allows the line (decision %+v): pick another it misjudges", res.Decision)
 		}

@@ -404,6 +404,9 @@ func parseEnv(j *judge, argv []word) wrapParse {
 		if injectionVar(name) {
 			j.opaque(Ask, RuleInjectionEnv, fmt.Sprintf("`env %s=...` sets a variable that can make programs load or run other code; leave it unset", name))
 		}
+		if a.known {
+			j.checkEnvValue(name, strings.SplitN(a.text, "=", 2)[1])
+		}
 	}
 	inner := argv[i:]
 	if split != nil {
