@@ -30,15 +30,17 @@ ln -s x link 2>/dev/null && echo "made link"
 touch -d 2001-01-01 sub 2>/dev/null && echo "touched sub"
 exit 0`
 
-// TestReadOnlyWorkspace: a Spec with WorkspaceReadOnly runs with its workspace read-only, warm and cold:
+// TestReadOnlyWorkspace: a Spec with WorkspaceReadOnly runs with its workspace read-only, warm, cold and
+// under gVisor:
 // nothing the process does changes a file on the host. Without it the same lines change the workspace
 // (the control that shows the attempts work).
 func TestReadOnlyWorkspace(t *testing.T) {
 	rt, d, probe := newPooledRuntime(t, containerd.Config{})
-	cold := ctrtest.NewRuntimeOn(t, containerd.Config{Address: d.Address()})
-	for _, warm := range []bool{true, false} {
+	cold := ctrtest.NewRuntimeOn(t, containerd.Config{Address: d.Address(), GVisor: gvisorIfInstalled(t)})
+	for _, where := range []string{"warm", "cold", "gvisor"} {
+		warm := where == "warm"
 		for _, ro := range []bool{true, false} {
-			name := map[bool]string{true: "warm", false: "cold"}[warm] + map[bool]string{true: " read-only", false: " writable"}[ro]
+			name := where + map[bool]string{true: " read-only", false: " writable"}[ro]
 			t.Run(name, func(t *testing.T) {
 				ws := workspace(t)
 				if err := os.MkdirAll(filepath.Join(ws, "sub"), 0o755); err != nil {
@@ -52,6 +54,10 @@ func TestReadOnlyWorkspace(t *testing.T) {
 				before := treeOf(t, ws)
 				spec := warmSpec(probe, ws, writeAttempts)
 				spec.WorkspaceReadOnly = ro
+				if where == "gvisor" {
+					ctrtest.RequireGVisor(t)
+					spec.Runtime = containerd.GVisorRuntime
+				}
 				var out sandbox.Outcome
 				if warm {
 					out = runWarm(t, rt, spec)
@@ -325,22 +331,26 @@ rm -rf .git/hooks 2>/dev/null; [ -d .git/hooks ] || echo "removed hooks"
 exit 0`
 
 // TestGitControlReadOnly: with git's control files in ReadOnlyPaths, nothing a call does changes them or
-// moves them away, warm and cold; git's ordinary writes (index, objects, refs) still work. Without them
+// moves them away, warm, cold and under gVisor; git's ordinary writes (index, objects, refs) still work. Without them
 // the same attempts succeed (the control).
 func TestGitControlReadOnly(t *testing.T) {
 	ctrtest.RequirePrograms(t, "git")
 	rt, d, probe := newPooledRuntime(t, containerd.Config{})
-	cold := ctrtest.NewRuntimeOn(t, containerd.Config{Address: d.Address()})
+	cold := ctrtest.NewRuntimeOn(t, containerd.Config{Address: d.Address(), GVisor: gvisorIfInstalled(t)})
 	for _, tc := range []struct {
 		name          string
 		warm, protect bool
-	}{{"warm", true, true}, {"cold", false, true}, {"control", false, false}} {
+	}{{"warm", true, true}, {"cold", false, true}, {"gvisor", false, true}, {"control", false, false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			ws := workspace(t)
 			gitRepo(t, ws)
 			before := treeOf(t, filepath.Join(ws, ".git", "hooks")) + treeOf(t, filepath.Join(ws, ".git", "modules"))
 			config, _ := os.ReadFile(filepath.Join(ws, ".git", "config"))
 			spec := warmSpec(probe, ws, gitAttempts)
+			if tc.name == "gvisor" {
+				ctrtest.RequireGVisor(t)
+				spec.Runtime = containerd.GVisorRuntime
+			}
 			if tc.protect {
 				spec.ReadOnlyPaths = []string{".git/config", ".git/hooks", "sub/.git", ".git/modules/sub/config", ".git/modules/sub/hooks"}
 			}
