@@ -90,9 +90,16 @@ type Limits struct {
 	Runtime string `json:"runtime,omitempty"`
 	// DeniedGlobs are the path patterns policy denies to the call (policy.Limits.DeniedGlobs). The worker
 	// hands them to the in-container runner of the tools that read or write files, which neither opens nor
-	// reports a path they match. Only policy sets them; they are not part of the call's arguments, so the
+	// reports a path they match, and hides what they match in the workspace from every other tool's
+	// container (run_shell, custom tools: sandbox.Spec.Hidden). Only policy sets them; they are not part of the call's arguments, so the
 	// record, the approval and the audit show the arguments as the client sent them.
 	DeniedGlobs []string `json:"denied_globs,omitempty"`
+	// ReadOnlyWorkspace mounts the call's workspace read-only in its container (policy.Limits'
+	// ReadOnlyWorkspace: the tenant's read-only posture). Only policy sets it; requests cannot.
+	ReadOnlyWorkspace bool `json:"read_only_workspace,omitempty"`
+	// WriteGitControl lets the call's container write git's control files (policy.Limits'
+	// WriteGitControl); they are read-only in it otherwise. Only policy sets it.
+	WriteGitControl bool `json:"write_git_control,omitempty"`
 }
 
 // Decision is the policy verdict on a call and the rule that produced it.

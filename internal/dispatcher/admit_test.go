@@ -174,6 +174,9 @@ func TestPosturesByTenant(t *testing.T) {
 			if a.Code != 200 || a.Decision.Action != tt.action {
 				t.Errorf("status %d, decision %+v; want %s: %s", a.Code, a.Decision, tt.action, a.Raw)
 			}
+			if ro := tt.token == "audit-token"; a.Limits.ReadOnlyWorkspace != ro {
+				t.Errorf("limits.read_only_workspace = %v, want %v (the read-only posture's, only): %s", a.Limits.ReadOnlyWorkspace, ro, a.Raw)
+			}
 		})
 	}
 }
@@ -211,8 +214,8 @@ func TestAdmitCarriesDeniedGlobs(t *testing.T) {
 	if rerr != nil {
 		t.Fatal(rerr)
 	}
-	if shell.Limits.DeniedGlobs != nil {
-		t.Errorf("a run_shell call, whose runner applies no globs, carries %d of them", len(shell.Limits.DeniedGlobs))
+	if !slices.Contains(shell.Limits.DeniedGlobs, "**/.env") {
+		t.Errorf("a run_shell call, whose container the worker hides them from, carries no denied globs: %v", shell.Limits.DeniedGlobs)
 	}
 	bad := DefaultConfig()
 	bad.Tenants = []Tenant{{Name: "t", Tokens: []Token{{Token: "abc"}}, Posture: "reckless"}}

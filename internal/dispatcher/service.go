@@ -115,9 +115,11 @@ func (s *Server) admit(ctx context.Context, p principal, req *call.Request) (*ca
 	}
 	c.Limits, c.Decision.Clamped = s.limits(p.tenant, req, tool, dec.Limits)
 	c.Limits.Runtime = p.runtime
-	if tool.TakesDeniedGlobs() { // the others' calls would carry them to no use, in every message and record
-		c.Limits.DeniedGlobs = dec.Limits.DeniedGlobs
-	}
+	c.Limits.ReadOnlyWorkspace = dec.Limits.ReadOnlyWorkspace
+	c.Limits.WriteGitControl = dec.Limits.WriteGitControl
+	// The file tools' runner applies them to each path it opens; the worker hides what they match from
+	// every other tool's container (run_shell, custom tools).
+	c.Limits.DeniedGlobs = dec.Limits.DeniedGlobs
 	return c, dec, nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/toolpool/toolpool/internal/call"
+	"github.com/toolpool/toolpool/internal/policy/deniedpath"
 	"github.com/toolpool/toolpool/internal/sandbox"
 	"github.com/toolpool/toolpool/internal/tools"
 	"github.com/toolpool/toolpool/internal/tools/egress"
@@ -50,6 +51,7 @@ type Executor struct {
 	tools      *tools.Registry
 	workspaces *workspace.Manager
 	log        *slog.Logger
+	finder     deniedpath.Finder // what the denied globs match in each workspace (hiddenPaths)
 }
 
 // New returns an Executor that runs calls on rt, their tools looked up in reg and their workspaces

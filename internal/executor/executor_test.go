@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -271,4 +272,109 @@ func (h *recordingHandler) find(msg string) string {
 		return strings.Join(attrs, " ")
 	}
 	return ""
+}
+
+// TestReadOnlyWorkspaceReachesTheSandbox: a call whose limits ask for a read-only workspace (the read-only
+// posture) runs with it mounted read-only, whatever its tool; the others with it writable.
+func TestReadOnlyWorkspaceReachesTheSandbox(t *testing.T) {
+	for _, ro := range []bool{true, false} {
+		for _, tc := range []struct{ tool, args string }{{"run_shell", shellArgs}, {"read_file", `{"path":"a"}`}} {
+			rt := &fakeRuntime{}
+			e, _ := newTestExecutor(t, rt, 0, nil)
+			c := newCall(tc.tool, tc.args)
+			c.Limits.ReadOnlyWorkspace = ro
+			runCall(e, c)
+			if rt.count() != 1 {
+				t.Fatalf("%s: %d runs, want 1", tc.tool, rt.count())
+			}
+			if got := rt.specs[0].WorkspaceReadOnly; got != ro {
+				t.Errorf("%s with limits.read_only_workspace %v: spec.WorkspaceReadOnly %v", tc.tool, ro, got)
+			}
+		}
+	}
+}
+
+// TestHiddenPathsReachTheSandbox: what the call's denied globs match in its workspace is hidden from a
+// run_shell container (spec.Hidden); a file tool, whose runner checks each path, hides nothing; a workspace
+// with too many matches is refused, unrun, with what to do.
+func TestHiddenPathsReachTheSandbox(t *testing.T) {
+	rt := &fakeRuntime{}
+	e, wsm := newTestExecutor(t, rt, 0, nil)
+	ws, err := wsm.Prepare("t", "ws")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFiles(t, ws.Dir, ".env", "a/b/.env", ".ssh/id_rsa", "src/main.go")
+	globs := []string{"**/.env", "~/.ssh/**"}
+	for _, tc := range []struct {
+		tool, args string
+		want       []string
+	}{{"run_shell", shellArgs, []string{".env", ".ssh", "a/b/.env"}}, {"read_file", `{"path":"src/main.go"}`, nil}} {
+		c := newCall(tc.tool, tc.args)
+		c.Limits.DeniedGlobs = globs
+		runCall(e, c)
+		got := slices.Sorted(slices.Values(rt.specs[len(rt.specs)-1].Hidden))
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: spec.Hidden %q, want %q", tc.tool, got, tc.want)
+		}
+	}
+	for i := range maxHidden + 1 {
+		if err := os.WriteFile(filepath.Join(ws.Dir, fmt.Sprintf("k%d.pem", i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runs := rt.count()
+	c := newCall("run_shell", shellArgs)
+	c.Limits.DeniedGlobs = []string{"**/*.pem"}
+	r := runCall(e, c)
+	if rt.count() != runs || r.Error == nil || r.Error.Type != call.ErrPermissionDenied || !strings.Contains(r.Error.Message, "Remove them") {
+		t.Errorf("a workspace with %d denied files: ran %v, error %+v", maxHidden+1, rt.count() != runs, r.Error)
+	}
+}
+
+// TestGitControlReachesTheSandbox: git's control files of every repository in the workspace (config,
+// hooks, gitfiles, a submodule's) are read-only paths of every call's container, and a .git without hooks
+// gets an empty hooks directory to make read-only; a call whose policy lets it write them gets none.
+func TestGitControlReachesTheSandbox(t *testing.T) {
+	rt := &fakeRuntime{}
+	e, wsm := newTestExecutor(t, rt, 0, nil)
+	ws, err := wsm.Prepare("t", "ws")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFiles(t, ws.Dir, ".git/config", ".git/HEAD", ".git/hooks/pre-commit.sample", ".git/modules/lib/config",
+		".git/modules/lib/hooks/x", "lib/.git", "nested/repo/.git/config", "src/main.go")
+	want := []string{".git", ".git/config", ".git/hooks", ".git/modules/lib/config", ".git/modules/lib/hooks", "lib/.git",
+		"nested/repo/.git", "nested/repo/.git/config", "nested/repo/.git/hooks"}
+	for _, tool := range []string{"run_shell", "read_file"} {
+		args := map[string]string{"run_shell": shellArgs, "read_file": `{"path":"src/main.go"}`}[tool]
+		runCall(e, newCall(tool, args))
+		got := slices.Sorted(slices.Values(rt.specs[len(rt.specs)-1].ReadOnlyPaths))
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: spec.ReadOnlyPaths %q, want %q", tool, got, want)
+		}
+	}
+	if fi, err := os.Lstat(filepath.Join(ws.Dir, "nested/repo/.git/hooks")); err != nil || !fi.IsDir() {
+		t.Errorf("the hooks directory a .git lacked was not made: %v", err)
+	}
+	c := newCall("run_shell", shellArgs)
+	c.Limits.WriteGitControl = true
+	runCall(e, c)
+	if got := rt.specs[len(rt.specs)-1].ReadOnlyPaths; got != nil {
+		t.Errorf("with write_git_control, spec.ReadOnlyPaths %q", got)
+	}
+}
+
+// writeFiles writes each file (a path relative to dir) with some content, making its directories.
+func writeFiles(t *testing.T, dir string, files ...string) {
+	t.Helper()
+	for _, f := range files {
+		p := filepath.Join(dir, f)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

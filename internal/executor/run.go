@@ -57,6 +57,18 @@ func (e *Executor) Run(ctx context.Context, c *call.Call, newCapture func() (Cap
 		return Execution{}, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
 	}
 	defer release()
+	// Found while the workspace is held, so that no workspace operation changes it in between.
+	hidden, refused, err := e.hiddenPaths(c, tool, ws.Dir)
+	switch {
+	case refused != nil:
+		return Execution{tool: tool, failed: refused}, nil
+	case err != nil:
+		return Execution{}, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
+	}
+	spec.Hidden = hidden
+	if spec.ReadOnlyPaths, err = e.readOnlyPaths(c, ws.Dir); err != nil {
+		return Execution{}, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
+	}
 	finishEgress, err := e.withEgress(ctx, c, inv, &spec)
 	if err != nil {
 		return Execution{}, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
@@ -130,7 +142,7 @@ func (e *Executor) plan(c *call.Call, tool *tools.Tool, inv tools.Invocation, ws
 	}
 	spec := sandbox.Spec{
 		ID: c.ID, Argv: inv.Argv, Env: inv.Env, Cwd: inv.Cwd, Stdin: inv.Stdin, WorkspaceDir: ws.Dir, Image: cmp.Or(inv.Image, c.Image, e.cfg.Image),
-		Runtime: c.Limits.Runtime,
+		Runtime: c.Limits.Runtime, WorkspaceReadOnly: c.Limits.ReadOnlyWorkspace,
 		Limits: sandbox.Limits{
 			Timeout: timeout, OutputBytes: max(c.Limits.OutputBytes, e.cfg.CaptureBytes), MemoryBytes: c.Limits.MemoryBytes,
 			PIDs: c.Limits.PIDs, CPUMillis: c.Limits.CPUMillis, Network: c.Limits.Network, WorkspaceBytes: quota,

@@ -74,6 +74,9 @@ type fileTool struct {
 	Network      *bool `yaml:"network"`
 	// Images replaces its layer's images section for this tool.
 	Images *fileImages `yaml:"images"`
+	// WriteGitControl lets the tool's container write git's control files (config, hooks, commondir,
+	// gitfiles, config.worktree); they are read-only in it otherwise.
+	WriteGitControl *bool `yaml:"write_git_control"`
 }
 
 type fileCommandRule struct {
@@ -466,7 +469,7 @@ func (v *validator) layer(at []string, f fileLayer, origin string, tenant bool) 
 		if v.cfg.knownTools != nil && !v.cfg.knownTools[name] {
 			return nil, v.errf(tat, "there is no tool named %q", name)
 		}
-		tl := &toolLayer{enabled: t.Enabled, network: t.Network}
+		tl := &toolLayer{enabled: t.Enabled, network: t.Network, writeGit: t.WriteGitControl}
 		if t.Action != "" {
 			if tl.action, err = parseAction(t.Action); err != nil {
 				return nil, v.errf(join(tat, "action"), "%w", err)

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -234,5 +235,35 @@ func TestParseDomainsNilVersusEmpty(t *testing.T) {
 	}
 	if l := effectiveLimits(p.layersFor(""), "b"); l.AllowedDomains != nil {
 		t.Errorf("no allowed_domains gave %#v, want nil", l.AllowedDomains)
+	}
+}
+
+// TestWriteGitControl: git's control files stay read-only in a tool's container unless every layer that
+// mentions write_git_control grants it.
+func TestWriteGitControl(t *testing.T) {
+	p, err := Parse([]byte(`
+tools:
+  run_shell: {write_git_control: true}
+tenants:
+  locked:
+    tools:
+      run_shell: {write_git_control: false}
+  open:
+    tools:
+      run_shell: {action: allow}
+`), "p.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for tenant, want := range map[string]bool{"": true, "open": true, "locked": false} {
+		if got := effectiveLimits(p.layersFor(tenant), "run_shell").WriteGitControl; got != want {
+			t.Errorf("tenant %q: run_shell write_git_control %v, want %v", tenant, got, want)
+		}
+	}
+	if effectiveLimits(p.layersFor("open"), "grep").WriteGitControl {
+		t.Errorf("a tool that does not mention it may write git's control files")
+	}
+	if Default().Decide(context.Background(), Request{Tenant: "t", Tool: "run_shell", Facts: Facts{Command: "ls"}}).Limits.WriteGitControl {
+		t.Errorf("the shipped default lets run_shell write git's control files")
 	}
 }

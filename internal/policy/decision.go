@@ -61,8 +61,17 @@ type Limits struct {
 	// Network grants the call's container egress; true only when every layer that mentions it grants it.
 	Network bool
 	// DeniedGlobs are the denied path patterns for the tool, as written in the policy files of every
-	// layer. The file tools apply them inside the container, in their walks and after resolving links.
+	// layer. The file tools apply them inside the container, in their walks and after resolving links,
+	// and the sandbox hides what they match from run_shell's container (docs/security.md).
 	DeniedGlobs []string
+	// ReadOnlyWorkspace is the read-only posture's promise to the sandbox: every container of the call
+	// mounts the workspace read-only, whatever the decision, so that a command policy judged wrongly
+	// still cannot change it. Only the posture sets it.
+	ReadOnlyWorkspace bool
+	// WriteGitControl lets the call's container write git's control files (a repository's config, hooks,
+	// commondir, gitfiles, config.worktree, and those of its submodules), which the sandbox makes
+	// read-only otherwise: true only when every layer that mentions write_git_control grants it.
+	WriteGitControl bool
 }
 
 // Decision is the verdict on a call: the action, the rule that decided it and a reason written for the

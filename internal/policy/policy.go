@@ -49,6 +49,7 @@ type toolLayer struct {
 	ports      []int // nil when not set
 	network    *bool
 	images     *imageRule // nil when not set
+	writeGit   *bool      // write_git_control
 }
 
 // limitValues are one layer's maxima; zero means "not set".
@@ -174,6 +175,7 @@ func (p *Policy) decide(r Request, approved []AllowRule) (Decision, shell.Seen) 
 	if err != nil {
 		return finish(finding{action: Deny, rule: RuleInvalidRequest, detail: err.Error()})
 	}
+	d.Limits.ReadOnlyWorkspace = posture == PostureReadOnly
 	env := &decideEnv{layers: layers, tenant: r.Tenant, tool: r.Tool, kind: kindOf(r), paths: effectivePaths(layers, r.Tool),
 		posture: posture, shell: r.Facts.Command != ""}
 	env.shape = env.shaper()
@@ -204,6 +206,9 @@ func (p *Policy) decide(r Request, approved []AllowRule) (Decision, shell.Seen) 
 	if r.Facts.URL != "" {
 		if f, bad := checkURL(r.Facts.URL, d.Limits.AllowedDomains); bad {
 			v.add(f)
+		}
+		if posture == PostureAutonomous && d.Limits.AllowedDomains == nil {
+			v.add(finding{action: Deny, rule: RulePosture, detail: fmt.Sprintf("the autonomous posture fetches only from the domains an allowlist names, because nobody approves where a call goes; an operator sets tools.%s.allowed_domains (or egress_presets)", r.Tool)})
 		}
 	}
 	return finish(v.best)
@@ -343,8 +348,8 @@ func effectiveLimits(layers []*layer, tool string) Limits {
 			*cur = v
 		}
 	}
-	networkSet := false
-	network := true
+	networkSet, writeGitSet := false, false
+	network, writeGit := true, true
 	for _, l := range layers {
 		lv := l.limits
 		t := l.tools[tool]
@@ -364,6 +369,10 @@ func effectiveLimits(layers []*layer, tool string) Limits {
 			networkSet = true
 			network = network && *t.network
 		}
+		if t.writeGit != nil {
+			writeGitSet = true
+			writeGit = writeGit && *t.writeGit
+		}
 		if t.domainsSet {
 			if out.AllowedDomains == nil {
 				out.AllowedDomains = slices.Clone(t.domains)
@@ -380,6 +389,7 @@ func effectiveLimits(layers []*layer, tool string) Limits {
 		}
 	}
 	out.Network = networkSet && network
+	out.WriteGitControl = writeGitSet && writeGit
 	return out
 }
 

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"strings"
 	"testing"
 )
 
@@ -37,6 +38,7 @@ func TestPostures(t *testing.T) {
 		{"autonomous: a glob that may reach a secret is refused", shell(au, "cat *"), Deny, RuleDeniedPath},
 		{"autonomous: an unparseable line is refused", shell(au, "ls ("), Deny, RuleUnparseable},
 		{"autonomous: a secret file tool path stays denied", tool(au, "read_file", ".env"), Deny, RuleDeniedPath},
+		{"autonomous: web_fetch without an allowlist is refused", Request{Tenant: "t1", Tool: "web_fetch", Posture: au, Facts: Facts{URL: "https://x.example/a"}}, Deny, RulePosture},
 
 		{"read-only: reads run", shell(ro, "git log --oneline | head"), Allow, "read-only-commands"},
 		{"read-only: read_file runs", tool(ro, "read_file", "a.go"), Allow, RuleToolAction},
@@ -108,4 +110,46 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// TestReadOnlyPostureLimits: the read-only posture asks the sandbox for a read-only workspace on every
+// call, the ones it allows too; the other postures never do.
+func TestReadOnlyPostureLimits(t *testing.T) {
+	for _, r := range []Request{
+		{Tenant: "t1", Tool: "run_shell", Posture: PostureReadOnly, Facts: Facts{Command: "git log"}},
+		{Tenant: "t1", Tool: "read_file", Posture: PostureReadOnly, Facts: Facts{Paths: []string{"a.go"}}},
+		{Tenant: "t1", Tool: "run_shell", Posture: PostureReadOnly, Facts: Facts{Command: "rm x"}},
+	} {
+		if d := Default().Decide(context.Background(), r); !d.Limits.ReadOnlyWorkspace {
+			t.Errorf("%s %+v under read-only: decision %s without a read-only workspace", r.Tool, r.Facts, d.Action)
+		}
+	}
+	for _, p := range []Posture{"", PostureInteractive, PostureAutonomous} {
+		r := Request{Tenant: "t1", Tool: "run_shell", Posture: p, Facts: Facts{Command: "git log"}}
+		if d := Default().Decide(context.Background(), r); d.Limits.ReadOnlyWorkspace {
+			t.Errorf("posture %q: a read-only workspace", p)
+		}
+	}
+}
+
+// TestAutonomousFetchNeedsAllowlist: under autonomous, web_fetch runs only where an allowlist names the
+// domains; with one, a fetch inside it runs and one outside it stays refused.
+func TestAutonomousFetchNeedsAllowlist(t *testing.T) {
+	p := mustParse(t, `
+tools:
+  web_fetch: {action: ask, allowed_domains: [docs.example.com]}
+`)
+	fetch := func(url string) Decision {
+		return p.Decide(context.Background(), Request{Tenant: "t", Tool: "web_fetch", Posture: PostureAutonomous, Facts: Facts{URL: url}})
+	}
+	if d := fetch("https://docs.example.com/a"); d.Action != Allow {
+		t.Errorf("a fetch inside the allowlist: %s by %s (%s)", d.Action, d.Rule, d.Reason)
+	}
+	if d := fetch("https://evil.example/a"); d.Action != Deny {
+		t.Errorf("a fetch outside the allowlist: %s by %s", d.Action, d.Rule)
+	}
+	if d := Default().Decide(context.Background(), Request{Tenant: "t", Tool: "web_fetch", Posture: PostureAutonomous,
+		Facts: Facts{URL: "https://docs.example.com/a"}}); d.Action != Deny || d.Rule != RulePosture || !strings.Contains(d.Reason, "allowed_domains") {
+		t.Errorf("without an allowlist: %s by %s (%s), want a posture denial that names allowed_domains", d.Action, d.Rule, d.Reason)
+	}
 }

@@ -55,6 +55,21 @@ type Spec struct {
 	// WorkspaceDir is the host directory mounted read-write at /workspace: a clean absolute path to a real
 	// directory (a symlink there is refused, not followed).
 	WorkspaceDir string
+	// WorkspaceReadOnly mounts the workspace read-only: nothing in the container can create, change or
+	// remove a file in it (EROFS), whatever the process runs. A warm container honours it as a cold one.
+	WorkspaceReadOnly bool
+	// Hidden are paths in the workspace, relative to it ("a/.env", ".ssh"), that the container must not
+	// see: each shows as an empty read-only directory (for a directory) or an empty read-only file, to
+	// every program of the container, whatever it runs. A path that is gone when the container is made,
+	// or whose last component is a symbolic link, is skipped; one that leads through a symbolic link is
+	// an error, and the call does not run. The workspace itself is left as it is.
+	Hidden []string
+	// ReadOnlyPaths are paths in the workspace, relative to it, that the container sees but cannot
+	// change: each is bound read-only onto itself, with everything beneath it (git's control files). A
+	// directory named .git is left writable (only a gitfile, a regular file named .git, is bound); a path
+	// that is gone is skipped, and a symbolic link is an error (the call does not run). The directories
+	// above a hidden or read-only path cannot be renamed in the container.
+	ReadOnlyPaths []string
 	// Mounts land under /.toolpool only, and never inside another writable mount.
 	Mounts []Mount
 	Limits Limits
@@ -137,7 +152,7 @@ type Outcome struct {
 	CleanupTime time.Duration
 	// Steps are the steps of this Run as the runtime timed them, in the order they ran (a call on an
 	// image starts with image: finding it in the store, or pulling it; then a warm call:
-	// claim, bind_workspace, limits, request, then run, drain_io, usage, workspace_size; a cold one:
+	// claim, bind_workspace, hide (with Hidden), limits, request, then run, drain_io, usage, workspace_size; a cold one:
 	// create_container, create_task, wait, start, then the same). They account for Run's time between its
 	// start and its return; removal after Run returns is not among them. A runtime that does not time its
 	// steps leaves it empty.

@@ -28,6 +28,9 @@ var safeShopts = map[string]bool{
 	"noglob": true, "noclobber": true, "errtrace": true, "functrace": true, "verbose": true, "allexport": true,
 }
 
+// searchPathVars are the variables whose removal changes which program a later command name runs.
+var searchPathVars = map[string]bool{"PATH": true}
+
 // builtin judges the builtins that need more than their argument paths checked. It reports whether it
 // judged the command completely.
 func (j *judge) builtin(name string, argv []word, depth int, info *callInfo) bool {
@@ -101,6 +104,8 @@ func (j *judge) builtin(name string, argv []word, depth int, info *callInfo) boo
 				funcs = true
 			case a.known && strings.HasPrefix(a.text, "-"):
 			case funcs:
+			case a.known && searchPathVars[a.text]:
+				j.opaque(Ask, RuleUnresolved, fmt.Sprintf("`unset %s` changes where the shell looks for later commands (without PATH, in the working directory: a workspace's own `ls` would run); leave it set", a.text))
 			default:
 				j.varRef("unset", a)
 			}

@@ -1,6 +1,9 @@
 package shell
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+)
 
 // Environment variables that make programs load or run other code, or change how the shell finds,
 // reads and expands commands. Setting one (in the line, with env, with export or declare, as a for
@@ -52,6 +55,27 @@ var injectionExempt = map[string]bool{
 
 // injectionVar reports whether setting the variable can make a program load or run other code, or
 // change how the shell finds and expands commands.
+// checkEnvValue denies a variable whose value names a denied file (GOWORK=/workspace/.env go list makes go
+// read and print it): the value, and each part of a colon-separated list, that looks like a path (it has
+// a slash or starts with "." or "~") is checked against the denied globs as a read. Other rules on paths
+// do not apply: a variable may well name a directory outside the workspace (PATH, GOROOT).
+func (j *judge) checkEnvValue(name, value string) {
+	for _, part := range strings.Split(value, ":") {
+		if part == "" || !(strings.Contains(part, "/") || strings.HasPrefix(part, ".") || strings.HasPrefix(part, "~")) {
+			continue
+		}
+		if _, err := ResolvePath(part); err != nil {
+			continue
+		}
+		paths, _ := j.resolve(part)
+		for _, p := range paths {
+			if g, ok := j.paths.DeniedBy(p); ok {
+				j.add(Deny, RuleDeniedPath, fmt.Sprintf("the variable %s names %s: %s", name, part, DeniedDetail(p, g)))
+			}
+		}
+	}
+}
+
 func injectionVar(name string) bool {
 	if injectionExempt[name] {
 		return false

@@ -153,6 +153,7 @@ func (j *judge) judgeEnv(env map[string]string) {
 		if injectionVar(n) {
 			j.opaque(Ask, RuleInjectionEnv, fmt.Sprintf("the call's env argument sets %s, which can make programs load or run other code; leave it out", n))
 		}
+		j.checkEnvValue(n, env[n])
 	}
 }
 

@@ -153,6 +153,13 @@ func (j *judge) assign(a *syntax.Assign) {
 	if a.Name != nil && injectionVar(a.Name.Value) {
 		j.opaque(Ask, RuleInjectionEnv, fmt.Sprintf("setting %s can make programs load or run other code; leave it unset", a.Name.Value))
 	}
+	if a.Name != nil && a.Value != nil {
+		for _, w := range j.resolveWord(a.Value) {
+			if w.known && !w.glob {
+				j.checkEnvValue(a.Name.Value, w.text)
+			}
+		}
+	}
 	if a.Index != nil {
 		j.arith(a.Index)
 	}

@@ -79,7 +79,14 @@ loop:
 				case 'i', 'l':
 					j.opaque(Ask, RuleDangerousFlags, fmt.Sprintf("`%s %s` runs the startup files in the workspace; leave out -i and -l", name, t))
 				case 'o', 'O':
+					// An option policy does not judge for (cdable_vars makes `cd x` a cd to $x, and so on)
+					// changes what the command string does.
 					i++
+					if i < len(argv) && (!argv[i].known || !safeShopts[argv[i].text]) {
+						j.opaque(Ask, RuleUnresolved, fmt.Sprintf("`%s %c%c %s` changes how the shell runs the command string in ways policy does not judge; leave the option out", name, t[0], t[k], argv[i].show()))
+					}
+				case 'k':
+					j.opaque(Ask, RuleUnresolved, fmt.Sprintf("`%s %s` makes every NAME=value word of a command an environment variable, where policy reads an argument; leave -k out", name, t))
 				}
 			}
 		default:
@@ -396,6 +403,9 @@ func parseEnv(j *judge, argv []word) wrapParse {
 		}
 		if injectionVar(name) {
 			j.opaque(Ask, RuleInjectionEnv, fmt.Sprintf("`env %s=...` sets a variable that can make programs load or run other code; leave it unset", name))
+		}
+		if a.known {
+			j.checkEnvValue(name, strings.SplitN(a.text, "=", 2)[1])
 		}
 	}
 	inner := argv[i:]

@@ -69,11 +69,15 @@ type GVisorConfig struct {
 //   - network none: the Sentry's own network stack with loopback only, as the private network namespace
 //     gives runc (web_fetch reaches the worker's egress proxy through a unix socket, as under runc);
 //   - oci-seccomp: the spec's seccomp filter (io_uring, rare socket families, the compat ABIs, ...) is
-//     enforced inside the sandbox as well; runsc ignores it otherwise and relies on the Sentry alone.
+//     enforced inside the sandbox as well; runsc ignores it otherwise and relies on the Sentry alone;
+//   - directfs false: the gofer, not the Sentry, opens, renames and removes the workspace's files. The
+//     Sentry runs in an empty mount namespace: with directfs it acts on host directory descriptors
+//     where the masks of hidden paths (sandbox.Spec.Hidden) are no mount points, and renamed a masked
+//     file to a name the next call could read. The gofer sees the call's view, where they are (EBUSY).
 //
 // runsc's other defaults already fit: no host unix sockets or FIFOs, no raw sockets, a read-only root stays
 // read-only, and bind mounts (the workspace) are shared with the host, which measures them while calls run.
-var runscFlags = []string{"--network=none", "--oci-seccomp"}
+var runscFlags = []string{"--network=none", "--oci-seccomp", "--directfs=false"}
 
 // runscWrapper is the OCI runtime binary the runc shim runs for gVisor calls: runsc with runscFlags. The
 // runc shim has no option for runtime arguments (Docker writes the same kind of script for a runtime's

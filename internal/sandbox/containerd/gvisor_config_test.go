@@ -101,7 +101,7 @@ func TestBackends(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := `exec '/bin/true' '--platform=systrap' '--network=none' '--oci-seccomp' "$@"`; !strings.Contains(string(wrapper), want) {
+	if want := `exec '/bin/true' '--platform=systrap' '--network=none' '--oci-seccomp' '--directfs=false' "$@"`; !strings.Contains(string(wrapper), want) {
 		t.Errorf("wrapper %q lacks %q", wrapper, want)
 	}
 	cfg.RuntimeName, cfg.GVisor = GVisorRuntime, &GVisorConfig{Runsc: "/bin/true", Platform: "ptrace"}

@@ -84,7 +84,7 @@ func (r *Runtime) RemoveOrphansOf(ctx context.Context, gone OwnerGone) (int, err
 	for id := range ids {
 		errs = append(errs, r.removeTaskMounts(id), r.removeCgroups(id))
 	}
-	errs = append(errs, r.removeFIFODirs(), r.removeOldRoots(), r.removeOldSlots())
+	errs = append(errs, r.removeFIFODirs(), r.removeOldRoots(), r.removeOldSlots(), r.removeOldViews())
 	return removed, errors.Join(errs...)
 }
 

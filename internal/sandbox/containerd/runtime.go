@@ -153,6 +153,7 @@ type Runtime struct {
 	slots     *containerSlots // what makes the pool's containers; nil without Config.Pool
 	shimGroup atomic.Uint64   // the next container's shim group (ShimGroups)
 	started   time.Time       // names this Runtime's root, slots and shim groups
+	views     views           // cold calls' workspace views (Spec.Hidden)
 
 	trustMu      sync.Mutex
 	trustWritten map[string]bool // the CA bundles written under StateDir/ca, by name
@@ -251,6 +252,7 @@ func (r *Runtime) Close() error {
 	if r.slots != nil {
 		errs = append(errs, r.slots.removeDir())
 	}
+	errs = append(errs, r.closeViews())
 	errs = append(errs, r.client.Close())
 	r.client = nil
 	if b, ok := r.backends[GVisorRuntime]; ok && b.gvisor {
@@ -406,7 +408,16 @@ func (r *Runtime) runCold(ctx context.Context, spec sandbox.Spec, lim sandbox.Li
 		containerOpts = append(containerOpts, containerd.WithNewSnapshot(spec.ID, img,
 			snapshots.WithLabels(map[string]string{labelWorker: r.cfg.WorkerID})))
 	}
-	mounts, err = callMounts(mounts, spec, lim)
+	mountSpec := spec
+	if needsMasks(spec) {
+		view, release, err := r.makeView(spec)
+		if err != nil {
+			return out, err // not ErrNotStarted: another worker would fail alike, and must not run it unmasked
+		}
+		defer r.releaseView(release)
+		mountSpec.WorkspaceDir = view
+	}
+	mounts, err = callMounts(mounts, mountSpec, lim)
 	if err != nil {
 		return out, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
 	}

@@ -37,11 +37,11 @@ func setupSlotsDir(dir string) error {
 	return nil
 }
 
-// bindWorkspace mounts the host directory ws on the slot directory dir, nosuid and nodev, without following
-// a symlink at ws, and returns ws's identity as the container will see it at /workspace. The flags are set
-// on the detached mount before it is attached, so that the copy that propagates into the container has
-// them too (a later remount would not propagate).
-func bindWorkspace(dir, ws string) (sandboxinit.FileID, error) {
+// bindWorkspace mounts the host directory ws on the slot directory dir, nosuid and nodev, read-only when
+// readOnly, without following a symlink at ws, and returns ws's identity as the container will see it at
+// /workspace. The flags are set on the detached mount before it is attached, so that the copy that
+// propagates into the container has them too (a later remount would not propagate).
+func bindWorkspace(dir, ws string, readOnly bool) (sandboxinit.FileID, error) {
 	fd, err := unix.Open(ws, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return sandboxinit.FileID{}, fmt.Errorf("open workspace %s: %w", ws, err)
@@ -57,6 +57,9 @@ func bindWorkspace(dir, ws string) (sandboxinit.FileID, error) {
 	}
 	defer unix.Close(tree)
 	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	if readOnly {
+		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+	}
 	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, &attr); err != nil {
 		return sandboxinit.FileID{}, fmt.Errorf("set workspace mount flags %s: %w", ws, err)
 	}

@@ -299,9 +299,16 @@ func callMounts(base []specs.Mount, spec sandbox.Spec, lim sandbox.Limits) ([]sp
 		if err := checkWorkspaceDir(spec.WorkspaceDir); err != nil {
 			return nil, err
 		}
+		mode, bind := "rw", "bind"
+		if spec.WorkspaceReadOnly {
+			mode = "ro"
+		}
+		if needsMasks(spec) {
+			bind = "rbind" // WorkspaceDir is the call's view: the workspace with its masks (makeView)
+		}
 		mounts = append(mounts, specs.Mount{
 			Type: "bind", Source: spec.WorkspaceDir, Destination: workspaceDir,
-			Options: []string{"bind", "rw", "nosuid", "nodev"},
+			Options: []string{bind, mode, "nosuid", "nodev"},
 		})
 	}
 	for _, m := range spec.Mounts {

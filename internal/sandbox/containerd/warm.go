@@ -141,11 +141,17 @@ func (r *Runtime) runWarm(ctx context.Context, spec sandbox.Spec, lim sandbox.Li
 		req.FileSize = uint64(lim.WorkspaceBytes)
 	}
 	if spec.WorkspaceDir != "" {
-		id, err := bindWorkspace(s.hostDir, spec.WorkspaceDir)
+		id, err := bindWorkspace(s.hostDir, spec.WorkspaceDir, spec.WorkspaceReadOnly)
 		if err != nil {
 			return fallBack()
 		}
 		bound, req.Workspace = true, &id
+		if needsMasks(spec) {
+			if err := r.maskWorkspace(s.hostDir, spec); err != nil {
+				return out, "", err // cold would fail alike; the container is destroyed, nothing ran
+			}
+			clock.done("hide")
+		}
 		clock.done("bind_workspace")
 	}
 	if err := s.updateLimits(ctx, lim); err != nil {

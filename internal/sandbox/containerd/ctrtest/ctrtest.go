@@ -133,6 +133,20 @@ func ShortTempDir(t testing.TB) string {
 	return dir
 }
 
+// ChownToSandbox gives the tree at dir to the sandbox user (SandboxUID, SandboxGID), as the worker's
+// workspaces belong to it, without following a symlink.
+func ChownToSandbox(t testing.TB, dir string) {
+	t.Helper()
+	if err := filepath.Walk(dir, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, SandboxUID, SandboxGID)
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // StartDaemon starts a private containerd under a fresh directory and stops it when the test ends.
 func StartDaemon(t testing.TB) *containerd.Daemon {
 	t.Helper()
