@@ -116,7 +116,7 @@ func (w *Worker) process(ctx context.Context, c *call.Call, attempt uint64) (set
 	if err != nil {
 		// Even a conflict may be this claim itself: a write retried after its reply was lost finds the
 		// record moved by its own first attempt.
-		rev, err = w.confirmClaim(storeCtx, r, renewedAt.Add(w.cfg.Lease-w.cfg.Heartbeat))
+		rev, renewedAt, err = w.confirmClaim(storeCtx, r, lease, renewedAt)
 	}
 	if err != nil {
 		_ = lease.Release(storeCtx)
@@ -172,22 +172,46 @@ func (w *Worker) process(ctx context.Context, c *call.Call, attempt uint64) (set
 
 // confirmClaim finds out whether a claim whose write failed (no answer in a leader election, or a
 // conflict with its own applied first attempt) was applied: the record then shows this worker's claim,
-// with its start time. It reads until before, and returns the
-// claim's revision, or an error when the claim is not (known to be) this worker's.
-func (w *Worker) confirmClaim(ctx context.Context, claimed *call.Result, before time.Time) (uint64, error) {
-	var rec queue.Record
-	err := retry(ctx, before, 100*time.Millisecond, time.Second, func() (bool, error) {
-		var err error
-		rec, err = w.store.Get(ctx, claimed.ID)
-		return err == nil, err
-	})
-	if err != nil {
-		return 0, fmt.Errorf("claim call %s: %w", claimed.ID, err)
+// with its start time. It reads until it can, for at most recordRetryFor, renewing the claim's lease every
+// heartbeat meanwhile, so that the lease lives however long the records bucket takes to elect a leader;
+// it gives up when the lease could not be renewed in time. It returns the claim's revision and when the
+// lease was last renewed, or an error when the claim is not (known to be) this worker's.
+func (w *Worker) confirmClaim(ctx context.Context, claimed *call.Result, lease queue.Lease, renewedAt time.Time) (uint64, time.Time, error) {
+	attempt, _ := renewTimeouts(w.cfg.Heartbeat)
+	giveUp := time.Now().Add(recordRetryFor)
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, time.Second, w.cfg.Heartbeat/2) {
+		deadline := renewedAt.Add(w.cfg.Lease - w.cfg.Heartbeat)
+		now := time.Now()
+		if !now.Before(deadline) || now.After(giveUp) {
+			return 0, renewedAt, fmt.Errorf("claim call %s: its record could not be read back while the lease lived", claimed.ID)
+		}
+		rctx, cancel := context.WithDeadline(ctx, earliest(deadline, now.Add(time.Second)))
+		rec, err := w.store.Get(rctx, claimed.ID)
+		cancel()
+		if err == nil {
+			if r := rec.Result; r.Status == call.StatusRunning && r.Worker == w.cfg.ID && r.StartedAt.Equal(claimed.StartedAt) {
+				return rec.Revision, renewedAt, nil
+			}
+			return 0, renewedAt, fmt.Errorf("claim call %s: %w", claimed.ID, queue.ErrConflict)
+		}
+		if time.Since(renewedAt) >= w.cfg.Heartbeat {
+			sent := time.Now()
+			rctx, cancel := context.WithDeadline(ctx, earliest(deadline, sent.Add(attempt)))
+			err := lease.Renew(rctx)
+			cancel()
+			switch {
+			case err == nil:
+				renewedAt = sent
+			case errors.Is(err, queue.ErrConflict):
+				return 0, renewedAt, fmt.Errorf("claim call %s: %w", claimed.ID, err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return 0, renewedAt, ctx.Err()
+		case <-time.After(wait):
+		}
 	}
-	if r := rec.Result; r.Status == call.StatusRunning && r.Worker == w.cfg.ID && r.StartedAt.Equal(claimed.StartedAt) {
-		return rec.Revision, nil
-	}
-	return 0, fmt.Errorf("claim call %s: %w", claimed.ID, queue.ErrConflict)
 }
 
 // adopt records a call that was queued but never recorded, as queued.

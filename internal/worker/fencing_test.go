@@ -325,3 +325,57 @@ func TestFinalWriteWhoseReplyWasLost(t *testing.T) {
 		t.Fatalf("the recorded result names stdout %q, which the worker deleted", r.Stored["stdout"])
 	}
 }
+
+// electionStore applies the claim but answers it with an error, then fails every read for a while, as a
+// records bucket does while it elects a leader after its leader was killed mid-claim.
+type electionStore struct {
+	*queuetest.Store
+	readsFailUntil time.Time
+	mu             sync.Mutex
+	lost           bool
+}
+
+func (s *electionStore) Update(ctx context.Context, r *call.Result, rev uint64) (uint64, error) {
+	next, err := s.Store.Update(ctx, r, rev)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil && r.Status == call.StatusRunning && !s.lost {
+		s.lost = true
+		s.readsFailUntil = time.Now().Add(2 * time.Second)
+		return 0, errors.New("nats: timeout")
+	}
+	return next, err
+}
+
+func (s *electionStore) Get(ctx context.Context, id string) (queue.Record, error) {
+	s.mu.Lock()
+	failing := time.Now().Before(s.readsFailUntil)
+	s.mu.Unlock()
+	if failing {
+		return queue.Record{}, errors.New("nats: no responders available for request")
+	}
+	return s.Store.Get(ctx, id)
+}
+
+// TestClaimConfirmedAfterALongElection: a claim whose write was applied but unanswered, and whose record
+// cannot be read back for longer than the lease (the records bucket electing a leader), keeps its lease
+// alive while it waits: the call then runs and is recorded ok. The claim's lease lapsed while it waited,
+// so the call was stopped the moment it started and later judged lost, its worker alive (TestCluster,
+// after every read of a record went to the bucket's leader).
+func TestClaimConfirmedAfterALongElection(t *testing.T) {
+	st := &electionStore{Store: queuetest.NewStore()}
+	rt := &fakeRuntime{}
+	leases := newFakeLeases()
+	cfg := testConfig(t)
+	cfg.Heartbeat, cfg.Lease, cfg.AckWait = 200*time.Millisecond, time.Second, 3*time.Second
+	w := newTestWorkerWith(t, cfg, rt, st, WithLeases(leases))
+	c := newCall("run_shell", shellArgs)
+	st.Put(call.NewResult(c, call.StatusQueued))
+	d := &fakeDelivery{c: c}
+	w.Handle(context.Background(), d)
+	got, _ := st.Store.Get(context.Background(), c.ID)
+	if got.Result.Status != call.StatusOK || rt.count() != 1 || d.settlement() != "ack" {
+		t.Fatalf("status %s, %d runs, settled %q: the claim's lease lapsed while its record could not be read",
+			got.Result.Status, rt.count(), d.settlement())
+	}
+}
