@@ -183,9 +183,10 @@ func run(args []string) (retErr error) {
 	}
 	removeOrphans()
 	// A container whose removal failed after its call finished, or whose owner's lease lapsed since, is
-	// swept up here (calls in flight are spared): once per lease.
+	// swept up here (calls in flight are spared): once per lease, and often enough that the sweep, which
+	// marks this worker's pooled containers alive, keeps other workers on the same containerd off them.
 	td.Go(func() {
-		t := time.NewTicker(max(cfg.Lease, time.Second))
+		t := time.NewTicker(min(max(cfg.Lease, time.Second), containerd.PoolOwnerStale/4))
 		defer t.Stop()
 		for {
 			select {
