@@ -267,3 +267,9 @@ func RunToExit(t testing.TB, path string, env []string, timeout time.Duration, a
 		return Exit{}
 	}
 }
+
+// CommandLine is the command line of process pid, its arguments separated by spaces ("" once it is gone).
+func CommandLine(pid string) string {
+	b, _ := os.ReadFile(filepath.Join("/proc", pid, "cmdline"))
+	return strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
+}
