@@ -15,22 +15,27 @@ import (
 )
 
 // checkNothingLeftAfterStop makes t check, once the stack's processes have stopped (t's cleanups run last
-// first, and this one is registered before the dispatcher and the worker start), that nothing of the
-// worker's private containerd outlives the worker: no containerd on its config and no shim on its socket
+// first, and this one is registered before the dispatcher and the worker start), that nothing of its
+// workers' private containerds outlives them: no containerd on its config and no shim on its socket
 // (a shim serves a call's or a pooled container's processes, and outlives its containerd when the worker
 // leaves a container behind). The tests' other leak checks run while the worker still runs.
 func (s *stack) checkNothingLeftAfterStop(t testing.TB) {
 	t.Helper()
-	dir := filepath.Join(s.dataDir, "w", "containerd")
 	t.Cleanup(func() {
 		if s.worker != nil && !s.worker.Exited() {
 			s.worker.Stop(t)
 		}
+		// Every worker of the stack: the stack's own (w) and those a test adds with data directories of
+		// their own beside it.
+		dirs, _ := filepath.Glob(filepath.Join(s.dataDir, "*", "containerd"))
 		var left []string
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			left = append(testproc.ProcessesWith("--config "+filepath.Join(dir, "config.toml")),
-				testproc.ProcessesWith("-address "+filepath.Join(dir, "containerd.sock"))...)
+			left = nil
+			for _, dir := range dirs {
+				left = append(left, testproc.ProcessesWith("--config "+filepath.Join(dir, "config.toml"))...)
+				left = append(left, testproc.ProcessesWith("-address "+filepath.Join(dir, "containerd.sock"))...)
+			}
 			if len(left) == 0 || time.Now().After(deadline) {
 				break
 			}
