@@ -4,7 +4,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -77,29 +76,7 @@ func TestStartupRefusesBadInput(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			args := append([]string{"--dev-tenant", "--listen", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0", "--data-dir", t.TempDir()}, c.args...)
-			exit := testproc.RunToExit(t, bin, nil, 10*time.Second, args...)
-			assertRefused(t, exit, c.want)
+			testproc.RunToExit(t, bin, nil, 10*time.Second, args...).CheckRefused(t, startupLimit, c.want...)
 		})
-	}
-}
-
-// assertRefused checks that a start failed within startupLimit with one line holding every substring of
-// want.
-func assertRefused(t *testing.T, exit testproc.Exit, want []string) {
-	t.Helper()
-	out := strings.TrimSpace(exit.Output)
-	if exit.Err == nil {
-		t.Fatalf("exited 0; want a failed start:\n%s", out)
-	}
-	if exit.Elapsed > startupLimit {
-		t.Errorf("took %s to fail; want at most %s", exit.Elapsed.Round(time.Millisecond), startupLimit)
-	}
-	if strings.Contains(out, "\n") {
-		t.Errorf("output is %d lines; want one:\n%s", strings.Count(out, "\n")+1, out)
-	}
-	for _, w := range want {
-		if !strings.Contains(out, w) {
-			t.Errorf("output lacks %q:\n%s", w, out)
-		}
 	}
 }

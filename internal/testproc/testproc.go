@@ -273,3 +273,24 @@ func CommandLine(pid string) string {
 	b, _ := os.ReadFile(filepath.Join("/proc", pid, "cmdline"))
 	return strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
 }
+
+// CheckRefused fails t unless the process refused to start: a non-zero exit within `within` of its start,
+// and an output of one line holding every one of want (the bad input and the setting to change).
+func (e Exit) CheckRefused(t testing.TB, within time.Duration, want ...string) {
+	t.Helper()
+	out := strings.TrimSpace(e.Output)
+	if e.Err == nil {
+		t.Fatalf("exited 0; want a failed start:\n%s", out)
+	}
+	if e.Elapsed > within {
+		t.Errorf("took %s to fail; want at most %s", e.Elapsed.Round(time.Millisecond), within)
+	}
+	if strings.Contains(out, "\n") {
+		t.Errorf("output is %d lines; want one:\n%s", strings.Count(out, "\n")+1, out)
+	}
+	for _, w := range want {
+		if !strings.Contains(out, w) {
+			t.Errorf("output lacks %q:\n%s", w, out)
+		}
+	}
+}
