@@ -36,7 +36,7 @@ CONTAINER_PKGS := ./internal/sandbox/containerd/... ./test/e2e/... ./test/cluste
 # FUZZTIME is how long make test (and make fuzz) runs each fuzz target.
 FUZZTIME ?= 20s
 
-.PHONY: all deps gvisor gvisor-for-test build run soak test test-gvisor test-unit test-escape fuzz bench lint helm fmt clean
+.PHONY: all deps gvisor gvisor-for-test build run soak test test-gvisor test-unit test-escape fuzz mutants bench lint helm fmt clean
 
 all: build
 
@@ -116,6 +116,15 @@ SOAK ?= 5m
 SOAK_REPORT ?= soak-report.md
 soak: deps
 	TOOLPOOL_SOAK=$(SOAK) TOOLPOOL_SOAK_SEED=$(SOAK_SEED) TOOLPOOL_SOAK_REPORT=$(abspath $(SOAK_REPORT)) $(GO) test -count=1 -v -run '^TestSoak$$' -timeout 60m ./test/cluster/
+
+## mutants: mutation testing (gremlins, built once from the Go module proxy) of policy, deniedpath, the
+## in-container tools, the queue's lease and records, the worker's fencing, workspace archives and quotas
+## and the dispatcher's admission, one package at a time; the kill rate per package against
+## scripts/mutants-baseline.txt (docs/reliability.md). Not in make test: it runs a package's tests once per
+## mutant. MUTANTS=name... picks targets, MUTANTS_TIMEOUT (30m) bounds each
+MUTANTS ?=
+mutants:
+	@bash scripts/mutants.sh $(MUTANTS)
 
 ## bench: sandbox, live-output and end-to-end benchmarks (speed and memory targets are measured here; the
 ## live flood prints 200 MB), then `toolpool bench` at concurrency 16 for CLUSTER_BENCH (30s) against the three-server cluster with three workers

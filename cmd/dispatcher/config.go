@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"github.com/toolpool/toolpool/internal/dispatcher"
 	"github.com/toolpool/toolpool/internal/mcp"
@@ -123,6 +124,9 @@ func (c *config) validate() error {
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		errs = append(errs, fmt.Errorf("listen %q is not host:port: %w", c.Listen, err))
 	}
+	if _, _, err := net.SplitHostPort(c.NATSListen); c.NATSURL == "" && err != nil {
+		errs = append(errs, fmt.Errorf("nats_listen %q is not host:port: %w: set --nats-listen (nats_listen), or --nats-url (nats_url) for an external server", c.NATSListen, err))
+	}
 	if c.NATSSync != "always" && c.NATSSync != "interval" {
 		errs = append(errs, fmt.Errorf("nats_sync %q is not always or interval: set always (the default) or interval", c.NATSSync))
 	}
@@ -155,4 +159,31 @@ func checkMessageSize(maxBody, maxMessage int64) error {
 			maxBody, maxMessage, maxMessage-overhead)
 	}
 	return nil
+}
+
+// listenHTTP opens the API's listener on addr, or says which setting to change when it cannot.
+func listenHTTP(addr string) (net.Listener, error) {
+	return listen(addr, "--listen (listen)")
+}
+
+// checkNATSListen checks that the embedded NATS server can listen on addr: it opens the address and closes
+// it again. The server itself would only report "not ready" after its start timeout.
+func checkNATSListen(addr string) error {
+	ln, err := listen(addr, "--nats-listen (nats_listen), or set --nats-url (nats_url) to use an external NATS server")
+	if err != nil {
+		return fmt.Errorf("embedded nats: %w", err)
+	}
+	return ln.Close()
+}
+
+// listen listens on TCP address addr; its error names setting, the one to change.
+func listen(addr, setting string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		return nil, fmt.Errorf("address %s is in use by another process: change %s: %w", addr, setting, err)
+	case err != nil:
+		return nil, fmt.Errorf("listen on %s: change %s: %w", addr, setting, err)
+	}
+	return ln, nil
 }

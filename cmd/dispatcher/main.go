@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -73,6 +72,18 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	// The addresses first: one that is taken fails the start at once, naming the setting to change, before
+	// anything else starts (an embedded NATS server on a taken port would only time out).
+	ln, err := listenHTTP(cfg.Listen)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	if cfg.NATSURL == "" {
+		if err := checkNATSListen(cfg.NATSListen); err != nil {
+			return err
+		}
+	}
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(cfg.LogLevel))
 	log := slog.New(tracing.LogHandler(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))).With("component", "dispatcher")
@@ -96,7 +107,7 @@ func run(args []string) error {
 	pol := policy.Default()
 	if cfg.PolicyFile != "" {
 		if pol, err = policy.Load(cfg.PolicyFile, policy.KnownTools(append(reg.Names(), workspace.Ops...)...)); err != nil {
-			return err
+			return fmt.Errorf("%w: fix the file, or point --policy (policy_file) at another", err)
 		}
 	}
 
@@ -202,10 +213,6 @@ func run(args []string) error {
 	root.Handle("GET /metrics", metrics.Handler(promReg))
 	root.Handle("/mcp", tracing.HTTPHandler(dm.InstrumentHTTP(api.Authenticate(mcpHandler))))
 	root.Handle("/", tracing.HTTPHandler(dm.InstrumentHTTP(api.Handler())))
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
-	}
 	srv := &http.Server{
 		Handler:           root,
 		ReadHeaderTimeout: 10 * time.Second,

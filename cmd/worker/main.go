@@ -64,6 +64,15 @@ func run(args []string) (retErr error) {
 	if err != nil {
 		return err
 	}
+	runner, initBinary, err := cfg.checkHost()
+	if err != nil {
+		return err
+	}
+	healthLn, err := listenHealth(cfg.Listen)
+	if err != nil {
+		return err
+	}
+	defer healthLn.Close() // Serve's, once it serves; this one covers a start that fails before
 	level, _ := parseLevel(cfg.LogLevel)
 	log := slog.New(tracing.LogHandler(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))).With("worker", cfg.ID)
 	// The egress gateway first: a bad credential or rule stops the worker before anything starts.
@@ -126,10 +135,6 @@ func run(args []string) (retErr error) {
 		address = daemon.Address()
 		log.Info("started private containerd", "address", address)
 	}
-	runner, initBinary, err := cfg.sandboxBinaries()
-	if err != nil {
-		return err
-	}
 	scfg := cfg.sandboxConfig(address, runner, initBinary)
 	scfg.OnCleanup = wm.ObserveCleanup
 	scfg.Pull.OnWarning = func(msg string) { log.Warn("image cache", "warning", msg) }
@@ -180,9 +185,10 @@ func run(args []string) (retErr error) {
 	}
 	removeOrphans()
 	// A container whose removal failed after its call finished, or whose owner's lease lapsed since, is
-	// swept up here (calls in flight are spared): once per lease.
+	// swept up here (calls in flight are spared): once per lease, and often enough that the sweep, which
+	// marks this worker's pooled containers alive, keeps other workers on the same containerd off them.
 	td.Go(func() {
-		t := time.NewTicker(max(cfg.Lease, time.Second))
+		t := time.NewTicker(min(max(cfg.Lease, time.Second), containerd.PoolOwnerStale/4))
 		defer t.Stop()
 		for {
 			select {
@@ -235,10 +241,10 @@ func run(args []string) (retErr error) {
 		}
 		fmt.Fprintln(w, "ready")
 	})
-	srv := &http.Server{Addr: cfg.Listen, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	td.OnStop(func() { srv.Close() })
 	td.Go(func() {
-		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(healthLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("serve health and metrics", "error", err)
 		}
 	})

@@ -233,3 +233,64 @@ func (p *Proc) Stop(t testing.TB) {
 		t.Errorf("%s did not stop within 60s of SIGTERM", p.name)
 	}
 }
+
+// Exit is how a process that was expected to stop on its own ended: its whole output, how long it ran, and
+// its exit error (nil for status 0).
+type Exit struct {
+	Output  string
+	Elapsed time.Duration
+	Err     error
+}
+
+// RunToExit runs the binary at path with args and the environment plus env, and waits up to timeout for it
+// to exit on its own: for the tests of bad input, which must fail the start at once. A process still
+// running at timeout is killed and fails the test.
+func RunToExit(t testing.TB, path string, env []string, timeout time.Duration, args ...string) Exit {
+	t.Helper()
+	cmd := exec.Command(path, args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.Env = append(os.Environ(), env...)
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", filepath.Base(path), err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return Exit{Output: out.String(), Elapsed: time.Since(start), Err: err}
+	case <-time.After(timeout):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("%s %s still ran %s after it started:\n%s", filepath.Base(path), strings.Join(args, " "), timeout, out.String())
+		return Exit{}
+	}
+}
+
+// CommandLine is the command line of process pid, its arguments separated by spaces ("" once it is gone).
+func CommandLine(pid string) string {
+	b, _ := os.ReadFile(filepath.Join("/proc", pid, "cmdline"))
+	return strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
+}
+
+// CheckRefused fails t unless the process refused to start: a non-zero exit within `within` of its start,
+// and an output of one line holding every one of want (the bad input and the setting to change).
+func (e Exit) CheckRefused(t testing.TB, within time.Duration, want ...string) {
+	t.Helper()
+	out := strings.TrimSpace(e.Output)
+	if e.Err == nil {
+		t.Fatalf("exited 0; want a failed start:\n%s", out)
+	}
+	if e.Elapsed > within {
+		t.Errorf("took %s to fail; want at most %s", e.Elapsed.Round(time.Millisecond), within)
+	}
+	if strings.Contains(out, "\n") {
+		t.Errorf("output is %d lines; want one:\n%s", strings.Count(out, "\n")+1, out)
+	}
+	for _, w := range want {
+		if !strings.Contains(out, w) {
+			t.Errorf("output lacks %q:\n%s", w, out)
+		}
+	}
+}

@@ -188,6 +188,9 @@ func (w *Worker) confirmClaim(ctx context.Context, claimed *call.Result, lease q
 		rctx, cancel := context.WithDeadline(ctx, earliest(deadline, now.Add(time.Second)))
 		rec, err := w.store.Get(rctx, claimed.ID)
 		cancel()
+		if errors.Is(err, queue.ErrNotFound) {
+			return 0, renewedAt, fmt.Errorf("claim call %s: %w", claimed.ID, err) // gone: not this claim's
+		}
 		if err == nil {
 			if r := rec.Result; r.Status == call.StatusRunning && r.Worker == w.cfg.ID && r.StartedAt.Equal(claimed.StartedAt) {
 				return rec.Revision, renewedAt, nil

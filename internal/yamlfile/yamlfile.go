@@ -4,8 +4,10 @@
 package yamlfile
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -20,6 +22,10 @@ func Decode(path string, v any) error {
 	dec := yaml.NewDecoder(f)
 	dec.KnownFields(true)
 	if err := dec.Decode(v); err != nil {
+		var te *yaml.TypeError
+		if errors.As(err, &te) { // one line per file: the decoder lists its errors on lines of their own
+			return fmt.Errorf("read config %s: %s: correct or remove those keys", path, strings.Join(te.Errors, "; "))
+		}
 		return fmt.Errorf("read config %s: %w", path, err)
 	}
 	return nil

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"io"
@@ -44,6 +45,7 @@ type stack struct {
 	configPath string
 	policyPath string
 	opts       stackOptions
+	workerID   string // the worker's --id; "" is e2e-worker
 }
 
 const dispatcherConfig = `
@@ -89,6 +91,7 @@ func startStackWith(t testing.TB, o stackOptions) *stack {
 		}
 	}
 	s.natsURL = o.natsURL
+	s.checkNothingLeftAfterStop(t)
 	s.startDispatcher(t)
 	s.startWorker(t)
 	return s
@@ -98,7 +101,7 @@ func startStackWith(t testing.TB, o stackOptions) *stack {
 func (s *stack) startWorker(t testing.TB) {
 	t.Helper()
 	args := []string{"--data-dir", filepath.Join(s.dataDir, "w"), "--nats-url", s.natsURL,
-		"--listen", "127.0.0.1:0", "--id", "e2e-worker", "--slots", "4", "--runtime", ctrtest.Runtime()}
+		"--listen", "127.0.0.1:0", "--id", cmp.Or(s.workerID, "e2e-worker"), "--slots", "4", "--runtime", ctrtest.Runtime()}
 	if s.opts.workerConfig != "" {
 		path := filepath.Join(s.dataDir, "worker.yaml")
 		if err := os.WriteFile(path, []byte(s.opts.workerConfig), 0o600); err != nil {

@@ -37,11 +37,29 @@ func (r *Runtime) RemoveOrphans(ctx context.Context) (int, error) {
 	return r.RemoveOrphansOf(ctx, nil)
 }
 
+// PoolOwnerStale is how long a pooled container of another worker may go without its owner's sign of
+// life before RemoveOrphansOf counts its owner gone. A pooled container serves no call of its own (its id
+// is not a call's), so no lease tells whether its owner lives: instead every RemoveOrphans and
+// RemoveOrphansOf marks this Runtime's pooled containers alive (a label, which sets the container record's
+// UpdatedAt in containerd). A worker that shares its containerd with others must call one of them at least
+// every PoolOwnerStale/2 while it runs (the worker sweeps once per lease, at most every PoolOwnerStale/4).
+const PoolOwnerStale = 2 * time.Minute
+
+// poolOwnerStale is PoolOwnerStale; tests shorten it.
+var poolOwnerStale = PoolOwnerStale
+
+// labelPoolAlive is the label a live Runtime rewrites on its pooled containers: its clock, in Unix
+// nanoseconds, when it last swept (for people reading `ctr containers info`; the judgement is UpdatedAt).
+const labelPoolAlive = "toolpool.pool.alive"
+
 // RemoveOrphansOf is RemoveOrphans that also removes the containers of other workers (any WorkerID in the
-// namespace: a crashed worker replaced under another id, a worker sharing this containerd) for which gone
-// reports true. A container for which gone fails or reports false is left alone: its owner may be alive.
+// namespace: a crashed worker replaced under another id, a worker sharing this containerd): a call's
+// container when gone reports true for its call, a pooled container (ready or claimed) when its owner has
+// not marked it alive for PoolOwnerStale. A container for which gone fails or reports false is left alone:
+// its owner may be alive.
 func (r *Runtime) RemoveOrphansOf(ctx context.Context, gone OwnerGone) (int, error) {
 	ctx = namespaces.WithNamespace(ctx, r.cfg.Namespace)
+	markErr := r.markPoolAlive(ctx)
 	filter := fmt.Sprintf("labels.%q==%s", labelWorker, r.cfg.WorkerID)
 	if gone != nil {
 		filter = fmt.Sprintf("labels.%q", labelWorker)
@@ -84,21 +102,41 @@ func (r *Runtime) RemoveOrphansOf(ctx context.Context, gone OwnerGone) (int, err
 	for id := range ids {
 		errs = append(errs, r.removeTaskMounts(id), r.removeCgroups(id))
 	}
-	errs = append(errs, r.removeFIFODirs(), r.removeOldRoots(), r.removeOldSlots(), r.removeOldViews())
+	errs = append(errs, r.removeFIFODirs(), r.removeOldRoots(), r.removeOldSlots(), r.removeOldViews(), markErr)
 	return removed, errors.Join(errs...)
 }
 
-// ownOrGone reports whether container c is this worker's (by WorkerID) or its owner is gone.
+// markPoolAlive marks this Runtime's pooled containers alive for other workers' RemoveOrphansOf.
+func (r *Runtime) markPoolAlive(ctx context.Context) error {
+	list, err := r.client.Containers(ctx, fmt.Sprintf("labels.%q==%s,labels.%q", labelWorker, r.cfg.WorkerID, labelPool))
+	if err != nil {
+		return fmt.Errorf("list pooled containers to mark alive: %w", err)
+	}
+	var errs []error
+	now := strconv.FormatInt(time.Now().UnixNano(), 10)
+	for _, c := range list {
+		if _, err := c.SetLabels(ctx, map[string]string{labelPoolAlive: now}); err != nil && !errdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("mark pooled container %s alive: %w", c.ID(), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ownOrGone reports whether container c is this worker's (by WorkerID) or its owner is gone: for a call's
+// container, as gone says; for a pooled one, when its owner has not marked it alive for poolOwnerStale.
 func (r *Runtime) ownOrGone(ctx context.Context, c containerd.Container, gone OwnerGone) bool {
-	labels, err := c.Labels(ctx)
+	info, err := c.Info(ctx, containerd.WithoutRefreshedMetadata)
 	if err != nil {
 		return false
 	}
-	if labels[labelWorker] == r.cfg.WorkerID {
+	if info.Labels[labelWorker] == r.cfg.WorkerID {
 		return true
 	}
 	if gone == nil {
 		return false
+	}
+	if info.Labels[labelPool] != "" {
+		return time.Since(info.UpdatedAt) > poolOwnerStale
 	}
 	g, err := gone(ctx, c.ID())
 	return err == nil && g

@@ -29,6 +29,8 @@ const (
 	envWorkspace   = "TOOLPOOL_CRASH_WS"
 	envCallID      = "TOOLPOOL_CRASH_ID"
 	envImage       = "TOOLPOOL_CRASH_IMAGE"
+	// envPoolInit, when set, gives the crash helper a warm pool of one container whose init is this file.
+	envPoolInit = "TOOLPOOL_CRASH_POOL_INIT"
 )
 
 // TestMain runs this test binary as the crash helper when TestRemoveOrphansAfterCrash asks for one.
@@ -44,14 +46,19 @@ func TestMain(m *testing.M) {
 
 // crashHelper is a worker that starts a call that never ends; TestRemoveOrphansAfterCrash kills it mid-call.
 func crashHelper() {
-	rt, err := containerd.New(context.Background(), containerd.Config{
+	cfg := containerd.Config{
 		Address: os.Getenv(envAddress), Namespace: "toolpool-test", StateDir: os.Getenv(envStateDir),
 		UID: ctrtest.SandboxUID, GID: ctrtest.SandboxGID, WorkerID: "crash-worker",
-	})
+	}
+	if init := os.Getenv(envPoolInit); init != "" {
+		cfg.Pool = containerd.PoolConfig{MaxSize: 1, InitBinary: init, InitPath: probePath}
+	}
+	rt, err := containerd.New(context.Background(), cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "crash helper:", err)
 		return
 	}
+	rt.Prewarm(sandbox.Spec{})
 	spec := sandbox.Spec{ID: os.Getenv(envCallID), WorkspaceDir: os.Getenv(envWorkspace), Limits: sandbox.Limits{Timeout: 10 * time.Minute}}
 	if img := os.Getenv(envImage); img != "" {
 		spec.Image = img
