@@ -326,3 +326,16 @@ tenants:
 		{"shipped policy", clone("", "https://github.com/o/r.git"), Deny, RuleNoNetwork},
 	})
 }
+
+// TestDefaultDeniesEverySSHIdentity: every private key file name OpenSSH's ssh-keygen writes by default
+// is a denied path under the default policy, wherever it lies (id_ed25519_sk, a security-key type, was
+// readable: the list named four types of seven).
+func TestDefaultDeniesEverySSHIdentity(t *testing.T) {
+	var cases []decideCase
+	for _, key := range []string{"id_rsa", "id_dsa", "id_ecdsa", "id_ecdsa_sk", "id_ed25519", "id_ed25519_sk", "id_xmss"} {
+		for _, dir := range []string{"", "keys/", "deploy/.config/"} {
+			cases = append(cases, decideCase{"read " + dir + key, Request{Tool: "read_file", Facts: paths(dir + key)}, Deny, RuleDeniedPath})
+		}
+	}
+	runDecideCases(t, Default(), cases)
+}
