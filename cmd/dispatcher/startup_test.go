@@ -1,7 +1,6 @@
 package main
 
 import (
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -16,23 +15,8 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// startupLimit is how long a start with bad input may take to fail: the issue's "within a second".
-const startupLimit = time.Second
-
-// holdPort listens on a free port of 127.0.0.1 until the test ends, and returns its address: a port that
-// another process holds.
-func holdPort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	return ln.Addr().String()
-}
-
 // TestStartupRefusesBadInput starts the real dispatcher binary with one bad input at a time and checks that
-// it exits at once (within startupLimit) with one line that names the input and the setting to change.
+// it exits at once (within testproc.RefusalWithin) with one line that names the input and the setting to change.
 func TestStartupRefusesBadInput(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the dispatcher binary")
@@ -55,8 +39,8 @@ func TestStartupRefusesBadInput(t *testing.T) {
 		args []string
 		want []string // substrings of the one line
 	}{
-		{"listen taken", []string{"--listen", holdPort(t)}, []string{"is in use", "change --listen (listen)"}},
-		{"nats listen taken", []string{"--nats-listen", holdPort(t)}, []string{"embedded nats", "is in use", "change --nats-listen (nats_listen)", "--nats-url"}},
+		{"listen taken", []string{"--listen", testproc.HoldPort(t)}, []string{"is in use", "change --listen (listen)"}},
+		{"nats listen taken", []string{"--nats-listen", testproc.HoldPort(t)}, []string{"embedded nats", "is in use", "change --nats-listen (nats_listen)", "--nats-url"}},
 		{"listen not an address", []string{"--listen", "8080"}, []string{`listen "8080" is not host:port`}},
 		{"nats listen not an address", []string{"--nats-listen", "localhost"}, []string{`nats_listen "localhost" is not host:port`, "--nats-listen"}},
 		{"config value", []string{"--config", write("sync.yaml", "nats_sync: sometimes\n")}, []string{`nats_sync "sometimes"`, "set always"}},
@@ -76,7 +60,7 @@ func TestStartupRefusesBadInput(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			args := append([]string{"--dev-tenant", "--listen", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0", "--data-dir", t.TempDir()}, c.args...)
-			testproc.RunToExit(t, bin, nil, 10*time.Second, args...).CheckRefused(t, startupLimit, c.want...)
+			testproc.RunToExit(t, bin, nil, 10*time.Second, args...).CheckRefused(t, testproc.RefusalWithin, c.want...)
 		})
 	}
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -16,11 +15,8 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// startupLimit is how long a start with bad input may take to fail: the issue's "within a second".
-const startupLimit = time.Second
-
 // TestStartupRefusesBadInput starts the real worker binary with one bad input at a time and checks that it
-// exits at once (within startupLimit), before it starts containerd or looks for NATS, with one line that
+// exits at once (within testproc.RefusalWithin), before it starts containerd or looks for NATS, with one line that
 // names the input and the setting to change.
 func TestStartupRefusesBadInput(t *testing.T) {
 	if testing.Short() {
@@ -35,18 +31,14 @@ func TestStartupRefusesBadInput(t *testing.T) {
 		}
 		return p
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	taken := testproc.HoldPort(t)
 	notSocket := write("not-a-socket", "")
 	cases := []struct {
 		name string
 		args []string
 		want []string // substrings of the one line
 	}{
-		{"listen taken", []string{"--listen", ln.Addr().String()}, []string{"is in use", "change --listen (listen)"}},
+		{"listen taken", []string{"--listen", taken}, []string{"is in use", "change --listen (listen)"}},
 		{"runtime binary missing", []string{"--runtime-binary", "no-such-runc"}, []string{`runtime_binary "no-such-runc"`, "--runtime-binary (runtime_binary)"}},
 		{"runtime binary path missing", []string{"--runtime-binary", filepath.Join(dir, "crun")}, []string{"runtime_binary", "no such file", "--runtime-binary (runtime_binary)"}},
 		{"runsc missing", []string{"--config", write("runsc.yaml", "gvisor: {runsc: "+filepath.Join(dir, "runsc")+"}\n")}, []string{"gvisor.runsc", "no such file"}},
@@ -61,7 +53,7 @@ func TestStartupRefusesBadInput(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			args := append([]string{"--listen", "127.0.0.1:0", "--data-dir", t.TempDir(), "--nats-url", "nats://127.0.0.1:1"}, c.args...)
-			testproc.RunToExit(t, bin, nil, 10*time.Second, args...).CheckRefused(t, startupLimit, c.want...)
+			testproc.RunToExit(t, bin, nil, 10*time.Second, args...).CheckRefused(t, testproc.RefusalWithin, c.want...)
 		})
 	}
 }

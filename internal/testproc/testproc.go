@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -240,6 +241,22 @@ type Exit struct {
 	Output  string
 	Elapsed time.Duration
 	Err     error
+}
+
+// RefusalWithin is how long a command started with bad input may take to refuse it: at once, within a
+// second, with one line that names what to fix.
+const RefusalWithin = time.Second
+
+// HoldPort listens on a free port of 127.0.0.1 until the test ends and returns its address: an address
+// that is in use, for the tests of a start on a taken port.
+func HoldPort(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln.Addr().String()
 }
 
 // RunToExit runs the binary at path with args and the environment plus env, and waits up to timeout for it
