@@ -23,24 +23,45 @@ type Outputs struct {
 
 var _ queue.Outputs = (*Outputs)(nil)
 
-// outputPutTimeout bounds a PutOutput whose ctx has no deadline. Without one, nats.go waits its default
-// five seconds for each chunk's acknowledgement, which a loaded server (or one electing a leader) misses.
+// outputPutTimeout bounds a PutOutput whose ctx has no deadline.
 const outputPutTimeout = 2 * time.Minute
 
 // PutOutput stores what r yields under name, replacing any object of that name, and returns its size. It
-// streams: r is read in chunks, never held whole. It gives up when ctx ends, or after outputPutTimeout
-// when ctx has no deadline.
+// streams: r is read in chunks, never held whole. It gives up when ctx ends (after outputPutTimeout when
+// ctx has no deadline), and as soon as one chunk waits longer than the connection's JetStream timeout
+// (nats.go's default, five seconds) for its acknowledgement: a stream leader killed with a chunk in flight
+// never acknowledges it, and the put is better failed and tried again than held until its deadline.
 func (s *Outputs) PutOutput(ctx context.Context, name string, r io.Reader) (int64, error) {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, outputPutTimeout)
-		defer cancel()
-	}
-	info, err := s.store.Put(ctx, jetstream.ObjectMeta{Name: name}, r)
+	putCtx, release := chunkBounded(ctx, outputPutTimeout)
+	defer release()
+	info, err := s.store.Put(putCtx, jetstream.ObjectMeta{Name: name}, r)
 	if err != nil {
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
 		return 0, fmt.Errorf("store output %s: %w", name, err)
 	}
 	return int64(info.Size), nil
+}
+
+// chunkBounded returns a context that ends when ctx does, or after limit when ctx has no deadline, and
+// that has no deadline itself: nats.go's object store bounds each chunk's acknowledgement only under a
+// context without one, and otherwise waits for a lost acknowledgement until the deadline (seen in the
+// cluster: every put in flight when the object store's leader was killed hung for its whole timeout).
+// release ends it and frees its timer; call it when done.
+func chunkBounded(ctx context.Context, limit time.Duration) (_ context.Context, release func()) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(limit)
+	}
+	bounded, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stopFollowing := context.AfterFunc(ctx, cancel)
+	timer := time.AfterFunc(time.Until(deadline), cancel)
+	return bounded, func() {
+		stopFollowing()
+		timer.Stop()
+		cancel()
+	}
 }
 
 // ReadOutput returns up to limit bytes of the object name from offset on (limit < 0: to the end).
