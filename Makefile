@@ -109,9 +109,9 @@ fuzz:
 	@FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh
 
 ## soak: the chaos soak on the three-server cluster for SOAK (default 5m): steady load while NATS servers
-## (the calls stream's and the records bucket's leaders among them), workers and a dispatcher are killed at
-## random and a server is frozen; fails on any broken guarantee and writes its table to SOAK_REPORT
-## (docs/reliability.md). SOAK_SEED replays a run's fault schedule
+## (the calls stream's, records bucket's and output store's leaders among them), workers and a dispatcher
+## are killed at random and a server is frozen; fails on any broken guarantee and writes its table to
+## SOAK_REPORT (docs/reliability.md). SOAK_SEED replays a run's fault schedule
 SOAK ?= 5m
 SOAK_REPORT ?= soak-report.md
 soak: deps

@@ -232,9 +232,13 @@ func (s *soak) fault(t *testing.T) {
 	f := soakFault{start: time.Now()}
 	nodes := s.p.nats.nodes
 	switch k := s.rng.IntN(8); {
-	case k <= 1: // a random server, killed and restarted 8 s later
+	case k == 0: // a random server, killed and restarted 8 s later
 		n := nodes[s.rng.IntN(len(nodes))]
 		f.kind, f.target = "kill -9 a NATS server (restarted 8 s later)", n.name
+		s.killServer(t, n)
+	case k == 1: // every run_shell call stores its full output there before its result is recorded
+		n := s.p.nats.leaderOf(t, "OBJ_toolpool_calls_outputs")
+		f.kind, f.target = "kill -9 the output store's leader (restarted 8 s later)", n.name
 		s.killServer(t, n)
 	case k == 2:
 		n := s.p.nats.leaderOf(t, "TOOLPOOL_CALLS")
