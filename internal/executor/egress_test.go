@@ -3,6 +3,7 @@ package executor
 import (
 	"bufio"
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"os"
@@ -120,5 +121,30 @@ func TestEgressNote(t *testing.T) {
 	}
 	if egressNote(conns[:1]) != "" {
 		t.Error("a note without refusals")
+	}
+}
+
+// TestEgressStoppedWhenNoCapture: a call granted network whose output capture cannot be made (a full
+// spool disk) does not run, and its egress proxy is stopped and its socket removed: nothing of the call
+// is left serving.
+func TestEgressStoppedWhenNoCapture(t *testing.T) {
+	gw, err := egress.NewGateway(egress.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := &fakeRuntime{}
+	e, _ := newTestExecutor(t, rt, 0, nil)
+	e.cfg.EgressDir, e.cfg.Egress, e.cfg.RunnerBinary = filepath.Join(t.TempDir(), "egress"), gw, "/host/worker"
+	c := newCall("run_shell", shellArgs)
+	c.Limits.Network = true
+	_, err = e.Run(context.Background(), c, func() (Capture, error) { return nil, errors.New("create spool: no space left on device") })
+	if !errors.Is(err, sandbox.ErrNotStarted) {
+		t.Fatalf("Run = %v, want an error wrapping sandbox.ErrNotStarted", err)
+	}
+	if rt.count() != 0 {
+		t.Fatalf("%d runs, want none", rt.count())
+	}
+	if _, err := os.Stat(filepath.Join(e.cfg.EgressDir, c.ID+".sock")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the call's egress socket is still there (%v): its proxy was left serving", err)
 	}
 }

@@ -76,6 +76,7 @@ func (e *Executor) Run(ctx context.Context, c *call.Call, newCapture func() (Cap
 	var capt Capture
 	if tool.Streams() && newCapture != nil {
 		if capt, err = newCapture(); err != nil {
+			finishEgress()
 			return Execution{}, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
 		}
 		spec.Stdout, spec.Stderr = capt.Stdout(), capt.Stderr()
