@@ -248,12 +248,13 @@ func (b *fakeRuleBook) AddAllowRule(_ context.Context, tenant, tool string, argv
 
 // setup varies a harness.
 type setup struct {
-	config  func(*Config)
-	noAudit bool   // serve no audit log (WithAudit not given)
-	noRules bool   // no rule book (WithRuleBook not given)
-	engine  Policy // the policy, instead of a fakePolicy (h.pol is then unused)
-	ready   []ReadyChecker
-	live    Live // live output (WithLive), if any
+	config    func(*Config)
+	noAudit   bool   // serve no audit log (WithAudit not given)
+	noRules   bool   // no rule book (WithRuleBook not given)
+	engine    Policy // the policy, instead of a fakePolicy (h.pol is then unused)
+	ready     []ReadyChecker
+	live      Live      // live output (WithLive), if any
+	transfers Transfers // the workspace API's transfer store (WithTransfers), if any
 }
 
 // harness is a Server on fakes, with a fake clock.
@@ -307,6 +308,9 @@ func newHarness(t *testing.T, su setup) *harness {
 	}
 	if su.live != nil {
 		opts = append(opts, WithLive(su.live))
+	}
+	if su.transfers != nil {
+		opts = append(opts, WithTransfers(su.transfers))
 	}
 	var pol Policy = h.pol
 	if su.engine != nil {

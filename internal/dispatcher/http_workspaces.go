@@ -36,13 +36,19 @@ func (s *api) routeWorkspaces(mux *http.ServeMux) {
 
 // workspaceOp runs operation op on workspace ws for the request's caller (runWorkspaceOp). It answers the
 // request itself (and returns a nil Output, with the call's result when there is one) unless the
-// operation ran and succeeded.
+// operation ran and succeeded. An operation that is queued but not recorded yet comes with its queued
+// result, and one that may have been queued (its state unknown) with a result of StatusUnknown: neither
+// is over, and what it consumes (an upload) must be left to it.
 func (s *api) workspaceOp(w http.ResponseWriter, r *http.Request, op, ws string, args workspace.Args) (*call.Result, *workspace.Output) {
 	res, out, err := s.runWorkspaceOp(r.Context(), principalFrom(r.Context()), op, ws, args)
+	var rej *call.Rejection
 	switch {
 	case errors.Is(err, errNotRecorded):
 		writeResult(w, res)
-		return nil, nil
+		return res, nil
+	case errors.As(err, &rej) && rej.Call != "" && res == nil:
+		writeErr(w, err)
+		return &call.Result{ID: rej.Call, Status: call.StatusUnknown}, nil
 	case err != nil:
 		writeErr(w, err)
 	case out == nil:
@@ -251,8 +257,8 @@ func (s *api) storeUpload(w http.ResponseWriter, r *http.Request, body io.Reader
 }
 
 // dropUpload deletes the upload of an operation that is over without success (refused, denied, failed;
-// the worker deletes what it consumed, and a second delete is harmless); one that waits for approval or
-// runs still is the worker's to delete.
+// the worker deletes what it consumed, and a second delete is harmless); one that waits for approval,
+// is queued or runs still, or may have been queued (its state unknown), is the worker's to delete.
 func (s *api) dropUpload(ctx context.Context, name string, res *call.Result) {
 	if name == "" || (res != nil && !res.Status.Terminal()) {
 		return
