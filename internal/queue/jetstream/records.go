@@ -79,10 +79,13 @@ var waitRereads, waitPoll = []time.Duration{5 * time.Millisecond, 20 * time.Mill
 // error). It listens to the one key's updates with a core subscription (no server state beyond the
 // interest) and reads the record again on each, so it costs nothing for other calls' updates.
 //
-// The server routes a published update to core subscribers before its stream stores it, so an update
-// routed just before the subscription and stored just after the first read rings no bell. Wait reads
-// again soon after it starts (waitRereads) to see such an update within milliseconds; later, a poll
-// every waitPoll backs up notifications lost to a reconnect.
+// The server routes a published update to core subscribers before its stream stores it: the bell may
+// ring before the stream's leader has applied the write (on a cluster it needs a quorum first, slower
+// with a server down), and a read then still finds the record before it; and an update routed just
+// before the subscription and stored just after the first read rings no bell at all. So Wait reads
+// again soon after it starts and after each bell (waitRereads) to see such an update within
+// milliseconds; later, a poll every waitPoll backs up notifications lost to a reconnect. (The bell's
+// message is not read as the record: a compare-and-set write the stream refused rings it too.)
 func (s *Records) Wait(ctx context.Context, id string, done func(*call.Result) bool) (*call.Result, error) {
 	bell := make(chan struct{}, 1)
 	sub, err := s.nc.Subscribe("$KV."+s.cfg.Bucket+"."+id, func(*nats.Msg) {
@@ -106,6 +109,8 @@ func (s *Records) Wait(ctx context.Context, id string, done func(*call.Result) b
 	for n := 1; !done(latest); {
 		select {
 		case <-bell:
+			n = 1
+			reread.Reset(waitRereads[0])
 		case <-reread.C:
 			next := waitPoll
 			if n < len(waitRereads) {
