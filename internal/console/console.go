@@ -58,7 +58,9 @@ func secure(h http.Header) {
 	h.Set("Content-Security-Policy", csp)
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
-	h.Set("Referrer-Policy", "no-referrer")
+	// same-origin, not no-referrer: under no-referrer Chromium sends "Origin: null" with a form's POST,
+	// which the CSRF check must refuse; console URLs carry no secret, and none leaves the origin.
+	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Cross-Origin-Opener-Policy", "same-origin")
 	h.Set("Cross-Origin-Resource-Policy", "same-origin")
 	h.Set("Cache-Control", "no-store")
@@ -75,6 +77,11 @@ func (c *Console) routes() {
 	c.mux.HandleFunc("GET "+Prefix+"/approvals", c.session(c.approvalsPage))
 	c.mux.HandleFunc("GET "+Prefix+"/approvals/live", c.session(c.approvalsLive))
 	c.mux.HandleFunc("POST "+Prefix+"/approvals/{id}", c.session(c.decide))
+	c.mux.HandleFunc("GET "+Prefix+"/calls", c.session(c.callsPage))
+	c.mux.HandleFunc("GET "+Prefix+"/calls/{id}", c.session(c.callPage))
+	c.mux.HandleFunc("GET "+Prefix+"/calls/{id}/events", c.session(c.events))
+	c.mux.HandleFunc("GET "+Prefix+"/calls/{id}/{stream}", c.session(c.outputPage))
+	c.mux.HandleFunc("POST "+Prefix+"/calls/{id}/cancel", c.session(c.cancel))
 	c.mux.HandleFunc(Prefix+"/", func(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, nil, http.StatusNotFound, "no console page "+r.Method+" "+r.URL.Path+": start at "+Prefix+"/")
 	})

@@ -47,9 +47,6 @@ func newFakeAPI() *fakeAPI {
 				"rule": "writes", "reason": "it writes", "created_at": now.Add(-time.Minute), "expires_at": now.Add(time.Hour)},
 		}})
 	})
-	f.mux.HandleFunc("GET /v1/calls/{id}", func(w http.ResponseWriter, r *http.Request) {
-		writeTestJSON(w, 202, map[string]any{"id": r.PathValue("id"), "tenant": "acme", "status": "pending_approval"})
-	})
 	f.mux.HandleFunc("POST /v1/approvals/{id}", func(w http.ResponseWriter, r *http.Request) {
 		var body map[string]any
 		_ = json.NewDecoder(r.Body).Decode(&body)
@@ -62,6 +59,7 @@ func newFakeAPI() *fakeAPI {
 		}
 		writeTestJSON(w, 202, map[string]any{"id": r.PathValue("id"), "status": "queued"})
 	})
+	f.fakeCalls()
 	return f
 }
 
@@ -244,6 +242,7 @@ func TestCSRF(t *testing.T) {
 		{"another token's", withCSRF(form, csrfFor(callerToken)), nil},
 		{"another origin", withCSRF(form, csrf), map[string]string{"Origin": "https://evil.example"}},
 		{"another site", withCSRF(form, csrf), map[string]string{"Sec-Fetch-Site": "cross-site"}},
+		{"an opaque origin", withCSRF(form, csrf), map[string]string{"Origin": "null"}},
 	} {
 		resp, page := b.do("POST", "/console/approvals/c_new", tc.form, tc.header)
 		if resp.StatusCode != http.StatusForbidden || !strings.Contains(page, "console") {
@@ -313,7 +312,7 @@ func TestApprovalsPage(t *testing.T) {
 				t.Errorf("%s: the page carries %q of the arguments as markup or raw", path, bad)
 			}
 		}
-		if !strings.Contains(page, "␛[31mred␛[0m␇") {
+		if !strings.Contains(page, `<span class="ctl">\x1b</span>[31mred<span class="ctl">\x1b</span>[0m<span class="ctl">\x07</span>`) {
 			t.Errorf("%s: the escape sequences of the arguments are not shown as text", path)
 		}
 	}
@@ -338,7 +337,7 @@ func TestSecurityHeaders(t *testing.T) {
 		}
 		h := resp.Header
 		if h.Get("Content-Security-Policy") != csp || h.Get("X-Content-Type-Options") != "nosniff" ||
-			h.Get("X-Frame-Options") != "DENY" || h.Get("Referrer-Policy") != "no-referrer" {
+			h.Get("X-Frame-Options") != "DENY" || h.Get("Referrer-Policy") != "same-origin" {
 			t.Errorf("%s: security headers missing: %v", path, h)
 		}
 		return page
@@ -370,14 +369,17 @@ func TestSecurityHeaders(t *testing.T) {
 func TestVisible(t *testing.T) {
 	for in, want := range map[string]string{
 		"plain\n\ttab":                  "plain\n\ttab",
-		"\x1b[31mred\x1b[0m":            "␛[31mred␛[0m",
-		"bell\x07 nul\x00 del\x7f cr\r": "bell␇ nul␀ del␡ cr␍",
-		"bidi\u202eevil":                `bidi\u202eevil`,
-		"bad\xffutf8":                   "bad\uFFFDutf8",
+		"\x1b[31mred\x1b[0m":            `\x1b[31mred\x1b[0m`,
+		"bell\x07 nul\x00 del\x7f cr\r": `bell\x07 nul\x00 del\x7f cr\x0d`,
+		"bidi\u202eevil c1\u009b":       `bidi\u202eevil c1\u009b`,
+		"bad\xffutf8 \uFFFD":            "bad\uFFFDutf8 \uFFFD",
 	} {
 		if got := visible(in); got != want {
 			t.Errorf("visible(%q) = %q, want %q", in, got, want)
 		}
+	}
+	if got, want := string(visibleHTML("<b>\x1b[1m&")), `&lt;b&gt;<span class="ctl">\x1b</span>[1m&amp;`; got != want {
+		t.Errorf("visibleHTML = %s, want %s", got, want)
 	}
 }
 
@@ -385,7 +387,7 @@ func TestHighlightShell(t *testing.T) {
 	got := string(highlightShell(`FOO=1 rm -rf "$HOME/<b>" | tee x; echo '</pre>' # done` + "\x1b"))
 	want := `<span class="sh-var">FOO=1</span> <span class="sh-cmd">rm</span> -rf <span class="sh-str">&#34;$HOME/&lt;b&gt;&#34;</span> ` +
 		`<span class="sh-op">|</span> <span class="sh-cmd">tee</span> x<span class="sh-op">;</span> <span class="sh-cmd">echo</span> ` +
-		`<span class="sh-str">&#39;&lt;/pre&gt;&#39;</span> <span class="sh-com"># done␛</span>`
+		`<span class="sh-str">&#39;&lt;/pre&gt;&#39;</span> <span class="sh-com"># done<span class="ctl">\x1b</span></span>`
 	if got != want {
 		t.Fatalf("highlightShell:\n got %s\nwant %s", got, want)
 	}

@@ -6,17 +6,17 @@ import (
 )
 
 // highlightShell returns a command line as HTML for reading: every character of it, each control
-// character made visible (visible), escaped, with spans that mark the programs a line runs (class
+// character made visible (visibleHTML), escaped, with spans that mark the programs a line runs (class
 // "sh-cmd"), operators ("sh-op"), quoted strings ("sh-str"), variables ("sh-var") and comments
 // ("sh-com"). It is a reading aid, not the policy's analysis: the text shown is exactly the command.
 func highlightShell(line string) template.HTML {
 	var b strings.Builder
 	span := func(class, text string) {
 		if class == "" {
-			b.WriteString(template.HTMLEscapeString(visible(text)))
+			b.WriteString(string(visibleHTML(text)))
 			return
 		}
-		b.WriteString(`<span class="` + class + `">` + template.HTMLEscapeString(visible(text)) + `</span>`)
+		b.WriteString(`<span class="` + class + `">` + string(visibleHTML(text)) + `</span>`)
 	}
 	cmdNext := true // the next word is a program
 	rs := []rune(line)

@@ -13,10 +13,10 @@ import (
 )
 
 // pageNames are the pages, each templates/NAME.html parsed with templates/layout.html.
-var pageNames = []string{"signin", "error", "approvals"}
+var pageNames = []string{"signin", "error", "approvals", "calls", "call", "output"}
 
 var funcs = template.FuncMap{
-	"visible": visible,
+	"visible": visibleHTML,
 	"shell":   highlightShell,
 	"when":    when,
 	"bytes":   humanBytes,
@@ -84,29 +84,70 @@ func (c *Console) failAPI(w http.ResponseWriter, r *http.Request, s *session, er
 	}
 }
 
-// visible returns s with every control character but newline and tab shown as its Unicode control
-// picture (ESC as ␛, so an escape sequence reads "␛[31m" instead of colouring anything), and bytes
-// that are not UTF-8 as U+FFFD. The result is text, escaped again by the template.
+// visible returns s as text a page can show without anything in it taking effect: every control
+// character but newline and tab as an escape in Go's notation (ESC as \x1b, so an escape sequence reads
+// "\x1b[31m" instead of colouring anything; BEL as \x07), C1 controls, line separators and
+// bidirectional overrides (which could disguise what is shown) as \uXXXX, and bytes that are not UTF-8
+// as U+FFFD. The notation needs no special font. The result is text, escaped again by the template.
 func visible(s string) string {
 	var b strings.Builder
-	for i, r := range s {
-		switch {
-		case r == utf8.RuneError && !strings.HasPrefix(s[i:], "\uFFFD"):
-			b.WriteRune('\uFFFD')
-		case r == '\n' || r == '\t':
-			b.WriteRune(r)
-		case r < 0x20:
-			b.WriteRune(0x2400 + r)
-		case r == 0x7f:
-			b.WriteRune('\u2421')
-		case r >= 0x80 && r < 0xa0, r == '\u2028', r == '\u2029', r >= '\u202a' && r <= '\u202e', r >= '\u2066' && r <= '\u2069':
-			// C1 controls, line separators and bidirectional overrides, which could disguise what is shown
-			fmt.Fprintf(&b, "\\u%04x", r)
-		default:
-			b.WriteRune(r)
-		}
+	for _, part := range controls(s) {
+		b.WriteString(part.text)
 	}
 	return b.String()
+}
+
+// visibleHTML is visible(s) as HTML, each control character's escape in a span of class "ctl", so that
+// it stands out from printed text that happens to read the same.
+func visibleHTML(s string) template.HTML {
+	var b strings.Builder
+	for _, part := range controls(s) {
+		if part.control {
+			b.WriteString(`<span class="ctl">` + part.text + `</span>`)
+		} else {
+			b.WriteString(template.HTMLEscapeString(part.text))
+		}
+	}
+	return template.HTML(b.String())
+}
+
+// piece is a run of printable text, or one control character's escape.
+type piece struct {
+	text    string
+	control bool
+}
+
+// controls splits s into printable runs and control characters' escapes (visible).
+func controls(s string) []piece {
+	var out []piece
+	var run strings.Builder
+	flush := func() {
+		if run.Len() > 0 {
+			out = append(out, piece{text: run.String()})
+			run.Reset()
+		}
+	}
+	for i, r := range s {
+		var esc string
+		switch {
+		case r == utf8.RuneError && !strings.HasPrefix(s[i:], "\uFFFD"):
+			run.WriteRune('\uFFFD')
+		case r == '\n' || r == '\t':
+			run.WriteRune(r)
+		case r < 0x20 || r == 0x7f:
+			esc = fmt.Sprintf("\\x%02x", r)
+		case r >= 0x80 && r < 0xa0, r == '\u2028', r == '\u2029', r >= '\u202a' && r <= '\u202e', r >= '\u2066' && r <= '\u2069':
+			esc = fmt.Sprintf("\\u%04x", r)
+		default:
+			run.WriteRune(r)
+		}
+		if esc != "" {
+			flush()
+			out = append(out, piece{text: esc, control: true})
+		}
+	}
+	flush()
+	return out
 }
 
 // when formats a time for a page: UTC, to the second; "" for the zero time.

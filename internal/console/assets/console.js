@@ -2,15 +2,23 @@
 // arguments) goes into the page as text (textContent), never as HTML.
 "use strict";
 
-// visible mirrors the server's visible(): control characters but newline and tab as their Unicode control
-// pictures (ESC as U+241B), so escape sequences are shown, never interpreted.
-function visible(s) {
-  return s.replace(/[\u0000-\u0008\u000b-\u001f\u007f\u0080-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g, function (c) {
-    var n = c.charCodeAt(0);
-    if (n < 0x20) return String.fromCharCode(0x2400 + n);
-    if (n === 0x7f) return "\u2421";
-    return "\\u" + n.toString(16).padStart(4, "0");
+// appendVisible appends text to el as the server's visibleHTML shows it: printable runs as text nodes,
+// each control character but newline and tab as its escape (\x1b for ESC, \u202e for a bidirectional
+// override) in a span of class "ctl", so escape sequences are shown, never interpreted. Nothing of text
+// ever becomes markup.
+var controlChars = /[\u0000-\u0008\u000b-\u001f\u007f\u0080-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g;
+function appendVisible(el, text) {
+  var at = 0;
+  text.replace(controlChars, function (c, i) {
+    if (i > at) { el.appendChild(document.createTextNode(text.slice(at, i))); }
+    var n = c.charCodeAt(0), span = document.createElement("span");
+    span.className = "ctl";
+    span.textContent = n < 0x80 ? "\\x" + n.toString(16).padStart(2, "0") : "\\u" + n.toString(16).padStart(4, "0");
+    el.appendChild(span);
+    at = i + 1;
+    return c;
   });
+  if (at < text.length) { el.appendChild(document.createTextNode(text.slice(at))); }
 }
 
 // liveList refreshes a server-rendered list every two seconds (the approvals), replacing it only when it
@@ -35,6 +43,64 @@ function liveList(el) {
   setInterval(tick, 2000);
 }
 
+// follow shows a running call's output as it is printed, from the call's event stream (status changes,
+// stdout and stderr chunks, then the result); an EventSource that is cut reconnects by itself and resumes
+// with Last-Event-ID, missing nothing and repeating nothing.
+function follow(panel) {
+  var out = document.getElementById("live-output");
+  var status = document.getElementById("status");
+  var worker = document.getElementById("worker");
+  var es = new EventSource(panel.getAttribute("data-follow"));
+  function append(stream, text) {
+    var atEnd = out.scrollTop + out.clientHeight >= out.scrollHeight - 4;
+    var span = document.createElement("span");
+    span.className = stream;
+    appendVisible(span, text);
+    out.appendChild(span);
+    if (atEnd) { out.scrollTop = out.scrollHeight; }
+  }
+  function chunk(stream) {
+    return function (e) {
+      var d = JSON.parse(e.data);
+      if (d.text !== undefined) { append(stream, d.text); return; }
+      if (d.base64 !== undefined) {
+        var bin = atob(d.base64), bytes = new Uint8Array(bin.length);
+        for (var i = 0; i < bin.length; i++) { bytes[i] = bin.charCodeAt(i); }
+        append(stream, new TextDecoder("utf-8").decode(bytes));
+      }
+    };
+  }
+  es.addEventListener("status", function (e) {
+    var d = JSON.parse(e.data);
+    status.textContent = d.status;
+    if (d.worker && worker) { worker.textContent = d.worker; }
+  });
+  es.addEventListener("stdout", chunk("stdout"));
+  es.addEventListener("stderr", chunk("stderr"));
+  es.addEventListener("result", function (e) {
+    es.close();
+    var r = JSON.parse(e.data);
+    status.textContent = r.status;
+    if (r.exit_code !== undefined) { document.getElementById("exit-code").textContent = String(r.exit_code); }
+    var form = document.getElementById("cancel-form");
+    if (form) { form.remove(); }
+    var note = document.getElementById("live-note");
+    note.textContent = "The call ended " + r.status + ". ";
+    var a = document.createElement("a");
+    a.href = window.location.pathname;
+    a.textContent = "Show the whole result";
+    note.appendChild(a);
+  });
+  es.addEventListener("error", function (e) {
+    if (e.data) { // the API's own error event: say it, and stop
+      es.close();
+      document.getElementById("live-note").textContent = "Following the output failed: ";
+      appendVisible(document.getElementById("live-note"), JSON.parse(e.data).message || "");
+    }
+  });
+}
+
 document.addEventListener("DOMContentLoaded", function () {
   document.querySelectorAll("[data-live]").forEach(liveList);
+  document.querySelectorAll("[data-follow]").forEach(follow);
 });
