@@ -137,7 +137,7 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request, s *session) {
 		req.Header.Set("Last-Event-ID", last)
 	}
 	req.Header.Set("Accept", "text/event-stream")
-	c.api.ServeHTTP(w, req)
+	c.proxy(w, r, s, req)
 }
 
 // cancel cancels the call (DELETE /v1/calls/{id}) and goes back to its page.

@@ -82,6 +82,12 @@ func (c *Console) routes() {
 	c.mux.HandleFunc("GET "+Prefix+"/calls/{id}/events", c.session(c.events))
 	c.mux.HandleFunc("GET "+Prefix+"/calls/{id}/{stream}", c.session(c.outputPage))
 	c.mux.HandleFunc("POST "+Prefix+"/calls/{id}/cancel", c.session(c.cancel))
+	c.mux.HandleFunc("GET "+Prefix+"/workspaces", c.session(c.workspacesPage))
+	c.mux.HandleFunc("GET "+Prefix+"/workspaces/{name}", c.session(c.workspacePage))
+	c.mux.HandleFunc("GET "+Prefix+"/workspaces/{name}/files/{path...}", c.session(c.filePage))
+	c.mux.HandleFunc("GET "+Prefix+"/workspaces/{name}/download/{path...}", c.session(c.download))
+	c.mux.HandleFunc("GET "+Prefix+"/workspaces/{name}/archive", c.session(c.archive))
+	c.mux.HandleFunc("POST "+Prefix+"/workspaces/{name}/snapshot", c.session(c.snapshot))
 	c.mux.HandleFunc(Prefix+"/", func(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, nil, http.StatusNotFound, "no console page "+r.Method+" "+r.URL.Path+": start at "+Prefix+"/")
 	})

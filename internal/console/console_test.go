@@ -60,6 +60,7 @@ func newFakeAPI() *fakeAPI {
 		writeTestJSON(w, 202, map[string]any{"id": r.PathValue("id"), "status": "queued"})
 	})
 	f.fakeCalls()
+	f.fakeWorkspaces()
 	return f
 }
 

@@ -13,7 +13,7 @@ import (
 )
 
 // pageNames are the pages, each templates/NAME.html parsed with templates/layout.html.
-var pageNames = []string{"signin", "error", "approvals", "calls", "call", "output"}
+var pageNames = []string{"signin", "error", "approvals", "calls", "call", "output", "workspaces", "workspace", "file"}
 
 var funcs = template.FuncMap{
 	"visible": visibleHTML,

@@ -126,6 +126,33 @@ func TestConsole(t *testing.T) {
 	}
 	screenshot(t, ctx, shots, "calls")
 
+	// Workspaces: the list, browsing read-only into a directory, a file as text, a snapshot.
+	if code, v := s.do(t, "POST", "/v1/calls", approverToken, map[string]any{"tool": "write_file", "workspace": "ws1",
+		"args": map[string]any{"path": "build/<i>notes.txt", "content": "hello \x1b[1m<b>bold</b>\n"}}); code != http.StatusOK || v["status"] != "ok" {
+		t.Fatalf("write a file: HTTP %d %v", code, v)
+	}
+	run(t, ctx, 20*time.Second, "the workspaces", chromedp.Navigate(s.url+"/console/workspaces"), chromedp.WaitVisible("table", chromedp.ByQuery))
+	screenshot(t, ctx, shots, "workspaces")
+	run(t, ctx, 30*time.Second, "browse ws1",
+		chromedp.Click(`a[href="/console/workspaces/ws1"]`, chromedp.ByQuery),
+		chromedp.WaitVisible("table.files", chromedp.ByQuery),
+		chromedp.Click(`a[href="/console/workspaces/ws1?path=build"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`a[href$="%3ci%3enotes.txt"]`, chromedp.ByQuery))
+	screenshot(t, ctx, shots, "workspace")
+	run(t, ctx, 30*time.Second, "open the file", chromedp.Click(`a[href$="%3ci%3enotes.txt"]`, chromedp.ByQuery), chromedp.WaitVisible("#download", chromedp.ByID))
+	if got := waitText(t, ctx, "pre.output", 5*time.Second, "the file's text", func(s string) bool { return strings.Contains(s, "bold") }); got != "hello \\x1b[1m<b>bold</b>\n" {
+		t.Errorf("the file reads %q in the page", got)
+	}
+	screenshot(t, ctx, shots, "file")
+	run(t, ctx, 30*time.Second, "take a snapshot",
+		chromedp.Navigate(s.url+"/console/workspaces/ws1"),
+		chromedp.SendKeys(`input[name="snapshot"]`, "from-console", chromedp.ByQuery),
+		chromedp.Click("#take-snapshot", chromedp.ByID),
+		chromedp.WaitVisible("p.done", chromedp.ByQuery))
+	if got := waitText(t, ctx, "ul.snapshots", 5*time.Second, "the snapshot", func(s string) bool { return strings.Contains(s, "from-console") }); !strings.Contains(got, "Restore") {
+		t.Errorf("the snapshot list reads %q", got)
+	}
+
 	// A caller's browser: no approve button, while an ask waits on the approver's open page.
 	run(t, ctx, 20*time.Second, "the approvals", chromedp.Navigate(s.url+"/console/approvals"), chromedp.WaitVisible("#approvals", chromedp.ByID))
 	id, _ = s.submit(t, callerToken, "mkdir from-the-bot")
