@@ -211,7 +211,7 @@ func run(args []string) error {
 		return err
 	}
 	// The web console: pages over the API above, in process, as the signed-in token (docs/console.md).
-	webConsole, err := console.New(api.Handler(), log.With("part", "console"))
+	webConsole, err := console.New(cfg.Console, api.Handler(), promReg, log.With("part", "console"))
 	if err != nil {
 		return err
 	}

@@ -25,17 +25,24 @@ const Prefix = "/console"
 // Console serves the web console. It keeps no state between requests: the session is the browser's
 // cookie, so any dispatcher replica serves any page.
 type Console struct {
-	api   http.Handler
-	pages map[string]*template.Template
-	mux   *http.ServeMux
-	log   *slog.Logger
+	cfg     Config
+	metrics Gatherer
+	client  *http.Client
+	api     http.Handler
+	pages   map[string]*template.Template
+	mux     *http.ServeMux
+	log     *slog.Logger
 }
 
 // New returns the console over api, the dispatcher's HTTP API handler (the /v1 routes), which it calls
-// in process with the signed-in token as a bearer token. log receives the console's own failures; it
-// never receives a token.
-func New(api http.Handler, log *slog.Logger) (*Console, error) {
-	c := &Console{api: api, log: log, mux: http.NewServeMux()}
+// in process with the signed-in token as a bearer token; metrics (nil: none) is the dispatcher's own
+// metrics for the pool page, which also reads cfg.WorkerMetrics. log receives the console's own
+// failures; it never receives a token.
+func New(cfg Config, api http.Handler, metrics Gatherer, log *slog.Logger) (*Console, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c := &Console{cfg: cfg, metrics: metrics, client: &http.Client{}, api: api, log: log, mux: http.NewServeMux()}
 	if err := c.parse(); err != nil {
 		return nil, err
 	}
@@ -88,6 +95,7 @@ func (c *Console) routes() {
 	c.mux.HandleFunc("GET "+Prefix+"/workspaces/{name}/download/{path...}", c.session(c.download))
 	c.mux.HandleFunc("GET "+Prefix+"/workspaces/{name}/archive", c.session(c.archive))
 	c.mux.HandleFunc("POST "+Prefix+"/workspaces/{name}/snapshot", c.session(c.snapshot))
+	c.mux.HandleFunc("GET "+Prefix+"/pool", c.session(c.poolPage))
 	c.mux.HandleFunc(Prefix+"/", func(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, nil, http.StatusNotFound, "no console page "+r.Method+" "+r.URL.Path+": start at "+Prefix+"/")
 	})

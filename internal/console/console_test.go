@@ -102,7 +102,7 @@ type browser struct {
 func newConsole(t *testing.T) (*fakeAPI, *browser) {
 	t.Helper()
 	api := newFakeAPI()
-	con, err := New(api, slog.New(slog.DiscardHandler))
+	con, err := New(DefaultConfig(), api, nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

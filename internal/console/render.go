@@ -13,13 +13,15 @@ import (
 )
 
 // pageNames are the pages, each templates/NAME.html parsed with templates/layout.html.
-var pageNames = []string{"signin", "error", "approvals", "calls", "call", "output", "workspaces", "workspace", "file"}
+var pageNames = []string{"signin", "error", "approvals", "calls", "call", "output", "workspaces", "workspace", "file", "pool"}
 
 var funcs = template.FuncMap{
 	"visible": visibleHTML,
 	"shell":   highlightShell,
 	"when":    when,
 	"bytes":   humanBytes,
+	"seconds": seconds,
+	"int":     func(v float64) int64 { return int64(v) },
 }
 
 func (c *Console) parse() error {

@@ -153,6 +153,16 @@ func TestConsole(t *testing.T) {
 		t.Errorf("the snapshot list reads %q", got)
 	}
 
+	// The pool at a glance: the dispatcher's metrics and the worker's.
+	run(t, ctx, 20*time.Second, "the pool", chromedp.Navigate(s.url+"/console/pool"), chromedp.WaitVisible("#workers", chromedp.ByID))
+	if got := waitText(t, ctx, "#workers tbody", 5*time.Second, "the worker's row", func(string) bool { return true }); !strings.Contains(got, "0 / 4") || !strings.Contains(got, "up") {
+		t.Errorf("the worker's row reads %q, want 0 of 4 slots busy and containerd up", got)
+	}
+	if got := waitText(t, ctx, "#calls-per-status", 5*time.Second, "calls per status", func(string) bool { return true }); !strings.Contains(got, "cancelled") || !strings.Contains(got, "ok") {
+		t.Errorf("calls per status reads %q", got)
+	}
+	screenshot(t, ctx, shots, "pool")
+
 	// A caller's browser: no approve button, while an ask waits on the approver's open page.
 	run(t, ctx, 20*time.Second, "the approvals", chromedp.Navigate(s.url+"/console/approvals"), chromedp.WaitVisible("#approvals", chromedp.ByID))
 	id, _ = s.submit(t, callerToken, "mkdir from-the-bot")

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -84,7 +85,12 @@ func startStack(t testing.TB) *stack {
 	t.Helper()
 	ctrtest.Require(t)
 	dir := ctrtest.ShortTempDir(t)
-	for name, content := range map[string]string{"dispatcher.yaml": dispatcherConfig, "policy.yaml": testPolicy} {
+	// The pool page reads the worker's metrics, whose address the dispatcher's config names before the
+	// worker starts: a port the system just gave out (should another process take it meanwhile, the
+	// worker refuses to start, saying so).
+	workerListen := freeAddr(t)
+	config := dispatcherConfig + "console:\n  worker_metrics: [\"http://" + workerListen + "/metrics\"]\n"
+	for name, content := range map[string]string{"dispatcher.yaml": config, "policy.yaml": testPolicy} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -95,7 +101,7 @@ func startStack(t testing.TB) *stack {
 	natsURL := d.WaitLog(t, "started embedded nats", 30*time.Second)["url"].(string)
 	s := &stack{url: "http://" + d.WaitLog(t, "dispatcher ready", 30*time.Second)["listen"].(string)}
 	w := testproc.Start(t, filepath.Join(bin, "worker"), nil, "--data-dir", filepath.Join(dir, "w"), "--nats-url", natsURL,
-		"--listen", "127.0.0.1:0", "--id", "console-worker", "--slots", "4")
+		"--listen", workerListen, "--id", "console-worker", "--slots", "4")
 	w.WaitLog(t, "worker ready", 60*time.Second)
 	t.Cleanup(func() {
 		for _, p := range []*testproc.Proc{d, w} {
@@ -105,6 +111,17 @@ func startStack(t testing.TB) *stack {
 		}
 	})
 	return s
+}
+
+// freeAddr is an address on 127.0.0.1 that was free a moment ago.
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }
 
 // do sends a REST request and returns the status code and the decoded JSON body.
@@ -152,6 +169,10 @@ func (s *stack) submit(t testing.TB, token, command string) (string, string) {
 // browser is one headless Chromium with a fresh profile; each newBrowser is a separate cookie jar.
 func newBrowser(t testing.TB) context.Context {
 	t.Helper()
+	profile, err := os.MkdirTemp("", "toolpool-console-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(chromiumPath),
 		chromedp.Flag("headless", true),
@@ -163,12 +184,25 @@ func newBrowser(t testing.TB) context.Context {
 		chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()),
+		chromedp.UserDataDir(profile),
 		chromedp.WindowSize(1280, 1000),
 	}
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancel(); cancelAlloc() })
+	t.Cleanup(func() {
+		_ = chromedp.Cancel(ctx) // closes the browser and waits for it
+		cancel()
+		cancelAlloc()
+		// Chromium's helpers may still be writing to the profile for a moment after it exits.
+		deadline := time.Now().Add(10 * time.Second)
+		for err := os.RemoveAll(profile); err != nil; err = os.RemoveAll(profile) {
+			if time.Now().After(deadline) {
+				t.Errorf("remove the browser's profile: %v", err)
+				return
+			}
+			time.Sleep(50 * time.Millisecond) // polling, under the deadline above
+		}
+	})
 	if err := chromedp.Run(ctx); err != nil { // starts the browser
 		t.Fatalf("start chromium: %v", err)
 	}
