@@ -24,6 +24,7 @@ func TestConsole(t *testing.T) {
 	run(t, ctx, 30*time.Second, "open the sign-in page",
 		chromedp.Navigate(s.url+"/console/"),
 		chromedp.WaitVisible("#token", chromedp.ByID))
+	checkContrast(t, ctx, "signin")
 	screenshot(t, ctx, shots, "signin")
 	run(t, ctx, 30*time.Second, "sign in",
 		chromedp.KeyEvent(approverToken),
@@ -50,9 +51,12 @@ func TestConsole(t *testing.T) {
 	if !strings.Contains(cmdHTML, `<span class="sh-cmd">mkdir</span>`) {
 		t.Errorf("the command is not highlighted: %s", cmdHTML)
 	}
+	checkContrast(t, ctx, "approvals")
 	screenshot(t, ctx, shots, "approvals")
+	// Approve with the keyboard: Tab from the top of the page reaches the button, Enter presses it.
+	tabTo(t, ctx, "#ask-"+id+" button.approve")
 	run(t, ctx, 20*time.Second, "approve",
-		chromedp.Click("#ask-"+id+" button.approve", chromedp.ByQuery),
+		chromedp.KeyEvent(kb.Enter),
 		chromedp.WaitVisible("p.done", chromedp.ByQuery),
 		chromedp.Navigate(s.url+"/console/calls/"+id),
 		chromedp.WaitVisible("#status", chromedp.ByID))
@@ -65,6 +69,7 @@ func TestConsole(t *testing.T) {
 	if got := waitText(t, ctx, "#live-output", time.Second, "the whole output", func(string) bool { return true }); strings.Count(got, "line ") != 6 {
 		t.Errorf("the live output is %q, want six lines, each once", got)
 	}
+	checkContrast(t, ctx, "call")
 	screenshot(t, ctx, shots, "call")
 
 	// Cancel a running call from its page.
@@ -111,6 +116,7 @@ func TestConsole(t *testing.T) {
 	if pwned != 0 || elements != 0 {
 		t.Fatalf("the hostile output ran (window.pwned=%d) or made %d elements", pwned, elements)
 	}
+	checkContrast(t, ctx, "call-hostile")
 	screenshot(t, ctx, shots, "call-hostile")
 
 	run(t, ctx, 20*time.Second, "the calls list", chromedp.Navigate(s.url+"/console/calls"), chromedp.WaitVisible("table", chromedp.ByQuery))
@@ -124,6 +130,7 @@ func TestConsole(t *testing.T) {
 	if list = waitText(t, ctx, "tbody", time.Second, "the denied calls", func(string) bool { return true }); strings.Contains(list, "cancelled") || !strings.Contains(list, "denied") {
 		t.Errorf("status=denied lists %s", list)
 	}
+	checkContrast(t, ctx, "calls")
 	screenshot(t, ctx, shots, "calls")
 
 	// Workspaces: the list, browsing read-only into a directory, a file as text, a snapshot.
@@ -132,17 +139,20 @@ func TestConsole(t *testing.T) {
 		t.Fatalf("write a file: HTTP %d %v", code, v)
 	}
 	run(t, ctx, 20*time.Second, "the workspaces", chromedp.Navigate(s.url+"/console/workspaces"), chromedp.WaitVisible("table", chromedp.ByQuery))
+	checkContrast(t, ctx, "workspaces")
 	screenshot(t, ctx, shots, "workspaces")
 	run(t, ctx, 30*time.Second, "browse ws1",
 		chromedp.Click(`a[href="/console/workspaces/ws1"]`, chromedp.ByQuery),
 		chromedp.WaitVisible("table.files", chromedp.ByQuery),
 		chromedp.Click(`a[href="/console/workspaces/ws1?path=build"]`, chromedp.ByQuery),
 		chromedp.WaitVisible(`a[href$="%3ci%3enotes.txt"]`, chromedp.ByQuery))
+	checkContrast(t, ctx, "workspace")
 	screenshot(t, ctx, shots, "workspace")
 	run(t, ctx, 30*time.Second, "open the file", chromedp.Click(`a[href$="%3ci%3enotes.txt"]`, chromedp.ByQuery), chromedp.WaitVisible("#download", chromedp.ByID))
 	if got := waitText(t, ctx, "pre.output", 5*time.Second, "the file's text", func(s string) bool { return strings.Contains(s, "bold") }); got != "hello \\x1b[1m<b>bold</b>\n" {
 		t.Errorf("the file reads %q in the page", got)
 	}
+	checkContrast(t, ctx, "file")
 	screenshot(t, ctx, shots, "file")
 	run(t, ctx, 30*time.Second, "take a snapshot",
 		chromedp.Navigate(s.url+"/console/workspaces/ws1"),
@@ -161,6 +171,7 @@ func TestConsole(t *testing.T) {
 	if got := waitText(t, ctx, "#calls-per-status", 5*time.Second, "calls per status", func(string) bool { return true }); !strings.Contains(got, "cancelled") || !strings.Contains(got, "ok") {
 		t.Errorf("calls per status reads %q", got)
 	}
+	checkContrast(t, ctx, "pool")
 	screenshot(t, ctx, shots, "pool")
 
 	// A caller's browser: no approve button, while an ask waits on the approver's open page.

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 
 	"github.com/toolpool/toolpool/internal/sandbox/containerd/ctrtest"
 	"github.com/toolpool/toolpool/internal/testproc"
@@ -266,4 +267,63 @@ func screenshot(t testing.TB, ctx context.Context, dir, name string) {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s", path)
+}
+
+// tabTo presses Tab from the top of the page until the element sel has the keyboard focus, and fails
+// when 60 presses do not reach it: every control of the console is reachable from the keyboard.
+func tabTo(t testing.TB, ctx context.Context, sel string) {
+	t.Helper()
+	run(t, ctx, 5*time.Second, "focus the page", chromedp.Evaluate(`document.activeElement && document.activeElement.blur(); window.scrollTo(0, 0)`, nil))
+	for i := 0; i < 60; i++ {
+		var at bool
+		run(t, ctx, 5*time.Second, "press Tab", chromedp.KeyEvent(kb.Tab),
+			chromedp.Evaluate(fmt.Sprintf(`document.activeElement === document.querySelector(%q)`, sel), &at))
+		if at {
+			var outline string
+			run(t, ctx, 5*time.Second, "read the focus style", chromedp.Evaluate(`getComputedStyle(document.activeElement).outlineStyle`, &outline))
+			if outline == "none" || outline == "" {
+				t.Errorf("%s has the focus but shows no focus outline", sel)
+			}
+			return
+		}
+	}
+	t.Fatalf("60 presses of Tab did not reach %s", sel)
+}
+
+// contrastJS returns the texts of the page whose contrast with their background is under WCAG AA's
+// 4.5:1 (3:1 for large text), each as "text: ratio".
+const contrastJS = `(function () {
+  function rgb(c) { var m = c.match(/[\d.]+/g); return m ? m.map(Number) : [0, 0, 0, 0]; }
+  function lum(c) {
+    var a = c.slice(0, 3).map(function (v) { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); });
+    return 0.2126 * a[0] + 0.7152 * a[1] + 0.0722 * a[2];
+  }
+  function bg(el) {
+    for (; el; el = el.parentElement) {
+      var c = rgb(getComputedStyle(el).backgroundColor);
+      if (c.length < 4 || c[3] > 0) { return c; }
+    }
+    return [255, 255, 255];
+  }
+  var bad = [];
+  var walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (var n = walker.nextNode(); n; n = walker.nextNode()) {
+    var el = n.parentElement;
+    if (!n.textContent.trim() || !el || el.offsetParent === null && getComputedStyle(el).position !== "fixed") { continue; }
+    var s = getComputedStyle(el), fg = lum(rgb(s.color)), b = lum(bg(el));
+    var ratio = (Math.max(fg, b) + 0.05) / (Math.min(fg, b) + 0.05);
+    var large = parseFloat(s.fontSize) >= 24 || (parseFloat(s.fontSize) >= 18.66 && Number(s.fontWeight) >= 700);
+    if (ratio < (large ? 3 : 4.5)) { bad.push(n.textContent.trim().slice(0, 40) + ": " + ratio.toFixed(2)); }
+  }
+  return bad;
+})()`
+
+// checkContrast fails for any text of the page under WCAG AA contrast.
+func checkContrast(t testing.TB, ctx context.Context, page string) {
+	t.Helper()
+	var bad []string
+	run(t, ctx, 10*time.Second, "measure contrast", chromedp.Evaluate(contrastJS, &bad))
+	if len(bad) > 0 {
+		t.Errorf("%s: text under WCAG AA contrast: %q", page, bad)
+	}
 }
