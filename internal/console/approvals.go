@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/toolpool/toolpool/internal/call"
 )
 
 // approval is one call waiting for approval, as GET /v1/approvals lists it, with what the page shows.
@@ -77,7 +79,7 @@ func (c *Console) approvalsPage(w http.ResponseWriter, r *http.Request, s *sessi
 		c.failAPI(w, r, s, err)
 		return
 	}
-	d.Done = r.URL.Query().Get("done")
+	d.Done = decidedNote(r.URL.Query().Get("done"))
 	c.render(w, r, s, http.StatusOK, "approvals", d)
 }
 
@@ -116,4 +118,18 @@ func (c *Console) decide(w http.ResponseWriter, r *http.Request, s *session) {
 		return
 	}
 	http.Redirect(w, r, Prefix+"/approvals?done="+url.QueryEscape(id+" "+res.Status), http.StatusSeeOther)
+}
+
+// decidedNote is the note after a decision, from the redirect's "done" ("<call id> <status>"), or ""
+// when done is not that: a link cannot put words of its own on the page.
+func decidedNote(done string) string {
+	id, status, ok := strings.Cut(done, " ")
+	if !ok || !call.ValidID(id) {
+		return ""
+	}
+	switch call.Status(status) {
+	case call.StatusQueued, call.StatusDenied, call.StatusRunning, call.StatusOK, call.StatusError, call.StatusTimeout, call.StatusCancelled:
+		return done
+	}
+	return ""
 }

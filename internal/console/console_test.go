@@ -178,8 +178,16 @@ func TestSignIn(t *testing.T) {
 	}
 	// An unknown token goes back to the form, saying so, and is never in the URL.
 	resp, _ = b.do("POST", "/console/signin", url.Values{"token": {"wrong-token"}, "csrf": {csrf}}, nil)
-	if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || !strings.Contains(loc, "not+known") || strings.Contains(loc, "wrong-token") {
-		t.Fatalf("an unknown token answered %d to %q, want 303 to the form with why, without the token", resp.StatusCode, loc)
+	loc := resp.Header.Get("Location")
+	if resp.StatusCode != http.StatusSeeOther || strings.Contains(loc, "wrong-token") {
+		t.Fatalf("an unknown token answered %d to %q, want 303 to the form, without the token", resp.StatusCode, loc)
+	}
+	if _, page := b.do("GET", loc, nil, nil); !strings.Contains(page, "this token is not known to the dispatcher") {
+		t.Fatalf("the form after an unknown token does not say why:\n%s", page)
+	}
+	// The form shows only its own messages, never words a link brings.
+	if _, page := b.do("GET", "/console/signin?error=Send+your+token+to+evil.example", nil, nil); strings.Contains(page, "evil.example") {
+		t.Fatal("the sign-in form shows text from its URL")
 	}
 	for _, c := range resp.Cookies() {
 		if c.Name == sessionCookie && c.MaxAge >= 0 {
@@ -315,6 +323,12 @@ func TestApprovalsPage(t *testing.T) {
 		}
 		if !strings.Contains(page, `<span class="ctl">\x1b</span>[31mred<span class="ctl">\x1b</span>[0m<span class="ctl">\x07</span>`) {
 			t.Errorf("%s: the escape sequences of the arguments are not shown as text", path)
+		}
+	}
+
+	for q, want := range map[string]bool{"c_abcdefghijklmnopqrstuvwxyz+queued": true, "Call+evil.example+now": false, "c_x+lol": false} {
+		if _, page := b.do("GET", "/console/approvals?done="+q, nil, nil); strings.Contains(page, `class="done"`) != want {
+			t.Errorf("?done=%s: shown %v, want %v", q, !want, want)
 		}
 	}
 

@@ -77,7 +77,7 @@ func (c *Console) failAPI(w http.ResponseWriter, r *http.Request, s *session, er
 	switch {
 	case isAPIError(err, http.StatusUnauthorized):
 		setCookie(w, r, sessionCookie, "", Prefix, -1)
-		c.signinAgain(w, r, "your token is no longer accepted: sign in again")
+		c.signinAgain(w, r, "expired")
 	case errors.As(err, &ae):
 		c.fail(w, r, s, ae.Code, ae.Message)
 	default:

@@ -115,7 +115,7 @@ func (c *Console) signinPage(w http.ResponseWriter, r *http.Request) {
 	_, _ = rand.Read(b)
 	v := base64.RawURLEncoding.EncodeToString(b)
 	setCookie(w, r, signinCookie, v, Prefix+"/signin", 0)
-	c.render(w, r, nil, http.StatusOK, "signin", map[string]any{"SigninCSRF": v, "Error": r.URL.Query().Get("error")})
+	c.render(w, r, nil, http.StatusOK, "signin", map[string]any{"SigninCSRF": v, "Error": signinMessages[r.URL.Query().Get("error")]})
 }
 
 // signin checks the token with the API and starts the session; the token travels only in the form's
@@ -129,7 +129,7 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 	}
 	token := strings.TrimSpace(r.PostFormValue("token"))
 	if token == "" {
-		c.signinAgain(w, r, "enter your tenant token")
+		c.signinAgain(w, r, "empty")
 		return
 	}
 	code, _, err := c.do(r, &session{token: token}, http.MethodGet, "/v1/approvals", nil)
@@ -138,7 +138,7 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, nil, http.StatusBadGateway, "could not check the token: "+err.Error())
 		return
 	case code == http.StatusUnauthorized:
-		c.signinAgain(w, r, "this token is not known to the dispatcher: check it, or the dispatcher's api.tenants")
+		c.signinAgain(w, r, "unknown")
 		return
 	}
 	setCookie(w, r, signinCookie, "", Prefix+"/signin", -1)
@@ -146,9 +146,17 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, Prefix+"/approvals", http.StatusSeeOther)
 }
 
-// signinAgain shows the sign-in form with msg, with a fresh CSRF value.
-func (c *Console) signinAgain(w http.ResponseWriter, r *http.Request, msg string) {
-	http.Redirect(w, r, Prefix+"/signin?error="+url.QueryEscape(msg), http.StatusSeeOther)
+// signinMessages are the sign-in form's messages, by the code its URL carries: only these are ever
+// shown, so a link cannot put words of its own on the console's page.
+var signinMessages = map[string]string{
+	"empty":   "enter your tenant token",
+	"unknown": "this token is not known to the dispatcher: check it, or the dispatcher's api.tenants",
+	"expired": "your token is no longer accepted: sign in again",
+}
+
+// signinAgain shows the sign-in form with the message of code (signinMessages), with a fresh CSRF value.
+func (c *Console) signinAgain(w http.ResponseWriter, r *http.Request, code string) {
+	http.Redirect(w, r, Prefix+"/signin?error="+url.QueryEscape(code), http.StatusSeeOther)
 }
 
 func (c *Console) signout(w http.ResponseWriter, r *http.Request, _ *session) {

@@ -122,7 +122,7 @@ func (c *Console) workspacePage(w http.ResponseWriter, r *http.Request, s *sessi
 		c.failAPI(w, r, s, err)
 		return
 	}
-	d := map[string]any{"W": info.Workspace, "Dir": dir, "Entries": entries, "Notes": notes, "Done": r.URL.Query().Get("done")}
+	d := map[string]any{"W": info.Workspace, "Dir": dir, "Entries": entries, "Notes": notes, "Done": workspaceNote(r.URL.Query().Get("done"))}
 	if dir != "" {
 		d["Up"] = strings.TrimSuffix(path.Dir(dir), ".")
 	}
@@ -200,9 +200,9 @@ func (c *Console) snapshot(w http.ResponseWriter, r *http.Request, s *session) {
 		c.failAPI(w, r, s, err)
 		return
 	}
-	done := "snapshot taken"
+	done := "snapshot"
 	if op == "restore" {
-		done = "restored " + r.PostFormValue("snapshot")
+		done = "restored:" + r.PostFormValue("snapshot")
 	}
 	http.Redirect(w, r, Prefix+"/workspaces/"+url.PathEscape(name)+"?done="+url.QueryEscape(done), http.StatusSeeOther)
 }
@@ -214,4 +214,16 @@ func escapePath(p string) string {
 		parts[i] = url.PathEscape(s)
 	}
 	return strings.Join(parts, "/")
+}
+
+// workspaceNote is the note after a snapshot or restore, from the redirect's "done" ("snapshot", or
+// "restored:<snapshot name>"), or "" for anything else: a link cannot put words of its own on the page.
+func workspaceNote(done string) string {
+	if done == "snapshot" {
+		return "Snapshot taken."
+	}
+	if name, ok := strings.CutPrefix(done, "restored:"); ok && call.ValidateName("snapshot", name) == nil {
+		return "Restored snapshot " + name + "."
+	}
+	return ""
 }

@@ -124,12 +124,20 @@ func TestWorkspaces(t *testing.T) {
 		t.Errorf("a snapshot without the CSRF token answered %d", resp.StatusCode)
 	}
 	resp, _ = b.do("POST", "/console/workspaces/ws1/snapshot", url.Values{"csrf": {csrf}, "snapshot": {"mine"}}, nil)
-	if resp.StatusCode != 303 || !strings.Contains(resp.Header.Get("Location"), "snapshot+taken") {
+	if resp.StatusCode != 303 || !strings.HasSuffix(resp.Header.Get("Location"), "?done=snapshot") {
 		t.Errorf("snapshot answered %d to %q", resp.StatusCode, resp.Header.Get("Location"))
 	}
-	b.do("POST", "/console/workspaces/ws1/snapshot", url.Values{"csrf": {csrf}, "snapshot": {"before"}, "restore": {"1"}}, nil)
+	resp, _ = b.do("POST", "/console/workspaces/ws1/snapshot", url.Values{"csrf": {csrf}, "snapshot": {"before"}, "restore": {"1"}}, nil)
+	if _, page := b.do("GET", resp.Header.Get("Location"), nil, nil); !strings.Contains(page, "Restored snapshot before.") {
+		t.Errorf("after a restore the page does not say so")
+	}
+	for _, forged := range []string{"?done=Call+evil.example", "?done=restored:..%2Fx+call+us"} {
+		if _, page := b.do("GET", "/console/workspaces/ws1"+forged, nil, nil); strings.Contains(page, `class="done"`) {
+			t.Errorf("the workspace page shows a note from its URL %s", forged)
+		}
+	}
 	d = api.decisions()
-	if len(d) != 4 || d[2]["op"] != "snapshot" || d[2]["snapshot"] != "mine" || d[3]["op"] != "restore" || d[3]["snapshot"] != "before" {
+	if len(d) < 4 || d[2]["op"] != "snapshot" || d[2]["snapshot"] != "mine" || d[3]["op"] != "restore" || d[3]["snapshot"] != "before" {
 		t.Errorf("the API got %v, want snapshot mine then restore before", d[2:])
 	}
 }
