@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+
+	"github.com/toolpool/toolpool/internal/call"
 )
 
 // maxAnswer bounds an API answer the console reads whole to render a page (an envelope carries at most a
@@ -76,6 +78,21 @@ func (c *Console) json(r *http.Request, s *session, method, path string, body, v
 		return fmt.Errorf("decode %s %s: %w", method, path, err)
 	}
 	return nil
+}
+
+// envelope sends a request that the API answers with a call's envelope, and returns it with the
+// answer's bytes. A call that policy or a person denied comes with a denial's status and its envelope;
+// any other answer but a 2xx envelope is an *apiError.
+func (c *Console) envelope(r *http.Request, s *session, method, path string, body any) (*call.Result, []byte, error) {
+	code, b, err := c.do(r, s, method, path, body)
+	if err != nil {
+		return nil, nil, err
+	}
+	var res call.Result
+	if json.Unmarshal(b, &res) != nil || res.ID == "" || (code/100 != 2 && res.Status != call.StatusDenied) {
+		return nil, nil, newAPIError(code, b)
+	}
+	return &res, b, nil
 }
 
 // apiError is the API's refusal: its status and its error body's message, shown to the person as is.

@@ -104,20 +104,12 @@ func (c *Console) decide(w http.ResponseWriter, r *http.Request, s *session) {
 		body["decision"], body["always"] = "approve", true
 		body["argv_prefix"] = strings.Fields(r.PostFormValue("argv_prefix"))
 	}
-	code, b, err := c.do(r, s, http.MethodPost, "/v1/approvals/"+url.PathEscape(id), body)
+	res, _, err := c.envelope(r, s, http.MethodPost, "/v1/approvals/"+url.PathEscape(id), body)
 	if err != nil {
 		c.failAPI(w, r, s, err)
 		return
 	}
-	var res struct {
-		Status string `json:"status"`
-	}
-	// A denied call's envelope comes with the status of a denial; any other answer but 2xx is a refusal.
-	if json.Unmarshal(b, &res) != nil || (code/100 != 2 && res.Status != "denied") {
-		c.failAPI(w, r, s, newAPIError(code, b))
-		return
-	}
-	http.Redirect(w, r, Prefix+"/approvals?done="+url.QueryEscape(id+" "+res.Status), http.StatusSeeOther)
+	http.Redirect(w, r, Prefix+"/approvals?done="+url.QueryEscape(id+" "+string(res.Status)), http.StatusSeeOther)
 }
 
 // decidedNote is the note after a decision, from the redirect's "done" ("<call id> <status>"), or ""

@@ -107,17 +107,12 @@ type callView struct {
 
 func (c *Console) callPage(w http.ResponseWriter, r *http.Request, s *session) {
 	id := r.PathValue("id")
-	code, b, err := c.do(r, s, http.MethodGet, "/v1/calls/"+url.PathEscape(id), nil)
+	res, b, err := c.envelope(r, s, http.MethodGet, "/v1/calls/"+url.PathEscape(id), nil)
 	if err != nil {
 		c.failAPI(w, r, s, err)
 		return
 	}
-	var v callView
-	// A call that policy or a person denied comes with the status of a denial, and its envelope.
-	if json.Unmarshal(b, &v.R) != nil || v.R.ID == "" || (code/100 != 2 && v.R.Status != call.StatusDenied) {
-		c.failAPI(w, r, s, newAPIError(code, b))
-		return
-	}
+	v := callView{R: *res}
 	var buf bytes.Buffer
 	_ = json.Indent(&buf, b, "", "  ")
 	v.JSON, v.Done = visible(buf.String()), v.R.Status.Terminal()
@@ -143,14 +138,8 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request, s *session) {
 // cancel cancels the call (DELETE /v1/calls/{id}) and goes back to its page.
 func (c *Console) cancel(w http.ResponseWriter, r *http.Request, s *session) {
 	id := r.PathValue("id")
-	code, b, err := c.do(r, s, http.MethodDelete, "/v1/calls/"+url.PathEscape(id), nil)
-	if err != nil {
+	if _, _, err := c.envelope(r, s, http.MethodDelete, "/v1/calls/"+url.PathEscape(id), nil); err != nil {
 		c.failAPI(w, r, s, err)
-		return
-	}
-	var res call.Result
-	if json.Unmarshal(b, &res) != nil || res.ID == "" || (code/100 != 2 && res.Status != call.StatusDenied) {
-		c.failAPI(w, r, s, newAPIError(code, b))
 		return
 	}
 	http.Redirect(w, r, Prefix+"/calls/"+url.PathEscape(id), http.StatusSeeOther)

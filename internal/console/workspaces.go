@@ -1,7 +1,6 @@
 package console
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -75,13 +74,9 @@ func (c *Console) browse(r *http.Request, s *session, ws, dir string) ([]entry, 
 	if dir != "" {
 		args["path"] = dir
 	}
-	code, b, err := c.do(r, s, http.MethodPost, "/v1/calls", map[string]any{"tool": "list_files", "args": args, "workspace": ws})
+	res, _, err := c.envelope(r, s, http.MethodPost, "/v1/calls", map[string]any{"tool": "list_files", "args": args, "workspace": ws})
 	if err != nil {
 		return nil, nil, err
-	}
-	var res call.Result
-	if json.Unmarshal(b, &res) != nil || res.ID == "" {
-		return nil, nil, newAPIError(code, b)
 	}
 	if res.Status != call.StatusOK {
 		msg := fmt.Sprintf("listing the directory ended %s", res.Status)
