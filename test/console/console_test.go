@@ -191,4 +191,21 @@ func TestConsole(t *testing.T) {
 	}
 	screenshot(t, caller, shots, "approvals-caller")
 	waitText(t, ctx, "#ask-"+id, 10*time.Second, "the bot's ask on the approver's page", func(s string) bool { return strings.Contains(s, "from-the-bot") })
+
+	// Signing out in another tab of the same browser ends the session: the open approvals page goes to
+	// the sign-in page by itself at its next refresh, rather than going stale.
+	tab, closeTab := chromedp.NewContext(ctx)
+	defer closeTab()
+	run(t, tab, 20*time.Second, "sign out in another tab",
+		chromedp.Navigate(s.url+"/console/calls"),
+		chromedp.Click(".signout button", chromedp.ByQuery),
+		chromedp.WaitVisible("#token", chromedp.ByID))
+	deadline := time.Now().Add(10 * time.Second)
+	for loc = ""; !strings.HasSuffix(loc, "/console/signin"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the signed-out approvals page is still at %s", loc)
+		}
+		time.Sleep(100 * time.Millisecond) // polling the page, under the deadline above
+		run(t, ctx, 5*time.Second, "location", chromedp.Location(&loc))
+	}
 }

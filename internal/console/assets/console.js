@@ -31,7 +31,8 @@ function liveList(el) {
       return; // do not move the keyboard focus away under the person's hands
     }
     fetch(url, { credentials: "same-origin", headers: { "Accept": "text/html" } }).then(function (r) {
-      if (r.redirected || !r.ok) { return null; }
+      if (r.redirected) { window.location.assign(r.url); return null; } // signed out: to the sign-in page
+      if (!r.ok) { return null; }
       return r.text();
     }).then(function (html) {
       if (html !== null && html !== last) {
