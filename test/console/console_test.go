@@ -2,6 +2,7 @@ package console
 
 import (
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,9 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 )
+
+// finished is a call's page once its end is rendered: a finishing time.
+var finished = regexp.MustCompile(`Finished\s*\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC`)
 
 // TestConsole drives the console as a person would, in headless Chromium against the real stack: signs in
 // with the keyboard, sees an ask arrive without a reload, approves it and watches its output arrive line
@@ -66,6 +70,9 @@ func TestConsole(t *testing.T) {
 	}
 	waitText(t, ctx, "#live-output", 30*time.Second, "the last line", func(s string) bool { return strings.Contains(s, "line 6") })
 	waitText(t, ctx, "#status", 30*time.Second, "the call's end", func(s string) bool { return s == "ok" })
+	waitText(t, ctx, ".panel dl", 10*time.Second, "the call's final facts", func(s string) bool {
+		return finished.MatchString(s) && !strings.Contains(s, "total 0 ms")
+	})
 	if got := waitText(t, ctx, "#live-output", time.Second, "the whole output", func(string) bool { return true }); strings.Count(got, "line ") != 6 {
 		t.Errorf("the live output is %q, want six lines, each once", got)
 	}

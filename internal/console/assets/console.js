@@ -85,6 +85,13 @@ function follow(panel) {
     if (r.exit_code !== undefined) { document.getElementById("exit-code").textContent = String(r.exit_code); }
     var form = document.getElementById("cancel-form");
     if (form) { form.remove(); }
+    // The call's facts (finished, timing, usage, error) as the server renders them, from the page anew.
+    fetch(window.location.pathname, { credentials: "same-origin" }).then(function (resp) {
+      return resp.ok && !resp.redirected ? resp.text() : null;
+    }).then(function (html) {
+      var fresh = html && new DOMParser().parseFromString(html, "text/html").querySelector(".panel dl");
+      if (fresh) { panel.querySelector("dl").replaceWith(document.importNode(fresh, true)); }
+    }).catch(function () {});
     var note = document.getElementById("live-note");
     note.textContent = "The call ended " + r.status + ". ";
     var a = document.createElement("a");
