@@ -2,7 +2,9 @@
 # Installs what make run and make test need from Debian's packages, when it is missing: containerd, runc,
 # crun (the faster OCI runtime the worker can run through the runc shim), promtool, Node.js with npm for
 # test/mcp, and the clients the egress tests run inside containers from the host's /usr (git, curl,
-# python3-pip; Node and Go come with the image), and strace for the policy oracle.
+# python3-pip; Node and Go come with the image), strace for the policy oracle, and Debian's chromium and
+# chromium-driver for the web console's browser tests (test/console drives chromium itself; no browser is
+# downloaded).
 set -euo pipefail
 missing=()
 command -v containerd >/dev/null || missing+=(containerd)
@@ -15,6 +17,8 @@ command -v curl >/dev/null || missing+=(curl)
 /usr/bin/python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 command -v promtool >/dev/null || missing+=(prometheus)   # promtool checks the metrics and alert rules
 command -v strace >/dev/null || missing+=(strace)         # the policy oracle traces shells in the sandbox
+[ -x /usr/bin/chromium ] || missing+=(chromium)            # test/console: the web console in a real browser
+command -v chromedriver >/dev/null || missing+=(chromium-driver)
 # test/mcp drives the dispatcher with the official MCP TypeScript SDK clients, which need Node.js 20 (the 2.x
 # client). Debian 13's nodejs is 20; Debian 12's is 18, which test/mcp refuses, saying so.
 command -v node >/dev/null || missing+=(nodejs)

@@ -34,7 +34,9 @@ stop() {
 }
 trap stop INT TERM HUP EXIT
 
-bin/dispatcher --dev-tenant --listen "$LISTEN" --data-dir "$DATA/dispatcher" --nats-listen 127.0.0.1:4222 2> >(tee -a "$DATA/dispatcher.log" >&2) &
+# The console's pool page reads the worker's metrics (its --listen below).
+printf 'console:\n  worker_metrics: [http://127.0.0.1:9091/metrics]\n' > "$DATA/dispatcher.yaml"
+bin/dispatcher --dev-tenant --config "$DATA/dispatcher.yaml" --listen "$LISTEN" --data-dir "$DATA/dispatcher" --nats-listen 127.0.0.1:4222 2> >(tee -a "$DATA/dispatcher.log" >&2) &
 pids+=($!)
 for _ in $(seq 1 100); do
   http_ok "${LISTEN%:*}" "${LISTEN##*:}" /healthz && break
@@ -60,6 +62,8 @@ toolpool is running on http://$LISTEN (tenant dev, token \$TOOLPOOL_TOKEN=$TOOLP
 
   bin/toolpool call run_shell --workspace ws1 command='ls -la'
   bin/toolpool tools
+
+The web console: http://$LISTEN/console/ (sign in with the token).
 
 Logs: $DATA/dispatcher.log, $DATA/worker.log. Ctrl-C stops everything.
 

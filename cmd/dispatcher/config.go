@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/toolpool/toolpool/internal/console"
 	"github.com/toolpool/toolpool/internal/dispatcher"
 	"github.com/toolpool/toolpool/internal/mcp"
 	"github.com/toolpool/toolpool/internal/metrics"
@@ -38,7 +39,9 @@ type config struct {
 	// to twice the queue's ack wait, and its waiting age is the API's queue timeout (derive).
 	Reconciler dispatcher.ReconcilerConfig `yaml:"reconciler"`
 	Metrics    metrics.Options             `yaml:"metrics"`
-	Tools      struct {
+	// Console is the web console's (/console/) configuration: the workers' metrics its pool page reads.
+	Console console.Config `yaml:"console"`
+	Tools   struct {
 		Custom []tools.CustomTool `yaml:"custom"`
 	} `yaml:"tools"`
 }
@@ -51,6 +54,7 @@ func defaults() config {
 		NATSSync: "always", LogLevel: "info", API: dispatcher.DefaultConfig(), MCP: mcp.DefaultConfig(), Queue: jetstream.DefaultConfig(),
 		Reconciler: dispatcher.DefaultReconcilerConfig(),
 		Metrics:    metrics.DefaultOptions(),
+		Console:    console.DefaultConfig(),
 	}
 }
 
@@ -135,6 +139,9 @@ func (c *config) validate() error {
 		errs = append(errs, fmt.Errorf("log level %q is not debug, info, warn or error", c.LogLevel))
 	}
 	if err := c.API.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Console.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	// A call stays in the queue while it waits and while it runs: the queue must keep it longer than both.

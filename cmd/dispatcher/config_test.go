@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolpool/toolpool/internal/console"
 	"github.com/toolpool/toolpool/internal/dispatcher"
 	"github.com/toolpool/toolpool/internal/mcp"
 	"github.com/toolpool/toolpool/internal/queue/jetstream"
@@ -57,6 +58,9 @@ func TestConfigDefaults(t *testing.T) {
 	if cfg.Reconciler != want {
 		t.Errorf("reconciler %+v, want %+v", cfg.Reconciler, want)
 	}
+	if !reflect.DeepEqual(cfg.Console, console.DefaultConfig()) {
+		t.Errorf("console %+v, want console.DefaultConfig()", cfg.Console)
+	}
 }
 
 // TestConfigPrecedence shows the one path: a flag wins over the file, the file over the defaults, and
@@ -91,13 +95,14 @@ queue: {ack_wait: 10s}
 
 // TestConfigValidate checks that bad values are refused, all at once, each with what to change.
 func TestConfigValidate(t *testing.T) {
-	path := writeConfig(t, "nats_sync: sometimes\nqueue: {max_age: 1m}\nreconciler: {interval: 0s}\n")
+	path := writeConfig(t, "nats_sync: sometimes\nqueue: {max_age: 1m}\nreconciler: {interval: 0s}\nconsole: {worker_metrics: [worker-1:9091]}\n")
 	_, err := loadConfig([]string{"-config", path, "-listen", "nowhere", "-log-level", "loud", "-data-dir", t.TempDir()})
 	if err == nil {
 		t.Fatal("no error")
 	}
 	for _, want := range []string{`listen "nowhere"`, `nats_sync "sometimes" is not always or interval`, `log level "loud"`,
-		"no tenants: add one", "raise queue.max_age", "reconciler interval and grace must be positive"} {
+		"no tenants: add one", "raise queue.max_age", "reconciler interval and grace must be positive",
+		`console.worker_metrics[0] "worker-1:9091" is not an http(s) URL`} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolpool/toolpool/internal/audit"
+	"github.com/toolpool/toolpool/internal/console"
 	"github.com/toolpool/toolpool/internal/dispatcher"
 	"github.com/toolpool/toolpool/internal/mcp"
 	"github.com/toolpool/toolpool/internal/metrics"
@@ -209,8 +210,14 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	// The web console: pages over the API above, in process, as the signed-in token (docs/console.md).
+	webConsole, err := console.New(cfg.Console, api.Handler(), promReg, log.With("part", "console"))
+	if err != nil {
+		return err
+	}
 	root := http.NewServeMux()
 	root.Handle("GET /metrics", metrics.Handler(promReg))
+	root.Handle(console.Prefix+"/", tracing.HTTPHandler(dm.InstrumentHTTP(webConsole)))
 	root.Handle("/mcp", tracing.HTTPHandler(dm.InstrumentHTTP(api.Authenticate(mcpHandler))))
 	root.Handle("/", tracing.HTTPHandler(dm.InstrumentHTTP(api.Handler())))
 	srv := &http.Server{
