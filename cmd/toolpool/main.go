@@ -44,7 +44,7 @@ usage:
   toolpool policy check TOOL [key=value | key:=json]...   what policy decides, without running
   toolpool approvals                                      calls waiting for approval (approver token)
   toolpool approvals approve ID [--always --prefix 'git push']   approve one (and, with --always, like it)
-  toolpool approvals deny ID                              deny one
+  toolpool approvals deny ID [--reason TEXT]              deny one (the reason is told to the caller)
   toolpool audit [--since 1h] [--limit N] [--json]        the tenant's audit log
   toolpool ws create|ls|info|push|pull|snapshot|fork|restore|rm ...
                                                           manage workspaces (toolpool ws for details)
@@ -518,16 +518,20 @@ func cmdApprovals(c *client, args []string, stdout io.Writer) error {
 		return nil
 	}
 	if len(args) < 2 || (args[0] != "approve" && args[0] != "deny") {
-		return fmt.Errorf("%w: toolpool approvals [list | approve ID [--always --prefix 'git push'] | deny ID]", errUsage)
+		return fmt.Errorf("%w: toolpool approvals [list | approve ID [--always --prefix 'git push'] | deny ID [--reason TEXT]]", errUsage)
 	}
 	fs := flag.NewFlagSet("approvals", flag.ContinueOnError)
 	always := fs.Bool("always", false, "also allow this tool (with --prefix for run_shell) for the tenant from now on")
 	prefix := fs.String("prefix", "", "the command prefix that --always allows, e.g. 'git push'")
 	digest := fs.String("digest", "", "approve only if the arguments still have this digest")
+	reason := fs.String("reason", "", "with deny: why, told to the caller in the denied call's error (one line)")
 	if err := parseFlags(fs, args[2:]); err != nil {
 		return err
 	}
 	body := map[string]any{"decision": args[0], "always": *always}
+	if *reason != "" {
+		body["reason"] = *reason
+	}
 	if *prefix != "" {
 		body["argv_prefix"] = strings.Fields(*prefix)
 	}

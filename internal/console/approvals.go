@@ -95,11 +95,14 @@ func (c *Console) approvalsLive(w http.ResponseWriter, r *http.Request, s *sessi
 }
 
 // decide posts the person's decision: decision approve or deny, the digest of the arguments shown (so
-// that changed arguments are refused), and for approve always the argv prefix (words separated by
-// spaces) to allow from now on.
+// that changed arguments are refused), with a deny the reason typed (told to the caller), and for
+// approve always the argv prefix (words separated by spaces) to allow from now on.
 func (c *Console) decide(w http.ResponseWriter, r *http.Request, s *session) {
 	id := r.PathValue("id")
 	body := map[string]any{"decision": r.PostFormValue("decision"), "args_digest": r.PostFormValue("args_digest")}
+	if reason := strings.TrimSpace(r.PostFormValue("reason")); reason != "" && body["decision"] == "deny" {
+		body["reason"] = reason
+	}
 	if r.PostFormValue("always") != "" {
 		body["decision"], body["always"] = "approve", true
 		body["argv_prefix"] = strings.Fields(r.PostFormValue("argv_prefix"))

@@ -270,9 +270,17 @@ func TestCSRF(t *testing.T) {
 		t.Fatalf("the API got %v, want one approval bound to the digest shown", d)
 	}
 	// The header form, for scripts.
-	resp, _ = b.do("POST", "/console/approvals/c_new", url.Values{"decision": {"deny"}}, map[string]string{csrfHeader: csrf})
+	resp, _ = b.do("POST", "/console/approvals/c_new", url.Values{"decision": {"deny"}, "reason": {" use staging "}}, map[string]string{csrfHeader: csrf})
 	if resp.StatusCode != http.StatusSeeOther || !strings.Contains(resp.Header.Get("Location"), "denied") {
 		t.Fatalf("deny: HTTP %d to %q, want 303 saying denied", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	if d = api.decisions(); d[len(d)-1]["reason"] != "use staging" {
+		t.Fatalf("the API got %v, want the deny with its reason", d[len(d)-1])
+	}
+	// A reason typed before pressing approve is not sent: it goes with a deny only.
+	b.do("POST", "/console/approvals/c_new", withCSRF(url.Values{"decision": {"approve"}, "reason": {"fine"}}, csrf), nil)
+	if d = api.decisions(); d[len(d)-1]["reason"] != nil {
+		t.Fatalf("the API got %v, want an approval without a reason", d[len(d)-1])
 	}
 	// Approve always sends the argv prefix as words.
 	b.do("POST", "/console/approvals/c_new", withCSRF(url.Values{"always": {"1"}, "argv_prefix": {" mkdir  -p "}}, csrf), nil)

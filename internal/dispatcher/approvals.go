@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/toolpool/toolpool/internal/call"
 	"github.com/toolpool/toolpool/internal/queue"
@@ -18,6 +21,27 @@ type decision struct {
 	// always (with approve) adds a rule that allows this tool with argvPrefix for the tenant from now on.
 	always     bool
 	argvPrefix []string
+	// reason (with deny) is the approver's word to the caller, checked by checkDenyReason.
+	reason string
+}
+
+// maxDenyReason bounds a deny's reason, in bytes.
+const maxDenyReason = 500
+
+// checkDenyReason refuses a reason that does not go with a deny, is longer than maxDenyReason bytes, is
+// not UTF-8 or holds control characters: it is shown to the model and to people as one line of text.
+func checkDenyReason(decision, reason string) *call.Rejection {
+	switch {
+	case reason == "":
+		return nil
+	case decision != "deny":
+		return invalid("a reason goes with a deny: send it with \"decision\": \"deny\", or leave it out to approve")
+	case len(reason) > maxDenyReason:
+		return invalid("the reason is %d bytes, over the %d-byte limit: say it shorter", len(reason), maxDenyReason)
+	case !utf8.ValidString(reason) || strings.ContainsFunc(reason, unicode.IsControl):
+		return invalid("the reason holds control characters or is not UTF-8: send one line of text")
+	}
+	return nil
 }
 
 // mayNotApprove refuses a token without the approver role.
@@ -68,7 +92,11 @@ func (s *Server) decide(ctx context.Context, p principal, id string, d decision,
 	}
 	c := pc.Call
 	if !d.approve {
-		res.Fail(call.StatusDenied, call.ErrPolicyDenied, "a person denied this call ("+actor+"); do not retry it as it is")
+		msg := "a person denied this call (" + actor + ")"
+		if d.reason != "" {
+			msg += ": " + d.reason
+		}
+		res.Fail(call.StatusDenied, call.ErrPolicyDenied, msg+"; do not retry it as it is")
 		res.FinishedAt = s.now().UTC()
 	} else {
 		res.Status, res.Output = call.StatusQueued, ""

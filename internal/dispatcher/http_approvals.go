@@ -70,6 +70,8 @@ type approvalRequest struct {
 	// Always adds a rule that allows this tool with ArgvPrefix for the tenant from now on.
 	Always     bool     `json:"always"`
 	ArgvPrefix []string `json:"argv_prefix"`
+	// Reason, with a deny, is the approver's word to the caller, kept in the denied call's error message.
+	Reason string `json:"reason"`
 }
 
 func (s *api) decideApproval(w http.ResponseWriter, r *http.Request) {
@@ -82,7 +84,11 @@ func (s *api) decideApproval(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, invalid(`decision %q must be "approve" or "deny"`, req.Decision))
 		return
 	}
-	d := decision{approve: req.Decision == "approve", argsDigest: req.ArgsDigest, always: req.Always, argvPrefix: req.ArgvPrefix}
+	if rerr := checkDenyReason(req.Decision, req.Reason); rerr != nil {
+		writeErr(w, rerr)
+		return
+	}
+	d := decision{approve: req.Decision == "approve", argsDigest: req.ArgsDigest, always: req.Always, argvPrefix: req.ArgvPrefix, reason: req.Reason}
 	res, rerr := s.decide(r.Context(), principalFrom(r.Context()), r.PathValue("id"), d, "")
 	if rerr != nil {
 		writeErr(w, rerr)

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"fmt"
 	"net/http"
 	"regexp"
 	"strings"
@@ -96,10 +97,15 @@ func TestConsole(t *testing.T) {
 	run(t, ctx, 20*time.Second, "deny",
 		chromedp.Navigate(s.url+"/console/approvals"),
 		chromedp.WaitVisible("#ask-"+id, chromedp.ByID),
+		chromedp.SendKeys("#ask-"+id+` input[name="reason"]`, "make the directory under build/", chromedp.ByQuery),
 		chromedp.Click("#ask-"+id+" button.deny", chromedp.ByQuery),
 		chromedp.WaitVisible("p.done", chromedp.ByQuery))
-	if code, v := s.do(t, "GET", "/v1/calls/"+id, approverToken, nil); code != http.StatusForbidden || v["status"] != "denied" {
+	code, v := s.do(t, "GET", "/v1/calls/"+id, approverToken, nil)
+	if code != http.StatusForbidden || v["status"] != "denied" {
 		t.Fatalf("the API says the denied call is HTTP %d %v, want 403 denied", code, v["status"])
+	}
+	if e, _ := v["error"].(map[string]any); e == nil || !strings.Contains(fmt.Sprint(e["message"]), ": make the directory under build/;") {
+		t.Fatalf("the denied call's error is %v, want the approver's reason in it", v["error"])
 	}
 
 	// A hostile output is text, live and in the final page: no element is made of it, no script runs.
