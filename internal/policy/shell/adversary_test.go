@@ -302,3 +302,40 @@ func TestAdversaryEncodings(t *testing.T) {
 		{name: "decoded harmless name", cmd: `$'\x6cs'`, want: policy.Ask},
 	})
 }
+
+// TestAdversaryWrapperOptions: each wrapper's option table is whole. An option it does not list (a newer
+// version's, like env -a NAME of coreutils 9.5) asks, since its value could be the word policy would judge
+// as the command; the options it lists, with and without values, still unwrap to the command they run.
+func TestAdversaryWrapperOptions(t *testing.T) {
+	cases := []reqCase{
+		{name: "env -a takes the next word as argv0", cmd: "env -a ls rm x", want: policy.Ask, rule: "mutating-commands"},
+		{name: "env --argv0 attached", cmd: "env --argv0=ls rm x", want: policy.Ask, rule: "mutating-commands"},
+		{name: "env --argv0 then sudo", cmd: "env --argv0 ls sudo reboot", want: policy.Deny, rule: forbidden},
+		{name: "timeout --kill-after", cmd: "timeout --kill-after 1 5 sudo reboot", want: policy.Deny, rule: forbidden},
+		{name: "script -o takes a size", cmd: "script -o 100 -qc 'sudo reboot' /dev/null", want: policy.Deny, rule: forbidden},
+		{name: "flock -w takes seconds", cmd: "flock -w 5 lockf sudo reboot", want: policy.Deny, rule: forbidden},
+		{name: "watch -q takes cycles", cmd: "watch -q 3 sudo reboot", want: policy.Deny, rule: forbidden},
+		{name: "xargs --max-lines has no next-word value", cmd: "xargs --max-lines sudo reboot", want: policy.Deny, rule: forbidden},
+		{name: "nice --N", cmd: "nice --5 sudo reboot", want: policy.Deny, rule: forbidden},
+		{name: "nice -+N", cmd: "nice -+5 sudo reboot", want: policy.Deny, rule: forbidden},
+		{name: "ionice -t flag", cmd: "ionice -t -c 3 sudo reboot", want: policy.Deny, rule: forbidden},
+		{name: "script with an unknown option", cmd: "script -Z -qc 'ls' /dev/null", want: policy.Ask, rule: policy.RuleUnresolved},
+		{name: "known flags stay allowed: timeout", cmd: "timeout --foreground -v 5 ls", want: policy.Allow},
+		{name: "known flags stay allowed: env", cmd: "env -v -i ls", want: policy.Allow},
+		{name: "known flags stay allowed: setsid", cmd: "setsid -w ls", want: policy.Allow},
+		{name: "known flags stay allowed: stdbuf", cmd: "stdbuf -oL -e 0 ls", want: policy.Allow},
+		{name: "known flags stay allowed: nice", cmd: "nice -n 5 ls", want: policy.Allow},
+		{name: "known flags stay allowed: ionice", cmd: "ionice -t -c 3 ls", want: policy.Allow},
+		{name: "known flags stay allowed: taskset", cmd: "taskset -a 0x1 ls", want: policy.Allow},
+	}
+	// An unknown option, short or long, of every wrapper whose tables policy follows: the word after it is
+	// an allowed reader, the command it could be is not.
+	for _, w := range []string{"nice", "timeout", "nohup", "setsid", "unbuffer", "stdbuf", "env", "ionice", "taskset",
+		"xargs", "flock", "watch", "exec", "command"} {
+		for _, o := range []string{"-Z", "--zzz", "--zzz=1"} {
+			cmd := w + " " + o + " ls rm x"
+			cases = append(cases, reqCase{name: cmd, cmd: cmd, want: policy.Ask, rule: policy.RuleUnresolved})
+		}
+	}
+	runReqCases(t, policy.Default(), cases)
+}
