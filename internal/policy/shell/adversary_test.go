@@ -339,3 +339,29 @@ func TestAdversaryWrapperOptions(t *testing.T) {
 	}
 	runReqCases(t, policy.Default(), cases)
 }
+
+// TestAdversaryInjectionVariables: variables that make a program read or run a file they name, in every
+// shape such names take (a toolchain's prefix, a suffix naming a file, directory, module, library or
+// remote shell), ask wherever they are set; the harmless values of such a variable (GOWORK=off) and
+// ordinary variables do not.
+func TestAdversaryInjectionVariables(t *testing.T) {
+	const rule = policy.RuleInjectionEnv
+	var cases []reqCase
+	for _, n := range []string{"GOWORK", "OPENSSL_CONF", "OPENSSL_ENGINES", "OPENSSL_MODULES", "EXINIT", "VIMINIT",
+		"GTK_MODULES", "GIO_EXTRA_MODULES", "RSYNC_RSH", "RSYNC_CONNECT_PROG", "CVS_RSH", "SVN_SSH", "GCC_EXEC_PREFIX",
+		"CCACHE_PREFIX", "CURL_CA_BUNDLE", "REQUESTS_CA_BUNDLE", "SSL_CERT_DIR", "PGSYSCONFDIR", "ERL_LIBS", "GZIP",
+		"BZIP2", "XZ_DEFAULTS", "MAGIC", "DJANGO_SETTINGS_MODULE", "CMAKE_C_COMPILER_LAUNCHER", "VK_ICD_FILENAMES",
+		"__EGL_VENDOR_LIBRARY_FILENAMES", "TEXINPUTS", "TEXMFCNF", "GHCRTS", "MPLBACKEND", "FLASK_APP", "UV_PYTHON",
+		"TCLLIBPATH", "AWKPATH", "PYTEST_PLUGINS", "BASH_ENV", "LD_AUDIT", "GCONV_PATH"} {
+		cases = append(cases,
+			reqCase{name: n + " prefix", cmd: n + "=/tmp/x ls", want: policy.Ask, rule: rule},
+			reqCase{name: n + " with env", cmd: "env " + n + "=/tmp/x ls", want: policy.Ask, rule: rule},
+			reqCase{name: n + " exported", cmd: "export " + n + "=/tmp/x", want: policy.Ask},
+			reqCase{name: n + " env argument", cmd: "ls", env: map[string]string{n: "/tmp/x"}, want: policy.Ask, rule: rule})
+	}
+	for _, l := range []string{"GOWORK=off go version", "env GOWORK=off ls", "GOTOOLCHAIN=local go version", "TZ=UTC ls",
+		"LANG=C LC_ALL=C TERM=dumb NO_COLOR=1 COLUMNS=80 ls", "CGO_ENABLED=0 GOOS=linux go version", "RUST_BACKTRACE=1 ls"} {
+		cases = append(cases, reqCase{name: "harmless " + l, cmd: l, want: policy.Allow})
+	}
+	runReqCases(t, policy.Default(), cases)
+}

@@ -437,14 +437,14 @@ func parseEnv(j *judge, argv []word) wrapParse {
 		if a.text == "-" {
 			continue
 		}
-		name, _, isAssign := strings.Cut(a.text, "=")
+		name, value, isAssign := strings.Cut(a.text, "=")
 		if !isAssign {
 			break
 		}
 		if name == "CDPATH" {
 			j.cdpath = true
 		}
-		if injectionVar(name) {
+		if injectionSetting(name, value, true) {
 			j.opaque(Ask, RuleInjectionEnv, fmt.Sprintf("`env %s=...` sets a variable that can make programs load or run other code; leave it unset", name))
 		}
 		if a.known {
