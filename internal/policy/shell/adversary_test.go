@@ -365,3 +365,22 @@ func TestAdversaryInjectionVariables(t *testing.T) {
 	}
 	runReqCases(t, policy.Default(), cases)
 }
+
+// TestAdversaryCopyIntoDirectory: cp, mv, ln and install into a directory write each source under its
+// own name there: `cp config .git/` writes .git/config, in every way of naming the directory.
+func TestAdversaryCopyIntoDirectory(t *testing.T) {
+	var cases []reqCase
+	for _, prog := range []string{"cp", "cp -f", "cp -r", "mv", "mv -f", "ln", "ln -f", "install", "install -m 644"} {
+		for _, form := range []string{"%s config .git/", "%s config .git", "%s a/config .git/", "%s config ./.git//",
+			"%s -t .git config", "%s --target-directory=.git config", "%s --target-directory .git config",
+			"%s x config .git/", "%s config sub/.git", "%s credentials .aws", "%s hooks .git"} {
+			cmd := strings.Replace(form, "%s", prog, 1)
+			cases = append(cases, reqCase{name: cmd, cmd: cmd, want: policy.Deny, rule: policy.RuleDeniedPath})
+		}
+	}
+	for _, cmd := range []string{"cp a b/", "cp -t out a b", "mv a.txt docs/", "cp -r src/. out/", "ln -s ../x dir/"} {
+		cases = append(cases, reqCase{name: "ordinary " + cmd, cmd: cmd, want: policy.Ask, rule: "mutating-commands"})
+	}
+	cases = append(cases, reqCase{name: "ordinary install", cmd: "install -m 755 tool bin/", want: policy.Ask, rule: "tool-action"})
+	runReqCases(t, policy.Default(), cases)
+}

@@ -610,12 +610,16 @@ func (j *judge) argPaths(argv []word, spec argSpec) []word {
 	sawPattern := false
 	writes := spec.writes
 	targetDir := false
+	var targets []word // the -t DIR of cp, mv, ln and install
 	endOpts := false
 	value := func(opt string, v word, separate bool) {
 		switch {
 		case slices.Contains(spec.writeOpts, opt):
 			j.checkPathWord(v, true)
-			targetDir = targetDir || opt == "-t" || opt == "--target-directory"
+			if opt == "-t" || opt == "--target-directory" {
+				targetDir = true
+				targets = append(targets, v)
+			}
 		case slices.Contains(spec.pathOpts, opt):
 			j.checkPathWord(v, false)
 		case separate && v.glob:
@@ -697,7 +701,37 @@ func (j *judge) argPaths(argv []word, spec argSpec) []word {
 			j.maySecret(w.text) // REV:PATH, key=PATH, @PATH (curl -d @.env, gcc @.env: a file's content)
 		}
 	}
+	if slices.Contains(spec.writeOpts, "--target-directory") {
+		sources := paths
+		if !targetDir && len(paths) > 1 {
+			targets, sources = paths[len(paths)-1:], paths[:len(paths)-1]
+		}
+		j.intoDirectories(sources, targets)
+	}
 	return operands
+}
+
+// intoDirectories judges what cp, mv, ln and install write when their target is a directory (-t DIR, a
+// last operand that is one, or may be: policy cannot see the file system): each source under its own
+// name in it, so that `cp config .git/` is judged as writing .git/config. A source whose name is only
+// known when the line runs, or a glob, names no file policy can judge here; the unknown-argument rule
+// has asked for it already.
+func (j *judge) intoDirectories(sources, targets []word) {
+	for _, t := range targets {
+		if !t.known || t.glob || t.tainted {
+			continue
+		}
+		for _, s := range sources {
+			if !s.known || s.glob || s.tainted {
+				continue
+			}
+			base := path.Base(path.Clean(s.text))
+			if base == "." || base == ".." || base == "/" {
+				continue // cp -r x/. d copies x's entries, not x: their names are not in the line
+			}
+			j.checkPathText(strings.TrimSuffix(t.text, "/")+"/"+base, true)
+		}
+	}
 }
 
 // checkPathWord checks an argument that names a file.
