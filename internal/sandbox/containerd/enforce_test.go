@@ -162,6 +162,11 @@ func TestHiddenPaths(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			// A second name of a denied file, made before the call (on the host, or before the workspace
+			// reached toolpool): the attempts' recursive readers reach it unless it is hidden too.
+			if err := os.Link(filepath.Join(ws, ".env"), filepath.Join(ws, "env-link.txt")); err != nil {
+				t.Fatal(err)
+			}
 			spec := warmSpec(probe, ws, readAttempts)
 			spec.WorkspaceReadOnly = tc.rdonly
 			if tc.name == "gvisor" {
@@ -187,7 +192,8 @@ func TestHiddenPaths(t *testing.T) {
 				t.Errorf("the ordinary file was not read: %q", printed)
 			}
 			if !tc.hide {
-				if !strings.Contains(printed, "SECRET-aws") || !strings.Contains(printed, "SECRET-vendored-git") {
+				if !strings.Contains(printed, "SECRET-aws") || !strings.Contains(printed, "SECRET-vendored-git") ||
+					!strings.Contains(printed, "SECRET-dotenv") {
 					t.Errorf("without Hidden the attempts read no secret (they are broken): %q", printed)
 				}
 				return
