@@ -45,7 +45,7 @@ func (d *Set) find(root string, limit int, cache *dirCache) ([]string, error) {
 		if len(g.segments) >= 64 {
 			f.slow = true // the automaton keeps a glob's positions in one uint64
 		}
-		for _, s := range g.segments {
+		for _, s := range g.folded {
 			f.segs[i] = append(f.segs[i], compileSegment(s))
 		}
 	}
@@ -277,7 +277,7 @@ func (f *finder) walk(rel string, state []uint64) error {
 				_, hit = f.set.Match(WorkspaceRoot + "/" + join(rel, entry))
 				alive = true
 			} else {
-				alive = f.step(state, entry, next)
+				alive = f.step(state, strings.ToLower(entry), next)
 				hit = f.accepts(next)
 			}
 			if hit {

@@ -77,7 +77,7 @@ func TestFind(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{".aws", ".docker/config.json", ".env", ".git/config", ".git/hooks", ".ssh", "a/b/.env", "a/b/.env.local",
-		"build", "deep/er/y.pEm", "id_dsa", "link.pem", "nested/.ssh", "secrets/db", "sub/.git/config", "sub/.git/hooks",
+		"build", "deep/er/y.PEM", "deep/er/y.pEm", "id_dsa", "link.pem", "nested/.ssh", "secrets/db", "sub/.git/config", "sub/.git/hooks",
 		"x.pem", "x/1/2/y"}
 	slices.Sort(got)
 	if !slices.Equal(got, want) {
@@ -313,5 +313,38 @@ func TestFindHardLinks(t *testing.T) {
 	// The links count against the limit like the matches.
 	if _, err := d.Find(root, 3); !errors.Is(err, ErrTooMany) {
 		t.Errorf("Find with limit 3: %v, want ErrTooMany", err)
+	}
+}
+
+// TestFindCaseVariants: names match the globs in any case, as a case-insensitive file system serves them:
+// .ENV is .env there, ID_RSA is id_rsa, .SSH/config is under ~/.ssh.
+func TestFindCaseVariants(t *testing.T) {
+	d, err := Compile([]string{"**/.env", "**/id_rsa", "~/.ssh/**", "**/.git/config", "**/*.pem"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	mkfiles(t, root, ".ENV", "a/.Env", "ID_RSA", ".SSH/config", ".Git/CONFIG", "k.PEM", "README.md", "Envoy.txt")
+	want := []string{".ENV", ".Git/CONFIG", ".SSH", "ID_RSA", "a/.Env", "k.PEM"}
+	for _, find := range []func() ([]string, error){
+		func() ([]string, error) { return d.Find(root, 0) },
+		func() ([]string, error) { return (&Finder{}).Find(d, root, 0) },
+	} {
+		got, err := find()
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("Find = %q, want %q", got, want)
+		}
+	}
+	for _, p := range []string{"/workspace/.ENV", "/workspace/x/ID_RSA", "/workspace/.Ssh/id", "/workspace/.GIT/Config"} {
+		if _, ok := d.Match(p); !ok {
+			t.Errorf("Match(%q) = false, want true", p)
+		}
+	}
+	if _, ok := d.Match("/workspace/envoy"); ok {
+		t.Error("Match(/workspace/envoy) = true, want false")
 	}
 }

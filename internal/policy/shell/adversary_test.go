@@ -384,3 +384,21 @@ func TestAdversaryCopyIntoDirectory(t *testing.T) {
 	cases = append(cases, reqCase{name: "ordinary install", cmd: "install -m 755 tool bin/", want: policy.Ask, rule: "tool-action"})
 	runReqCases(t, policy.Default(), cases)
 }
+
+// TestAdversaryCaseVariants: denied globs match names in any case, as a case-insensitive file system
+// serves them, for the shell judge as for the file tools and the sandbox.
+func TestAdversaryCaseVariants(t *testing.T) {
+	var cases []reqCase
+	for _, p := range []string{".ENV", ".Env", "app/.ENV.production", "ID_RSA", "Id_Ed25519", ".SSH/config", ".AWS/credentials",
+		".git/CONFIG", ".GIT/config", "certs/server.PEM", ".NETRC", ".Docker/config.json"} {
+		cases = append(cases, reqCase{name: "cat " + p, cmd: "cat " + p, want: policy.Deny, rule: policy.RuleDeniedPath})
+	}
+	cases = append(cases, reqCase{name: "an ordinary name", cmd: "cat ENVIRONMENT.md", want: policy.Allow})
+	runReqCases(t, policy.Default(), cases)
+	for _, p := range []string{".ENV", "ID_RSA", ".SSH/config"} {
+		d := policy.Default().Decide(context.Background(), policy.Request{Tenant: "t1", Tool: "read_file", Facts: policy.Facts{Paths: []string{p}}})
+		if d.Action != policy.Deny || d.Rule != policy.RuleDeniedPath {
+			t.Errorf("read_file %s = %s by %s, want deny by %s", p, d.Action, d.Rule, policy.RuleDeniedPath)
+		}
+	}
+}

@@ -114,6 +114,7 @@ var secretFiles = map[string]string{
 	"lib/.ssh/config": "SECRET-nested-ssh", ".aws/credentials": "SECRET-aws", "certs/server.pem": "SECRET-pem",
 	".git/config": "SECRET-gitconfig", ".git/hooks/pre-commit": "SECRET-hook", "vendor/m/.git/config": "SECRET-vendored-git",
 	".netrc": "SECRET-netrc", ".docker/config.json": "SECRET-docker", "README.md": "readable",
+	"app/.ENV": "SECRET-case-variant", "keys/ID_RSA": "SECRET-case-key",
 }
 
 // readAttempts are ways a shell reads a tree without naming the denied files, and ways it writes to them.
@@ -193,7 +194,7 @@ func TestHiddenPaths(t *testing.T) {
 			}
 			if !tc.hide {
 				if !strings.Contains(printed, "SECRET-aws") || !strings.Contains(printed, "SECRET-vendored-git") ||
-					!strings.Contains(printed, "SECRET-dotenv") {
+					!strings.Contains(printed, "SECRET-dotenv") || !strings.Contains(printed, "SECRET-case-variant") {
 					t.Errorf("without Hidden the attempts read no secret (they are broken): %q", printed)
 				}
 				return
