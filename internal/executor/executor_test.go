@@ -333,8 +333,9 @@ func TestHiddenPathsReachTheSandbox(t *testing.T) {
 }
 
 // TestGitControlReachesTheSandbox: git's control files of every repository in the workspace (config,
-// hooks, gitfiles, a submodule's) are read-only paths of every call's container, and a .git without hooks
-// gets an empty hooks directory to make read-only; a call whose policy lets it write them gets none.
+// hooks, commondir, gitfiles, a submodule's) are read-only paths of every call's container, and a .git
+// without hooks, config or commondir gets an empty hooks directory, an empty config and a commondir of
+// "." (what their absence meant) to make read-only; a call whose policy lets it write them gets none.
 func TestGitControlReachesTheSandbox(t *testing.T) {
 	rt := &fakeRuntime{}
 	e, wsm := newTestExecutor(t, rt, 0, nil)
@@ -343,9 +344,10 @@ func TestGitControlReachesTheSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeFiles(t, ws.Dir, ".git/config", ".git/HEAD", ".git/hooks/pre-commit.sample", ".git/modules/lib/config",
-		".git/modules/lib/hooks/x", "lib/.git", "nested/repo/.git/config", "src/main.go")
-	want := []string{".git", ".git/config", ".git/hooks", ".git/modules/lib/config", ".git/modules/lib/hooks", "lib/.git",
-		"nested/repo/.git", "nested/repo/.git/config", "nested/repo/.git/hooks"}
+		".git/modules/lib/hooks/x", "lib/.git", "nested/repo/.git/config", "bare/.git/HEAD", "src/main.go")
+	want := []string{".git", ".git/commondir", ".git/config", ".git/hooks", ".git/modules/lib/config", ".git/modules/lib/hooks",
+		"bare/.git", "bare/.git/commondir", "bare/.git/config", "bare/.git/hooks", "lib/.git",
+		"nested/repo/.git", "nested/repo/.git/commondir", "nested/repo/.git/config", "nested/repo/.git/hooks"}
 	for _, tool := range []string{"run_shell", "read_file"} {
 		args := map[string]string{"run_shell": shellArgs, "read_file": `{"path":"src/main.go"}`}[tool]
 		runCall(e, newCall(tool, args))
@@ -356,6 +358,12 @@ func TestGitControlReachesTheSandbox(t *testing.T) {
 	}
 	if fi, err := os.Lstat(filepath.Join(ws.Dir, "nested/repo/.git/hooks")); err != nil || !fi.IsDir() {
 		t.Errorf("the hooks directory a .git lacked was not made: %v", err)
+	}
+	for f, want := range map[string]string{".git/commondir": ".\n", "bare/.git/config": "", "bare/.git/commondir": ".\n",
+		".git/config": "x", "lib/.git": "x"} {
+		if b, err := os.ReadFile(filepath.Join(ws.Dir, f)); err != nil || string(b) != want {
+			t.Errorf("%s: %q (%v), want %q", f, b, err, want)
+		}
 	}
 	c := newCall("run_shell", shellArgs)
 	c.Limits.WriteGitControl = true

@@ -333,6 +333,9 @@ cp /workspace/evil.config .git/config 2>/dev/null && echo "copied config"
 echo 'gitdir: /tmp/evil' > sub/.git && echo "rewrote the gitfile"
 echo x >> .git/modules/sub/config && echo "wrote a submodule config"
 touch .git/modules/sub/hooks/pre-commit && echo "wrote a submodule hook"
+[ "$(cd "$(git rev-parse --git-common-dir)" && pwd -P)" = /workspace/.git ] || echo "git's common directory is elsewhere"
+printf '/tmp/elsewhere\n' > .git/commondir 2>/dev/null && echo "wrote commondir"
+rm -f .git/commondir 2>/dev/null; [ -e .git/commondir ] || echo "removed commondir"
 mv .git g 2>/dev/null && echo "moved .git"
 rm -rf .git/hooks 2>/dev/null; [ -d .git/hooks ] || echo "removed hooks"
 exit 0`
@@ -359,7 +362,8 @@ func TestGitControlReadOnly(t *testing.T) {
 				spec.Runtime = containerd.GVisorRuntime
 			}
 			if tc.protect {
-				spec.ReadOnlyPaths = []string{".git/config", ".git/hooks", "sub/.git", ".git/modules/sub/config", ".git/modules/sub/hooks"}
+				spec.ReadOnlyPaths = []string{".git/config", ".git/hooks", "sub/.git", ".git/modules/sub/config", ".git/modules/sub/hooks",
+					".git/commondir"}
 			}
 			var out sandbox.Outcome
 			var err error
@@ -373,7 +377,8 @@ func TestGitControlReadOnly(t *testing.T) {
 				t.Errorf("git could not commit: %q %q", printed, out.Stderr.String())
 			}
 			if !tc.protect {
-				if !strings.Contains(printed, "wrote a hook") || !strings.Contains(printed, "set fsmonitor") {
+				if !strings.Contains(printed, "wrote a hook") || !strings.Contains(printed, "set fsmonitor") ||
+					!strings.Contains(printed, "wrote commondir") {
 					t.Errorf("the attempts changed nothing without protection (they are broken): %q %q", printed, out.Stderr.String())
 				}
 				return
@@ -387,6 +392,9 @@ func TestGitControlReadOnly(t *testing.T) {
 			}
 			if b, _ := os.ReadFile(filepath.Join(ws, "sub", ".git")); string(b) != "gitdir: ../.git/modules/sub\n" {
 				t.Errorf("the gitfile is now %q", b)
+			}
+			if b, _ := os.ReadFile(filepath.Join(ws, ".git", "commondir")); string(b) != ".\n" {
+				t.Errorf("the commondir is now %q", b)
 			}
 		})
 	}
@@ -421,5 +429,8 @@ func gitRepo(t *testing.T, ws string) {
 	mkfile(".git/modules/sub/hooks/.keep", "")
 	mkfile("sub/.git", "gitdir: ../.git/modules/sub\n")
 	mkfile(".git/hooks/.keep", "")
+	// What the executor puts where a main repository has no commondir (git looks in .git itself either way),
+	// so that a call cannot create one pointing elsewhere.
+	mkfile(".git/commondir", ".\n")
 	ctrtest.ChownToSandbox(t, ws)
 }
