@@ -402,3 +402,26 @@ func TestAdversaryCaseVariants(t *testing.T) {
 		}
 	}
 }
+
+// TestAdversaryNameSelectors: an option that picks by name the files a recursive reader reads (grep
+// --include, rg -g/--glob/--iglob) is judged by that name: a name denied wherever it is, in any case and
+// any spelling of the option, is a read of those files. Patterns and names denied only in some
+// directories narrow an ordinary recursive read, which the sandbox covers, and stay allowed.
+func TestAdversaryNameSelectors(t *testing.T) {
+	var cases []reqCase
+	for _, sel := range []string{"--include=.env", "--include .env", "--incl=.env"} {
+		for _, name := range []string{".env", ".env.local", "id_rsa", "ID_ED25519", "server.pem", ".netrc"} {
+			cmd := "grep -r x " + strings.Replace(sel, ".env", name, 1) + " ."
+			cases = append(cases, reqCase{name: cmd, cmd: cmd, want: policy.Deny, rule: policy.RuleDeniedPath})
+		}
+	}
+	for _, cmd := range []string{"rg -g .env x", "rg --glob=.env x", "rg --glob .env x", "rg --iglob=.ENV x", "rg -g id_rsa x .",
+		"egrep -r x --include=.env .", "fgrep -r x --include=.pgpass ."} {
+		cases = append(cases, reqCase{name: cmd, cmd: cmd, want: policy.Deny, rule: policy.RuleDeniedPath})
+	}
+	for _, cmd := range []string{"grep -r x --include=*.go .", "grep -r x --include=config .", "rg -g '*.go' x", "rg -g '!.env' x",
+		"grep -r x --include=Makefile ."} {
+		cases = append(cases, reqCase{name: "ordinary " + cmd, cmd: cmd, want: policy.Allow})
+	}
+	runReqCases(t, policy.Default(), cases)
+}

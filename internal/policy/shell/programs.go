@@ -528,7 +528,10 @@ type argSpec struct {
 	writeOpts    []string // options whose value is a path the program writes
 	writes       int      // which operands the program writes
 	writesWith   []string // options that make every operand written (sed -i)
-	dangerous    map[string]string
+	// nameSelectors are options whose value is a file name or glob that picks which files the program reads
+	// as it walks directories (grep --include, rg -g): judged against the denied globs by name.
+	nameSelectors []string
+	dangerous     map[string]string
 }
 
 const (
@@ -538,7 +541,7 @@ const (
 )
 
 var (
-	grepSpec = argSpec{shortValue: "efmABCDd", patternFirst: true, patternOpts: "ef",
+	grepSpec = argSpec{shortValue: "efmABCDd", patternFirst: true, patternOpts: "ef", nameSelectors: []string{"--include"},
 		pathOpts: []string{"-f", "--file", "--exclude-from"},
 		longValue: []string{"--regexp", "--file", "--max-count", "--context", "--after-context", "--before-context",
 			"--devices", "--directories", "--include", "--exclude", "--exclude-dir", "--exclude-from", "--label",
@@ -564,7 +567,7 @@ var argSpecs = map[string]argSpec{
 	"du": {shortValue: "dBtX", pathOpts: []string{"-X", "--exclude-from"}, dangerous: filesFrom,
 		longValue: []string{"--max-depth", "--block-size", "--threshold", "--exclude", "--time-style", "--exclude-from"}},
 	"grep": grepSpec, "egrep": grepSpec, "fgrep": grepSpec,
-	"rg": {shortValue: "efgtTmABCEjMrd", patternFirst: true, patternOpts: "ef",
+	"rg": {shortValue: "efgtTmABCEjMrd", patternFirst: true, patternOpts: "ef", nameSelectors: []string{"-g", "--glob", "--iglob"},
 		pathOpts: []string{"-f", "--file", "--ignore-file"},
 		longValue: []string{"--regexp", "--file", "--glob", "--iglob", "--type", "--type-not", "--max-count",
 			"--max-columns", "--threads", "--encoding", "--replace", "--max-depth", "--context", "--after-context",
@@ -613,6 +616,10 @@ func (j *judge) argPaths(argv []word, spec argSpec) []word {
 	var targets []word // the -t DIR of cp, mv, ln and install
 	endOpts := false
 	value := func(opt string, v word, separate bool) {
+		if slices.Contains(spec.nameSelectors, opt) {
+			j.nameSelector(name, opt, v)
+			return
+		}
 		switch {
 		case slices.Contains(spec.writeOpts, opt):
 			j.checkPathWord(v, true)
@@ -907,6 +914,26 @@ func (j *judge) checkGlobPattern(w word, pat string, write bool) bool {
 		}
 	}
 	return false
+}
+
+// nameSelector judges the value of an option that picks, by name, the files a program reads beneath the
+// directories it walks (grep -r --include=.env, rg -g id_rsa): a name that is denied wherever it is
+// (**/.env, **/*.pem) is a read of those files, and denied. A name denied only in some directories
+// (config: .git/config) also picks ordinary files, and a pattern (--include=*.go, which may pick .env.go)
+// narrows the recursive read it belongs to (grep -r x .): both are left to the sandbox, which hides every
+// denied file whatever reads it. An exclusion (rg's "!x") picks nothing.
+func (j *judge) nameSelector(prog, opt string, v word) {
+	if !v.known || hasGlobMeta(v.text) || strings.HasPrefix(v.text, "!") || strings.Contains(v.text, "/") {
+		return // unknown: the unknown-argument rule has asked already
+	}
+	for _, d := range j.dirs {
+		for _, p := range []string{path.Join(d, v.text), path.Join(d, "x", v.text)} {
+			if g, ok := j.paths.DeniedBy(p); ok {
+				j.add(Deny, RuleDeniedPath, fmt.Sprintf("`%s %s %s` reads every file named %s beneath %s, which %q denies; leave them out", CommandBase(prog), opt, v.text, v.text, d, g.Source()))
+				return
+			}
+		}
+	}
 }
 
 // maySecret checks a word that may name a file although policy does not know the program's options:
