@@ -425,3 +425,17 @@ func TestAdversaryNameSelectors(t *testing.T) {
 	}
 	runReqCases(t, policy.Default(), cases)
 }
+
+// TestAdversaryPrivilegeWrappers: every privilege tool is denied as itself, under any wrapper, and the
+// command it wraps is judged too.
+func TestAdversaryPrivilegeWrappers(t *testing.T) {
+	var cases []reqCase
+	for _, p := range []string{"sudo", "doas", "pkexec", "su -c", "runuser -u root", "sg root -c", "setpriv --reuid=0",
+		"capsh --", "gosu root", "su-exec root", "setuidgid root", "run0", "run0 --user=root", "please", "ksu root -e", "calife"} {
+		for _, wrap := range []string{"", "nice ", "env -i ", "timeout 5 ", "xargs ", "command ", "stdbuf -oL "} {
+			cmd := wrap + p + " ls"
+			cases = append(cases, reqCase{name: cmd, cmd: cmd, want: policy.Deny, rule: forbidden})
+		}
+	}
+	runReqCases(t, policy.Default(), cases)
+}

@@ -247,7 +247,7 @@ var genericWrappers = map[string]bool{
 	"setlock": true, "envdir": true, "tini": true, "dumb-init": true, "chronic": true, "setarch": true,
 	"linux32": true, "linux64": true, "schedtool": true, "run-one": true, "retry": true, "lckdo": true,
 	"timelimit": true, "minijail0": true, "runcon": true, "nsjail": true, "gosu": true, "su-exec": true,
-	"setuidgid": true,
+	"setuidgid": true, "run0": true, "please": true, "ksu": true, "calife": true, "machinectl": true,
 }
 
 func (j *judge) wrapper(name string, argv []word, ruleArgv []string, depth, unwrap int, info *callInfo, runtimeArgs bool) {
