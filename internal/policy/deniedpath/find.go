@@ -169,12 +169,18 @@ func (f *finder) readDir(rel string, fn func(name string, typ byte, ino uint64) 
 		return fmt.Errorf("open %s: %w", rel, err)
 	}
 	defer unix.Close(fd)
+	return f.readEntries(fd, cmp.Or(rel, "."), fn)
+}
+
+// readEntries calls fn for each entry of the open directory fd (named name in errors), "." and ".."
+// left out, with the type and inode number getdents gives.
+func (f *finder) readEntries(fd int, name string, fn func(name string, typ byte, ino uint64) error) error {
 	buf := f.buf()
 	defer f.putBuf(buf)
 	for {
 		n, err := unix.Getdents(fd, buf)
 		if err != nil {
-			return fmt.Errorf("read directory %s: %w", rel, err)
+			return fmt.Errorf("read directory %s: %w", name, err)
 		}
 		if n <= 0 {
 			return nil
@@ -182,15 +188,15 @@ func (f *finder) readDir(rel string, fn func(name string, typ byte, ino uint64) 
 		for b := buf[:n]; len(b) >= direntHeader; {
 			reclen := int(binary.NativeEndian.Uint16(b[16:18]))
 			if reclen < direntHeader || reclen > len(b) {
-				return fmt.Errorf("read directory %s: a malformed entry", rel)
+				return fmt.Errorf("read directory %s: a malformed entry", name)
 			}
 			ino, typ, nameBytes := binary.NativeEndian.Uint64(b[0:8]), b[18], b[direntHeader:reclen]
 			b = b[reclen:]
 			if i := bytes.IndexByte(nameBytes, 0); i >= 0 {
 				nameBytes = nameBytes[:i]
 			}
-			if name := string(nameBytes); name != "." && name != ".." {
-				if err := fn(name, typ, ino); err != nil {
+			if entry := string(nameBytes); entry != "." && entry != ".." {
+				if err := fn(entry, typ, ino); err != nil {
 					return err
 				}
 			}
@@ -248,52 +254,32 @@ func (f *finder) walk(rel string, state []uint64) error {
 		f.cache.reads++
 	}
 	next := make([]uint64, len(state))
-	buf := f.buf()
-	defer f.putBuf(buf)
-	for {
-		n, err := unix.Getdents(fd, buf)
-		if err != nil {
-			return fmt.Errorf("read directory %s: %w", name, err)
+	err = f.readEntries(fd, name, func(entry string, typ byte, ino uint64) error {
+		var hit, alive bool
+		if f.slow {
+			_, hit = f.set.Match(WorkspaceRoot + "/" + join(rel, entry))
+			alive = true
+		} else {
+			alive = f.step(state, strings.ToLower(entry), next)
+			hit = f.accepts(next)
 		}
-		if n <= 0 {
-			break
+		if hit {
+			e.hits = append(e.hits, join(rel, entry))
+			e.hitRefs = append(e.hitRefs, hitRef{rel: join(rel, entry), ino: ino, dir: typ == unix.DT_DIR || typ == unix.DT_UNKNOWN})
+			return nil
 		}
-		for b := buf[:n]; len(b) >= direntHeader; {
-			reclen := int(binary.NativeEndian.Uint16(b[16:18]))
-			if reclen < direntHeader || reclen > len(b) {
-				return fmt.Errorf("read directory %s: a malformed entry", name)
-			}
-			ino, typ, nameBytes := binary.NativeEndian.Uint64(b[0:8]), b[18], b[direntHeader:reclen]
-			b = b[reclen:]
-			if i := bytes.IndexByte(nameBytes, 0); i >= 0 {
-				nameBytes = nameBytes[:i]
-			}
-			entry := string(nameBytes)
-			if entry == "." || entry == ".." {
-				continue
-			}
-			var hit, alive bool
-			if f.slow {
-				_, hit = f.set.Match(WorkspaceRoot + "/" + join(rel, entry))
-				alive = true
-			} else {
-				alive = f.step(state, strings.ToLower(entry), next)
-				hit = f.accepts(next)
-			}
-			if hit {
-				e.hits = append(e.hits, join(rel, entry))
-				e.hitRefs = append(e.hitRefs, hitRef{rel: join(rel, entry), ino: ino, dir: typ == unix.DT_DIR || typ == unix.DT_UNKNOWN})
-				continue
-			}
-			if typ != unix.DT_DIR {
-				e.files = append(e.files, fileRef{rel: join(rel, entry), ino: ino})
-			}
-			// DT_UNKNOWN (a filesystem without types): try it as a directory.
-			if alive && (typ == unix.DT_DIR || typ == unix.DT_UNKNOWN) {
-				e.subdirs = append(e.subdirs, join(rel, entry))
-				e.states = append(e.states, slices.Clone(next))
-			}
+		if typ != unix.DT_DIR {
+			e.files = append(e.files, fileRef{rel: join(rel, entry), ino: ino})
 		}
+		// DT_UNKNOWN (a filesystem without types): try it as a directory.
+		if alive && (typ == unix.DT_DIR || typ == unix.DT_UNKNOWN) {
+			e.subdirs = append(e.subdirs, join(rel, entry))
+			e.states = append(e.states, slices.Clone(next))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	// Only a directory last changed well before this walk began is kept: a change after the walk read it
 	// then has a later change time, even where the file system's clock is coarse.
