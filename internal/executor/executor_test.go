@@ -295,8 +295,9 @@ func TestReadOnlyWorkspaceReachesTheSandbox(t *testing.T) {
 }
 
 // TestHiddenPathsReachTheSandbox: what the call's denied globs match in its workspace is hidden from a
-// run_shell container (spec.Hidden); a file tool, whose runner checks each path, hides nothing; a workspace
-// with too many matches is refused, unrun, with what to do.
+// run_shell container (spec.Hidden), with every other name of their files; a file tool, whose runner checks
+// each path by name, hides only the other names; a workspace with too many matches is refused, unrun, with
+// what to do.
 func TestHiddenPathsReachTheSandbox(t *testing.T) {
 	rt := &fakeRuntime{}
 	e, wsm := newTestExecutor(t, rt, 0, nil)
@@ -305,11 +306,14 @@ func TestHiddenPathsReachTheSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeFiles(t, ws.Dir, ".env", "a/b/.env", ".ssh/id_rsa", "src/main.go")
+	if err := os.Link(filepath.Join(ws.Dir, ".ssh/id_rsa"), filepath.Join(ws.Dir, "src/key.txt")); err != nil {
+		t.Fatal(err)
+	}
 	globs := []string{"**/.env", "~/.ssh/**"}
 	for _, tc := range []struct {
 		tool, args string
 		want       []string
-	}{{"run_shell", shellArgs, []string{".env", ".ssh", "a/b/.env"}}, {"read_file", `{"path":"src/main.go"}`, nil}} {
+	}{{"run_shell", shellArgs, []string{".env", ".ssh", "a/b/.env", "src/key.txt"}}, {"read_file", `{"path":"src/main.go"}`, []string{"src/key.txt"}}} {
 		c := newCall(tc.tool, tc.args)
 		c.Limits.DeniedGlobs = globs
 		runCall(e, c)

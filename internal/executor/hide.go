@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 
 	"golang.org/x/sys/unix"
 
@@ -17,12 +18,13 @@ import (
 const maxHidden = 1000
 
 // hiddenPaths returns the paths of the workspace at dir that call c's container must not see: those its
-// denied globs match (call.Limits.DeniedGlobs), for the tools that do not apply the globs themselves
-// (run_shell, custom tools; the built-in file tools check each path they open, in their runner). A
-// workspace with more than maxHidden of them is the caller's error to fix. The executor's Finder keeps the
-// readings of directories that did not change, so that a large workspace is not read whole for each call.
+// denied globs match (call.Limits.DeniedGlobs) and every other name of their files (hard links). The
+// built-in file tools check each path they open against the globs, in their runner, so their containers
+// hide only the other names, which no glob matches. A workspace with more than maxHidden of them is the
+// caller's error to fix. The executor's Finder keeps the readings of directories that did not change, so
+// that a large workspace is not read whole for each call.
 func (e *Executor) hiddenPaths(c *call.Call, tool *tools.Tool, dir string) ([]string, *call.ErrorInfo, error) {
-	if tool.TakesDeniedGlobs() || len(c.Limits.DeniedGlobs) == 0 {
+	if len(c.Limits.DeniedGlobs) == 0 {
 		return nil, nil, nil
 	}
 	set, err := deniedpath.Compile(c.Limits.DeniedGlobs)
@@ -38,6 +40,12 @@ func (e *Executor) hiddenPaths(c *call.Call, tool *tools.Tool, dir string) ([]st
 	}
 	if err != nil {
 		return nil, nil, err
+	}
+	if tool.TakesDeniedGlobs() {
+		hidden = slices.DeleteFunc(hidden, func(p string) bool {
+			_, named := set.Match(path.Join(deniedpath.WorkspaceRoot, p))
+			return named // the runner refuses it by name
+		})
 	}
 	return hidden, nil, nil
 }
