@@ -369,7 +369,17 @@ func TestGitControlReachesTheSandbox(t *testing.T) {
 			t.Errorf("%s: %q (%v), want %q", f, b, err, want)
 		}
 	}
+	// A read-only workspace can create nothing: a repository's missing control files are not made for it.
+	writeFiles(t, ws.Dir, "ro/.git/HEAD")
 	c := newCall("run_shell", shellArgs)
+	c.Limits.ReadOnlyWorkspace = true
+	runCall(e, c)
+	for _, f := range []string{"ro/.git/hooks", "ro/.git/config", "ro/.git/commondir"} {
+		if _, err := os.Lstat(filepath.Join(ws.Dir, f)); !os.IsNotExist(err) {
+			t.Errorf("a read-only call's workspace gained %s (%v)", f, err)
+		}
+	}
+	c = newCall("run_shell", shellArgs)
 	c.Limits.WriteGitControl = true
 	runCall(e, c)
 	if got := rt.specs[len(rt.specs)-1].ReadOnlyPaths; got != nil {

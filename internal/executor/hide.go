@@ -78,7 +78,9 @@ func mustCompile(globs []string) *deniedpath.Set {
 
 // readOnlyPaths returns the paths of the workspace at dir that call c's container may read but not change:
 // git's control files, unless policy lets the call write them. It creates the control files a .git
-// directory lacks (ensureControl), beneath dir without following a link.
+// directory lacks (ensureControl), beneath dir without following a link, except for a call whose whole
+// workspace is read-only (the read-only posture), which can create nothing and whose workspace is left
+// as it is.
 func (e *Executor) readOnlyPaths(c *call.Call, dir string) ([]string, error) {
 	if c.Limits.WriteGitControl {
 		return nil, nil
@@ -92,6 +94,9 @@ func (e *Executor) readOnlyPaths(c *call.Call, dir string) ([]string, error) {
 		return nil, err
 	}
 	for _, g := range dotGits {
+		if c.Limits.ReadOnlyWorkspace {
+			break
+		}
 		made, err := ensureControl(dir, g)
 		if err != nil {
 			return nil, err
