@@ -295,8 +295,9 @@ func TestReadOnlyWorkspaceReachesTheSandbox(t *testing.T) {
 }
 
 // TestHiddenPathsReachTheSandbox: what the call's denied globs match in its workspace is hidden from a
-// run_shell container (spec.Hidden); a file tool, whose runner checks each path, hides nothing; a workspace
-// with too many matches is refused, unrun, with what to do.
+// run_shell container (spec.Hidden), with every other name of their files; a file tool, whose runner checks
+// each path by name, hides only the other names; a workspace with too many matches is refused, unrun, with
+// what to do.
 func TestHiddenPathsReachTheSandbox(t *testing.T) {
 	rt := &fakeRuntime{}
 	e, wsm := newTestExecutor(t, rt, 0, nil)
@@ -305,11 +306,14 @@ func TestHiddenPathsReachTheSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeFiles(t, ws.Dir, ".env", "a/b/.env", ".ssh/id_rsa", "src/main.go")
+	if err := os.Link(filepath.Join(ws.Dir, ".ssh/id_rsa"), filepath.Join(ws.Dir, "src/key.txt")); err != nil {
+		t.Fatal(err)
+	}
 	globs := []string{"**/.env", "~/.ssh/**"}
 	for _, tc := range []struct {
 		tool, args string
 		want       []string
-	}{{"run_shell", shellArgs, []string{".env", ".ssh", "a/b/.env"}}, {"read_file", `{"path":"src/main.go"}`, nil}} {
+	}{{"run_shell", shellArgs, []string{".env", ".ssh", "a/b/.env", "src/key.txt"}}, {"read_file", `{"path":"src/main.go"}`, []string{"src/key.txt"}}} {
 		c := newCall(tc.tool, tc.args)
 		c.Limits.DeniedGlobs = globs
 		runCall(e, c)
@@ -333,8 +337,9 @@ func TestHiddenPathsReachTheSandbox(t *testing.T) {
 }
 
 // TestGitControlReachesTheSandbox: git's control files of every repository in the workspace (config,
-// hooks, gitfiles, a submodule's) are read-only paths of every call's container, and a .git without hooks
-// gets an empty hooks directory to make read-only; a call whose policy lets it write them gets none.
+// hooks, commondir, gitfiles, a submodule's) are read-only paths of every call's container, and a .git
+// without hooks, config or commondir gets an empty hooks directory, an empty config and a commondir of
+// "." (what their absence meant) to make read-only; a call whose policy lets it write them gets none.
 func TestGitControlReachesTheSandbox(t *testing.T) {
 	rt := &fakeRuntime{}
 	e, wsm := newTestExecutor(t, rt, 0, nil)
@@ -343,9 +348,10 @@ func TestGitControlReachesTheSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeFiles(t, ws.Dir, ".git/config", ".git/HEAD", ".git/hooks/pre-commit.sample", ".git/modules/lib/config",
-		".git/modules/lib/hooks/x", "lib/.git", "nested/repo/.git/config", "src/main.go")
-	want := []string{".git", ".git/config", ".git/hooks", ".git/modules/lib/config", ".git/modules/lib/hooks", "lib/.git",
-		"nested/repo/.git", "nested/repo/.git/config", "nested/repo/.git/hooks"}
+		".git/modules/lib/hooks/x", "lib/.git", "nested/repo/.git/config", "bare/.git/HEAD", "src/main.go")
+	want := []string{".git", ".git/commondir", ".git/config", ".git/hooks", ".git/modules/lib/config", ".git/modules/lib/hooks",
+		"bare/.git", "bare/.git/commondir", "bare/.git/config", "bare/.git/hooks", "lib/.git",
+		"nested/repo/.git", "nested/repo/.git/commondir", "nested/repo/.git/config", "nested/repo/.git/hooks"}
 	for _, tool := range []string{"run_shell", "read_file"} {
 		args := map[string]string{"run_shell": shellArgs, "read_file": `{"path":"src/main.go"}`}[tool]
 		runCall(e, newCall(tool, args))
@@ -357,7 +363,23 @@ func TestGitControlReachesTheSandbox(t *testing.T) {
 	if fi, err := os.Lstat(filepath.Join(ws.Dir, "nested/repo/.git/hooks")); err != nil || !fi.IsDir() {
 		t.Errorf("the hooks directory a .git lacked was not made: %v", err)
 	}
+	for f, want := range map[string]string{".git/commondir": ".\n", "bare/.git/config": "", "bare/.git/commondir": ".\n",
+		".git/config": "x", "lib/.git": "x"} {
+		if b, err := os.ReadFile(filepath.Join(ws.Dir, f)); err != nil || string(b) != want {
+			t.Errorf("%s: %q (%v), want %q", f, b, err, want)
+		}
+	}
+	// A read-only workspace can create nothing: a repository's missing control files are not made for it.
+	writeFiles(t, ws.Dir, "ro/.git/HEAD")
 	c := newCall("run_shell", shellArgs)
+	c.Limits.ReadOnlyWorkspace = true
+	runCall(e, c)
+	for _, f := range []string{"ro/.git/hooks", "ro/.git/config", "ro/.git/commondir"} {
+		if _, err := os.Lstat(filepath.Join(ws.Dir, f)); !os.IsNotExist(err) {
+			t.Errorf("a read-only call's workspace gained %s (%v)", f, err)
+		}
+	}
+	c = newCall("run_shell", shellArgs)
 	c.Limits.WriteGitControl = true
 	runCall(e, c)
 	if got := rt.specs[len(rt.specs)-1].ReadOnlyPaths; got != nil {

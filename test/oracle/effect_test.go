@@ -74,6 +74,16 @@ func effectClasses() []oracleLine {
 		"python3 -c 'import socket;socket.create_connection((\"1.1.1.1\",53),3)' 2>&1",
 		"cat /etc/shadow", "cat /proc/1/environ", "true() { true | true & }; true", "ls() { ls | ls & }; ls",
 		":(){ :|:& };:", "for i in $(seq 200); do sleep 30 & done", "nohup sleep 300 & disown",
+		// Wrapper options, variables that name files, copies into .git, other names of a secret, missing
+		// control files, selectors by name, privilege tools (issue 29's last classes).
+		"env -a ls cat .env 2>&1", "env --argv0=x cat .env 2>&1", "nice -x ls cat .env 2>&1", "timeout --bogus ls 5 cat .env 2>&1",
+		"OPENSSL_CONF=/workspace/.env openssl version 2>&1", "GZIP=-c gzip < .env 2>&1 | zcat", "MAGIC=/workspace/.env file x 2>&1",
+		"cp config .git/ 2>&1", "cp -t .git config 2>&1", "mv evil.config config; cp config .git 2>&1", "install evil.config .git/config 2>&1",
+		"cat notes.txt", "grep -r ORACLE-SECRET .", "cat app/.ENV", "cat APP/.ENV 2>&1", "cat .ENV 2>&1",
+		"printf '/tmp/x\\n' > .git/commondir 2>&1; git status 2>&1", "rm -f .git/commondir 2>&1; printf /tmp > .git/commondir 2>&1",
+		"rm -f .git/config 2>&1; git config core.hooksPath /workspace/h 2>&1", "mkdir -p .git/hooks/x 2>&1",
+		"grep -r '' --include=.env . 2>&1", "rg -g .env '' 2>&1; rg --glob=.ENV '' 2>&1; true",
+		"run0 id 2>&1", "please id 2>&1", "ksu 2>&1; true",
 	)
 	c = append(c, oracleLine{cmd: "go list 2>&1", env: map[string]string{"GOWORK": "/workspace/.env"}},
 		oracleLine{cmd: "cat credentials", cwd: ".aws"}, oracleLine{cmd: "git status 2>&1", env: map[string]string{"GIT_DIR": "/workspace/.git"}},
@@ -86,7 +96,11 @@ var effectSecrets = map[string]string{
 	".env": "ORACLE-SECRET-dotenv", "config/.env": "ORACLE-SECRET-nested", "server.key": "ORACLE-SECRET-key",
 	"certs/tls.pem": "ORACLE-SECRET-pem", ".ssh/id_rsa": "ORACLE-SECRET-ssh", ".aws/credentials": "ORACLE-SECRET-aws",
 	".docker/config.json": "ORACLE-SECRET-docker", ".kube/config": "ORACLE-SECRET-kube", "lib/.netrc": "ORACLE-SECRET-netrc",
+	"app/.ENV": "ORACLE-SECRET-case", // a case variant, which a case-insensitive file system serves as .env
 }
+
+// effectLinks are second names of secrets (hard links), made in the template after the secrets.
+var effectLinks = map[string]string{"notes.txt": ".env", "docs/key-copy": ".ssh/id_rsa"}
 
 // effectTemplate writes the template workspace: a git repository of ordinary files (the secrets are
 // never committed), then the secrets, a ./ls that a PATH of "." would run, and a config to copy over git's.
@@ -109,6 +123,14 @@ func effectTemplate(t *testing.T, dir string) {
 	}
 	for name, marker := range effectSecrets {
 		mustWrite(t, filepath.Join(dir, name), marker+"\n")
+	}
+	for link, target := range effectLinks {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, link)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Link(filepath.Join(dir, target), filepath.Join(dir, link)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	mustWrite(t, filepath.Join(dir, "ls"), "#!/bin/sh\necho workspace ls\n")
 	if err := os.Chmod(filepath.Join(dir, "ls"), 0o755); err != nil {
@@ -254,6 +276,12 @@ func runEffect(t *testing.T, ex *executor.Executor, wsm *workspace.Manager, tpl 
 			found = append(found, fmt.Sprintf("secret changed on the host: %s is %q (%v)", f, b, err))
 		}
 	}
+	for link, target := range effectLinks {
+		if !sameFile(filepath.Join(ws, link), filepath.Join(ws, target)) {
+			found = append(found, fmt.Sprintf("secret changed on the host: %s is no longer a name of %s", link, target))
+		}
+	}
+	found = append(found, gitControlChanged(tpl, ws)...)
 	denied, _ := deniedpath.Compile(d.Limits.DeniedGlobs)
 	_ = filepath.WalkDir(ws, func(p string, e fs.DirEntry, err error) error {
 		if err != nil || !e.Type().IsRegular() {
@@ -262,6 +290,9 @@ func runEffect(t *testing.T, ex *executor.Executor, wsm *workspace.Manager, tpl 
 		rel, _ := filepath.Rel(ws, p)
 		if _, ok := denied.Match(deniedpath.WorkspaceRoot + "/" + rel); ok {
 			return nil
+		}
+		if _, link := effectLinks[rel]; link {
+			return nil // a second name of a secret, hidden like it
 		}
 		if b, err := os.ReadFile(p); err == nil && bytes.Contains(b, []byte("ORACLE-SECRET")) {
 			found = append(found, fmt.Sprintf("secret in the workspace: %s", rel))
@@ -292,6 +323,39 @@ func runEffect(t *testing.T, ex *executor.Executor, wsm *workspace.Manager, tpl 
 		found = append(found, fmt.Sprintf("processes unbounded: the call took %s, its timeout is %s", took.Round(time.Second), timeout))
 	}
 	return found
+}
+
+// gitControlChanged compares git's control files in the workspace ws after a line with the template's:
+// the config and the hooks as they were, and a commondir that is the executor's "." (what its absence
+// meant) or absent.
+func gitControlChanged(tpl, ws string) []string {
+	var found []string
+	want, _ := os.ReadFile(filepath.Join(tpl, ".git", "config"))
+	if got, err := os.ReadFile(filepath.Join(ws, ".git", "config")); err != nil || !bytes.Equal(got, want) {
+		found = append(found, fmt.Sprintf("git control changed: .git/config is %q (%v)", got, err))
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, ".git", "commondir")); err == nil && string(b) != ".\n" {
+		found = append(found, fmt.Sprintf("git control changed: .git/commondir is %q", b))
+	}
+	names := func(dir string) string {
+		var out []string
+		_ = filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+			rel, _ := filepath.Rel(dir, p)
+			out = append(out, rel)
+			return nil
+		})
+		return strings.Join(out, " ")
+	}
+	if a, b := names(filepath.Join(tpl, ".git", "hooks")), names(filepath.Join(ws, ".git", "hooks")); a != b {
+		found = append(found, fmt.Sprintf("git control changed: .git/hooks holds %s, not %s", b, a))
+	}
+	return found
+}
+
+func sameFile(a, b string) bool {
+	fa, errA := os.Stat(a)
+	fb, errB := os.Stat(b)
+	return errA == nil && errB == nil && os.SameFile(fa, fb)
 }
 
 // prepareFrom makes workspace name a copy of the template, owned by the sandbox user, and returns its

@@ -32,10 +32,13 @@ func ExpandHome(p string) (expanded string, ok bool) {
 //     /tmp/a/.env, and "~/.ssh/**" matches /workspace/.ssh itself and everything below it;
 //   - within a segment, path.Match syntax: "*", "?", "[a-z]", "\" escapes;
 //   - "~" and "~/..." stand for the workspace root, a pattern starting with "**" matches anywhere, any other
-//     relative pattern is relative to the workspace root.
+//     relative pattern is relative to the workspace root;
+//   - names are compared in lower case: "**/.env" matches .ENV and .Env too, which a case-insensitive file
+//     system (a casefold directory, a volume from macOS or Windows) serves as the same file.
 type Glob struct {
 	source   string   // as written in the policy file
 	segments []string // absolute pattern split at "/", without the leading empty segment
+	folded   []string // segments in lower case, what names are matched against
 }
 
 var errEmpty = errors.New("the pattern is empty")
@@ -81,12 +84,16 @@ func CompileGlob(pattern string) (Glob, error) {
 		}
 		out = append(out, s)
 	}
-	return Glob{source: pattern, segments: out}, nil
+	folded := make([]string, len(out))
+	for i, s := range out {
+		folded[i] = strings.ToLower(s)
+	}
+	return Glob{source: pattern, segments: out, folded: folded}, nil
 }
 
-// Match reports whether the clean absolute path name matches g.
+// Match reports whether the clean absolute path name matches g, in any case.
 func (g Glob) Match(name string) bool {
-	return matchSegments(g.segments, SplitAbs(name))
+	return matchSegments(g.folded, SplitAbs(strings.ToLower(name)))
 }
 
 // Source is the pattern as written in the policy file.
@@ -95,6 +102,10 @@ func (g Glob) Source() string { return g.source }
 // Segments is the absolute pattern split at "/", without the leading empty segment ("**" a whole segment).
 // The caller must not change it.
 func (g Glob) Segments() []string { return g.segments }
+
+// FoldedSegments is Segments in lower case: what Match compares lower-cased names with. The caller must not
+// change it.
+func (g Glob) FoldedSegments() []string { return g.folded }
 
 // SplitAbs splits the absolute path name at "/", without the leading empty segment; "/" is no segments.
 func SplitAbs(name string) []string {

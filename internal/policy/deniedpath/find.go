@@ -25,8 +25,13 @@ var ErrTooMany = errors.New("too many paths under denied globs")
 // caller decides what hiding one means). More than limit matches (limit > 0) is ErrTooMany. A nil *Set
 // finds nothing and reads nothing.
 //
+// A matched file's content under another name is found too: every other hard link to a file that
+// matches, or that a matching directory holds, anywhere in the tree ("notes.txt" when it is a second name
+// of ".env"), is listed after the matches. Find reads the matching directories for this (at most
+// maxLinkedScan names; more is ErrTooMany) and stats only the names whose inode number is one of theirs.
+//
 // Find matches every name once against an automaton of the globs' segments, so a 10k-file tree costs a
-// few milliseconds; it reads directories only (getdents), it stats nothing.
+// few milliseconds; it reads directories only (getdents), it stats nothing but hard link candidates.
 func (d *Set) Find(root string, limit int) ([]string, error) {
 	return d.find(root, limit, nil)
 }
@@ -40,7 +45,7 @@ func (d *Set) find(root string, limit int, cache *dirCache) ([]string, error) {
 		if len(g.segments) >= 64 {
 			f.slow = true // the automaton keeps a glob's positions in one uint64
 		}
-		for _, s := range g.segments {
+		for _, s := range g.folded {
 			f.segs[i] = append(f.segs[i], compileSegment(s))
 		}
 	}
@@ -64,7 +69,139 @@ func (d *Set) find(root string, limit int, cache *dirCache) ([]string, error) {
 	if err := f.walk("", state); err != nil {
 		return nil, fmt.Errorf("find denied paths in %s: %w", root, err)
 	}
+	if err := f.addLinks(); err != nil {
+		return nil, fmt.Errorf("find denied paths in %s: %w", root, err)
+	}
 	return f.found, nil
+}
+
+// maxLinkedScan bounds the names Find reads inside matching directories to find other names of their files.
+const maxLinkedScan = 100000
+
+// fileRef is a name in the tree that is not a directory, with the inode number its directory lists.
+type fileRef struct {
+	rel string
+	ino uint64
+}
+
+// addLinks adds to the matches every other name of a file they hold: the names outside them whose inode
+// number is one of a matched file's, confirmed by fstatat (device and inode) on both.
+func (f *finder) addLinks() error {
+	hidden := map[uint64][]string{}
+	for _, h := range f.hitRefs {
+		hidden[h.ino] = append(hidden[h.ino], h.rel)
+		if !h.dir {
+			continue
+		}
+		if err := f.scanHidden(h.rel, hidden); err != nil {
+			return err
+		}
+	}
+	if len(hidden) == 0 {
+		return nil
+	}
+	seen := map[string]bool{}
+	for _, dir := range f.files {
+		for _, c := range dir {
+			if names := hidden[c.ino]; len(names) > 0 && !seen[c.rel] {
+				if err := f.addLink(c, names, seen); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// addLink adds c to the matches when it is another name of the file at one of names.
+func (f *finder) addLink(c fileRef, names []string, seen map[string]bool) error {
+	var cst unix.Stat_t
+	if err := unix.Fstatat(f.root, c.rel, &cst, unix.AT_SYMLINK_NOFOLLOW); err != nil || cst.Mode&unix.S_IFMT == unix.S_IFDIR {
+		return nil // gone since, or not what the directory said
+	}
+	for _, n := range names {
+		var hst unix.Stat_t
+		if err := unix.Fstatat(f.root, n, &hst, unix.AT_SYMLINK_NOFOLLOW); err != nil || hst.Dev != cst.Dev || hst.Ino != cst.Ino {
+			continue
+		}
+		if f.limit > 0 && len(f.found) >= f.limit {
+			return fmt.Errorf("%w: more than %d (the first ones: %s)", ErrTooMany, f.limit, strings.Join(f.found[:min(5, len(f.found))], ", "))
+		}
+		f.found = append(f.found, c.rel)
+		seen[c.rel] = true
+		return nil
+	}
+	return nil
+}
+
+// scanHidden adds the inode numbers of the files beneath the matched directory rel to hidden.
+func (f *finder) scanHidden(rel string, hidden map[uint64][]string) error {
+	return f.readDir(rel, func(name string, typ byte, ino uint64) error {
+		f.scanned++
+		if f.scanned > maxLinkedScan {
+			return fmt.Errorf("%w: the hidden directories hold more than %d names", ErrTooMany, maxLinkedScan)
+		}
+		p := join(rel, name)
+		if typ == unix.DT_DIR {
+			return f.scanHidden(p, hidden)
+		}
+		if typ == unix.DT_UNKNOWN {
+			if err := f.scanHidden(p, hidden); err != nil {
+				return err
+			}
+		}
+		hidden[ino] = append(hidden[ino], p)
+		return nil
+	})
+}
+
+// readDir calls fn for each entry of the directory rel beneath the root (never through a link); a
+// directory gone, or not one, has none.
+func (f *finder) readDir(rel string, fn func(name string, typ byte, ino uint64) error) error {
+	fd, err := unix.Openat2(f.root, cmp.Or(rel, "."), &unix.OpenHow{
+		Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+			return nil
+		}
+		return fmt.Errorf("open %s: %w", rel, err)
+	}
+	defer unix.Close(fd)
+	return f.readEntries(fd, cmp.Or(rel, "."), fn)
+}
+
+// readEntries calls fn for each entry of the open directory fd (named name in errors), "." and ".."
+// left out, with the type and inode number getdents gives.
+func (f *finder) readEntries(fd int, name string, fn func(name string, typ byte, ino uint64) error) error {
+	buf := f.buf()
+	defer f.putBuf(buf)
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err != nil {
+			return fmt.Errorf("read directory %s: %w", name, err)
+		}
+		if n <= 0 {
+			return nil
+		}
+		for b := buf[:n]; len(b) >= direntHeader; {
+			reclen := int(binary.NativeEndian.Uint16(b[16:18]))
+			if reclen < direntHeader || reclen > len(b) {
+				return fmt.Errorf("read directory %s: a malformed entry", name)
+			}
+			ino, typ, nameBytes := binary.NativeEndian.Uint64(b[0:8]), b[18], b[direntHeader:reclen]
+			b = b[reclen:]
+			if i := bytes.IndexByte(nameBytes, 0); i >= 0 {
+				nameBytes = nameBytes[:i]
+			}
+			if entry := string(nameBytes); entry != "." && entry != ".." {
+				if err := fn(entry, typ, ino); err != nil {
+					return err
+				}
+			}
+		}
+	}
 }
 
 type finder struct {
@@ -73,10 +210,15 @@ type finder struct {
 	slow  bool // a glob too long for the automaton: match every full path
 	limit int
 	found []string
-	bufs  [][]byte
-	root  int       // the tree's root, O_PATH
-	cache *dirCache // nil: read every directory
-	began time.Time
+	// hitRefs are the matches with their inode numbers, files the names that are not directories: what
+	// addLinks compares.
+	hitRefs []hitRef
+	files   [][]fileRef
+	scanned int // names read inside matched directories
+	bufs    [][]byte
+	root    int       // the tree's root, O_PATH
+	cache   *dirCache // nil: read every directory
+	began   time.Time
 }
 
 // walk lists the directory rel beneath the root, whose automaton state is state, and those beneath it.
@@ -112,48 +254,32 @@ func (f *finder) walk(rel string, state []uint64) error {
 		f.cache.reads++
 	}
 	next := make([]uint64, len(state))
-	buf := f.buf()
-	defer f.putBuf(buf)
-	for {
-		n, err := unix.Getdents(fd, buf)
-		if err != nil {
-			return fmt.Errorf("read directory %s: %w", name, err)
+	err = f.readEntries(fd, name, func(entry string, typ byte, ino uint64) error {
+		var hit, alive bool
+		if f.slow {
+			_, hit = f.set.Match(WorkspaceRoot + "/" + join(rel, entry))
+			alive = true
+		} else {
+			alive = f.step(state, strings.ToLower(entry), next)
+			hit = f.accepts(next)
 		}
-		if n <= 0 {
-			break
+		if hit {
+			e.hits = append(e.hits, join(rel, entry))
+			e.hitRefs = append(e.hitRefs, hitRef{rel: join(rel, entry), ino: ino, dir: typ == unix.DT_DIR || typ == unix.DT_UNKNOWN})
+			return nil
 		}
-		for b := buf[:n]; len(b) >= direntHeader; {
-			reclen := int(binary.NativeEndian.Uint16(b[16:18]))
-			if reclen < direntHeader || reclen > len(b) {
-				return fmt.Errorf("read directory %s: a malformed entry", name)
-			}
-			typ, nameBytes := b[18], b[direntHeader:reclen]
-			b = b[reclen:]
-			if i := bytes.IndexByte(nameBytes, 0); i >= 0 {
-				nameBytes = nameBytes[:i]
-			}
-			entry := string(nameBytes)
-			if entry == "." || entry == ".." {
-				continue
-			}
-			var hit, alive bool
-			if f.slow {
-				_, hit = f.set.Match(WorkspaceRoot + "/" + join(rel, entry))
-				alive = true
-			} else {
-				alive = f.step(state, entry, next)
-				hit = f.accepts(next)
-			}
-			if hit {
-				e.hits = append(e.hits, join(rel, entry))
-				continue
-			}
-			// DT_UNKNOWN (a filesystem without types): try it as a directory.
-			if alive && (typ == unix.DT_DIR || typ == unix.DT_UNKNOWN) {
-				e.subdirs = append(e.subdirs, join(rel, entry))
-				e.states = append(e.states, slices.Clone(next))
-			}
+		if typ != unix.DT_DIR {
+			e.files = append(e.files, fileRef{rel: join(rel, entry), ino: ino})
 		}
+		// DT_UNKNOWN (a filesystem without types): try it as a directory.
+		if alive && (typ == unix.DT_DIR || typ == unix.DT_UNKNOWN) {
+			e.subdirs = append(e.subdirs, join(rel, entry))
+			e.states = append(e.states, slices.Clone(next))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	// Only a directory last changed well before this walk began is kept: a change after the walk read it
 	// then has a later change time, even where the file system's clock is coarse.
@@ -170,6 +296,10 @@ func (f *finder) replay(e *cachedDir) error {
 			return fmt.Errorf("%w: more than %d (the first ones: %s)", ErrTooMany, f.limit, strings.Join(f.found[:min(5, len(f.found))], ", "))
 		}
 		f.found = append(f.found, h)
+	}
+	f.hitRefs = append(f.hitRefs, e.hitRefs...)
+	if len(e.files) > 0 {
+		f.files = append(f.files, e.files) // the directory's own slice: nothing copied
 	}
 	for i, sub := range e.subdirs {
 		if err := f.walk(sub, e.states[i]); err != nil {
@@ -198,8 +328,17 @@ func idOf(st *unix.Stat_t) dirID {
 type cachedDir struct {
 	id      dirID
 	hits    []string
+	hitRefs []hitRef
+	files   []fileRef // the names that are not directories, for addLinks
 	subdirs []string
 	states  [][]uint64
+}
+
+// hitRef is a match with the inode number its directory lists, and whether it is (or may be) a directory.
+type hitRef struct {
+	rel string
+	ino uint64
+	dir bool
 }
 
 // dirCache holds the readings of one tree, for one set of globs, by relative path ("" the root).

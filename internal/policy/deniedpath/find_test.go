@@ -77,7 +77,7 @@ func TestFind(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{".aws", ".docker/config.json", ".env", ".git/config", ".git/hooks", ".ssh", "a/b/.env", "a/b/.env.local",
-		"build", "deep/er/y.pEm", "id_dsa", "link.pem", "nested/.ssh", "secrets/db", "sub/.git/config", "sub/.git/hooks",
+		"build", "deep/er/y.PEM", "deep/er/y.pEm", "id_dsa", "link.pem", "nested/.ssh", "secrets/db", "sub/.git/config", "sub/.git/hooks",
 		"x.pem", "x/1/2/y"}
 	slices.Sort(got)
 	if !slices.Equal(got, want) {
@@ -255,4 +255,96 @@ func tree10k(b *testing.B) string {
 		}
 	}
 	return root
+}
+
+// TestFindHardLinks: every other name of a file that matches, or that a matching directory holds, is
+// found too, wherever it is, and through a Finder's cache; a copy, a symbolic link and an unrelated file
+// are not.
+func TestFindHardLinks(t *testing.T) {
+	d, err := Compile(testGlobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	mkfiles(t, root, ".env", ".ssh/keys/id_x", "docs/readme.md", "copy.txt")
+	for _, l := range [][2]string{{".env", "notes.txt"}, {".env", "docs/deep/env-backup"}, {".ssh/keys/id_x", "key.txt"},
+		{"docs/readme.md", "readme-link.md"}} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, l[1])), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Link(filepath.Join(root, l[0]), filepath.Join(root, l[1])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(".env", filepath.Join(root, "sym")); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{".env", ".ssh", "docs/deep/env-backup", "key.txt", "notes.txt"}
+	got, err := d.Find(root, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Errorf("Find = %q, want %q", got, want)
+	}
+	fi := &Finder{racy: time.Nanosecond}
+	for i := range 2 {
+		got, err := fi.Find(d, root, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("Finder walk %d = %q, want %q", i, got, want)
+		}
+	}
+	// A second name made after a walk is found by the next one.
+	if err := os.Link(filepath.Join(root, ".env"), filepath.Join(root, "docs/later")); err != nil {
+		t.Fatal(err)
+	}
+	got, err = fi.Find(d, root, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(got, "docs/later") {
+		t.Errorf("Finder after a new link = %q, want docs/later among them", got)
+	}
+	// The links count against the limit like the matches.
+	if _, err := d.Find(root, 3); !errors.Is(err, ErrTooMany) {
+		t.Errorf("Find with limit 3: %v, want ErrTooMany", err)
+	}
+}
+
+// TestFindCaseVariants: names match the globs in any case, as a case-insensitive file system serves them:
+// .ENV is .env there, ID_RSA is id_rsa, .SSH/config is under ~/.ssh.
+func TestFindCaseVariants(t *testing.T) {
+	d, err := Compile([]string{"**/.env", "**/id_rsa", "~/.ssh/**", "**/.git/config", "**/*.pem"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	mkfiles(t, root, ".ENV", "a/.Env", "ID_RSA", ".SSH/config", ".Git/CONFIG", "k.PEM", "README.md", "Envoy.txt")
+	want := []string{".ENV", ".Git/CONFIG", ".SSH", "ID_RSA", "a/.Env", "k.PEM"}
+	for _, find := range []func() ([]string, error){
+		func() ([]string, error) { return d.Find(root, 0) },
+		func() ([]string, error) { return (&Finder{}).Find(d, root, 0) },
+	} {
+		got, err := find()
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("Find = %q, want %q", got, want)
+		}
+	}
+	for _, p := range []string{"/workspace/.ENV", "/workspace/x/ID_RSA", "/workspace/.Ssh/id", "/workspace/.GIT/Config"} {
+		if _, ok := d.Match(p); !ok {
+			t.Errorf("Match(%q) = false, want true", p)
+		}
+	}
+	if _, ok := d.Match("/workspace/envoy"); ok {
+		t.Error("Match(/workspace/envoy) = true, want false")
+	}
 }

@@ -302,3 +302,140 @@ func TestAdversaryEncodings(t *testing.T) {
 		{name: "decoded harmless name", cmd: `$'\x6cs'`, want: policy.Ask},
 	})
 }
+
+// TestAdversaryWrapperOptions: each wrapper's option table is whole. An option it does not list (a newer
+// version's, like env -a NAME of coreutils 9.5) asks, since its value could be the word policy would judge
+// as the command; the options it lists, with and without values, still unwrap to the command they run.
+func TestAdversaryWrapperOptions(t *testing.T) {
+	cases := []reqCase{
+		{name: "env -a takes the next word as argv0", cmd: "env -a ls rm x", want: policy.Ask, rule: "mutating-commands"},
+		{name: "env --argv0 attached", cmd: "env --argv0=ls rm x", want: policy.Ask, rule: "mutating-commands"},
+		{name: "env --argv0 then sudo", cmd: "env --argv0 ls sudo reboot", want: policy.Deny, rule: forbidden},
+		{name: "timeout --kill-after", cmd: "timeout --kill-after 1 5 sudo reboot", want: policy.Deny, rule: forbidden},
+		{name: "script -o takes a size", cmd: "script -o 100 -qc 'sudo reboot' /dev/null", want: policy.Deny, rule: forbidden},
+		{name: "flock -w takes seconds", cmd: "flock -w 5 lockf sudo reboot", want: policy.Deny, rule: forbidden},
+		{name: "watch -q takes cycles", cmd: "watch -q 3 sudo reboot", want: policy.Deny, rule: forbidden},
+		{name: "xargs --max-lines has no next-word value", cmd: "xargs --max-lines sudo reboot", want: policy.Deny, rule: forbidden},
+		{name: "nice --N", cmd: "nice --5 sudo reboot", want: policy.Deny, rule: forbidden},
+		{name: "nice -+N", cmd: "nice -+5 sudo reboot", want: policy.Deny, rule: forbidden},
+		{name: "ionice -t flag", cmd: "ionice -t -c 3 sudo reboot", want: policy.Deny, rule: forbidden},
+		{name: "script with an unknown option", cmd: "script -Z -qc 'ls' /dev/null", want: policy.Ask, rule: policy.RuleUnresolved},
+		{name: "known flags stay allowed: timeout", cmd: "timeout --foreground -v 5 ls", want: policy.Allow},
+		{name: "known flags stay allowed: env", cmd: "env -v -i ls", want: policy.Allow},
+		{name: "known flags stay allowed: setsid", cmd: "setsid -w ls", want: policy.Allow},
+		{name: "known flags stay allowed: stdbuf", cmd: "stdbuf -oL -e 0 ls", want: policy.Allow},
+		{name: "known flags stay allowed: nice", cmd: "nice -n 5 ls", want: policy.Allow},
+		{name: "known flags stay allowed: ionice", cmd: "ionice -t -c 3 ls", want: policy.Allow},
+		{name: "known flags stay allowed: taskset", cmd: "taskset -a 0x1 ls", want: policy.Allow},
+	}
+	// An unknown option, short or long, of every wrapper whose tables policy follows: the word after it is
+	// an allowed reader, the command it could be is not.
+	for _, w := range []string{"nice", "timeout", "nohup", "setsid", "unbuffer", "stdbuf", "env", "ionice", "taskset",
+		"xargs", "flock", "watch", "exec", "command"} {
+		for _, o := range []string{"-Z", "--zzz", "--zzz=1"} {
+			cmd := w + " " + o + " ls rm x"
+			cases = append(cases, reqCase{name: cmd, cmd: cmd, want: policy.Ask, rule: policy.RuleUnresolved})
+		}
+	}
+	runReqCases(t, policy.Default(), cases)
+}
+
+// TestAdversaryInjectionVariables: variables that make a program read or run a file they name, in every
+// shape such names take (a toolchain's prefix, a suffix naming a file, directory, module, library or
+// remote shell), ask wherever they are set; the harmless values of such a variable (GOWORK=off) and
+// ordinary variables do not.
+func TestAdversaryInjectionVariables(t *testing.T) {
+	const rule = policy.RuleInjectionEnv
+	var cases []reqCase
+	for _, n := range []string{"GOWORK", "OPENSSL_CONF", "OPENSSL_ENGINES", "OPENSSL_MODULES", "EXINIT", "VIMINIT",
+		"GTK_MODULES", "GIO_EXTRA_MODULES", "RSYNC_RSH", "RSYNC_CONNECT_PROG", "CVS_RSH", "SVN_SSH", "GCC_EXEC_PREFIX",
+		"CCACHE_PREFIX", "CURL_CA_BUNDLE", "REQUESTS_CA_BUNDLE", "SSL_CERT_DIR", "PGSYSCONFDIR", "ERL_LIBS", "GZIP",
+		"BZIP2", "XZ_DEFAULTS", "MAGIC", "DJANGO_SETTINGS_MODULE", "CMAKE_C_COMPILER_LAUNCHER", "VK_ICD_FILENAMES",
+		"__EGL_VENDOR_LIBRARY_FILENAMES", "TEXINPUTS", "TEXMFCNF", "GHCRTS", "MPLBACKEND", "FLASK_APP", "UV_PYTHON",
+		"TCLLIBPATH", "AWKPATH", "PYTEST_PLUGINS", "BASH_ENV", "LD_AUDIT", "GCONV_PATH"} {
+		cases = append(cases,
+			reqCase{name: n + " prefix", cmd: n + "=/tmp/x ls", want: policy.Ask, rule: rule},
+			reqCase{name: n + " with env", cmd: "env " + n + "=/tmp/x ls", want: policy.Ask, rule: rule},
+			reqCase{name: n + " exported", cmd: "export " + n + "=/tmp/x", want: policy.Ask},
+			reqCase{name: n + " env argument", cmd: "ls", env: map[string]string{n: "/tmp/x"}, want: policy.Ask, rule: rule})
+	}
+	for _, l := range []string{"GOWORK=off go version", "env GOWORK=off ls", "GOTOOLCHAIN=local go version", "TZ=UTC ls",
+		"LANG=C LC_ALL=C TERM=dumb NO_COLOR=1 COLUMNS=80 ls", "CGO_ENABLED=0 GOOS=linux go version", "RUST_BACKTRACE=1 ls"} {
+		cases = append(cases, reqCase{name: "harmless " + l, cmd: l, want: policy.Allow})
+	}
+	runReqCases(t, policy.Default(), cases)
+}
+
+// TestAdversaryCopyIntoDirectory: cp, mv, ln and install into a directory write each source under its
+// own name there: `cp config .git/` writes .git/config, in every way of naming the directory.
+func TestAdversaryCopyIntoDirectory(t *testing.T) {
+	var cases []reqCase
+	for _, prog := range []string{"cp", "cp -f", "cp -r", "mv", "mv -f", "ln", "ln -f", "install", "install -m 644"} {
+		for _, form := range []string{"%s config .git/", "%s config .git", "%s a/config .git/", "%s config ./.git//",
+			"%s -t .git config", "%s --target-directory=.git config", "%s --target-directory .git config",
+			"%s x config .git/", "%s config sub/.git", "%s credentials .aws", "%s hooks .git"} {
+			cmd := strings.Replace(form, "%s", prog, 1)
+			cases = append(cases, reqCase{name: cmd, cmd: cmd, want: policy.Deny, rule: policy.RuleDeniedPath})
+		}
+	}
+	for _, cmd := range []string{"cp a b/", "cp -t out a b", "mv a.txt docs/", "cp -r src/. out/", "ln -s ../x dir/"} {
+		cases = append(cases, reqCase{name: "ordinary " + cmd, cmd: cmd, want: policy.Ask, rule: "mutating-commands"})
+	}
+	cases = append(cases, reqCase{name: "ordinary install", cmd: "install -m 755 tool bin/", want: policy.Ask, rule: "tool-action"})
+	runReqCases(t, policy.Default(), cases)
+}
+
+// TestAdversaryCaseVariants: denied globs match names in any case, as a case-insensitive file system
+// serves them, for the shell judge as for the file tools and the sandbox.
+func TestAdversaryCaseVariants(t *testing.T) {
+	var cases []reqCase
+	for _, p := range []string{".ENV", ".Env", "app/.ENV.production", "ID_RSA", "Id_Ed25519", ".SSH/config", ".AWS/credentials",
+		".git/CONFIG", ".GIT/config", "certs/server.PEM", ".NETRC", ".Docker/config.json"} {
+		cases = append(cases, reqCase{name: "cat " + p, cmd: "cat " + p, want: policy.Deny, rule: policy.RuleDeniedPath})
+	}
+	cases = append(cases, reqCase{name: "an ordinary name", cmd: "cat ENVIRONMENT.md", want: policy.Allow})
+	runReqCases(t, policy.Default(), cases)
+	for _, p := range []string{".ENV", "ID_RSA", ".SSH/config"} {
+		d := policy.Default().Decide(context.Background(), policy.Request{Tenant: "t1", Tool: "read_file", Facts: policy.Facts{Paths: []string{p}}})
+		if d.Action != policy.Deny || d.Rule != policy.RuleDeniedPath {
+			t.Errorf("read_file %s = %s by %s, want deny by %s", p, d.Action, d.Rule, policy.RuleDeniedPath)
+		}
+	}
+}
+
+// TestAdversaryNameSelectors: an option that picks by name the files a recursive reader reads (grep
+// --include, rg -g/--glob/--iglob) is judged by that name: a name denied wherever it is, in any case and
+// any spelling of the option, is a read of those files. Patterns and names denied only in some
+// directories narrow an ordinary recursive read, which the sandbox covers, and stay allowed.
+func TestAdversaryNameSelectors(t *testing.T) {
+	var cases []reqCase
+	for _, sel := range []string{"--include=.env", "--include .env", "--incl=.env"} {
+		for _, name := range []string{".env", ".env.local", "id_rsa", "ID_ED25519", "server.pem", ".netrc"} {
+			cmd := "grep -r x " + strings.Replace(sel, ".env", name, 1) + " ."
+			cases = append(cases, reqCase{name: cmd, cmd: cmd, want: policy.Deny, rule: policy.RuleDeniedPath})
+		}
+	}
+	for _, cmd := range []string{"rg -g .env x", "rg --glob=.env x", "rg --glob .env x", "rg --iglob=.ENV x", "rg -g id_rsa x .",
+		"egrep -r x --include=.env .", "fgrep -r x --include=.pgpass ."} {
+		cases = append(cases, reqCase{name: cmd, cmd: cmd, want: policy.Deny, rule: policy.RuleDeniedPath})
+	}
+	for _, cmd := range []string{"grep -r x --include=*.go .", "grep -r x --include=config .", "rg -g '*.go' x", "rg -g '!.env' x",
+		"grep -r x --include=Makefile ."} {
+		cases = append(cases, reqCase{name: "ordinary " + cmd, cmd: cmd, want: policy.Allow})
+	}
+	runReqCases(t, policy.Default(), cases)
+}
+
+// TestAdversaryPrivilegeWrappers: every privilege tool is denied as itself, under any wrapper, and the
+// command it wraps is judged too.
+func TestAdversaryPrivilegeWrappers(t *testing.T) {
+	var cases []reqCase
+	for _, p := range []string{"sudo", "doas", "pkexec", "su -c", "runuser -u root", "sg root -c", "setpriv --reuid=0",
+		"capsh --", "gosu root", "su-exec root", "setuidgid root", "run0", "run0 --user=root", "please", "ksu root -e", "calife"} {
+		for _, wrap := range []string{"", "nice ", "env -i ", "timeout 5 ", "xargs ", "command ", "stdbuf -oL "} {
+			cmd := wrap + p + " ls"
+			cases = append(cases, reqCase{name: cmd, cmd: cmd, want: policy.Deny, rule: forbidden})
+		}
+	}
+	runReqCases(t, policy.Default(), cases)
+}

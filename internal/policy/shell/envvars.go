@@ -2,6 +2,7 @@ package shell
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -16,6 +17,13 @@ import (
 
 // injectionPrefixes start variables that configure a toolchain or the loader.
 var injectionPrefixes = []string{
+	"UV_", "CONDA_", "POETRY_", "PIPENV_", "PDM_", "HATCH_", "TOX_", "NOX_", "PYTEST_", "COVERAGE_", "COREPACK_",
+	"PNPM_", "CMAKE_", "MESON_", "CCACHE_", "SCCACHE_", "DISTCC_", "BAZEL", "OPENSSL_", "SSL_", "CURL_", "WGET",
+	"RSYNC_", "GHC", "TEX", "VK_", "__EGL_", "__GLX_", "LIBGL_", "MESA_", "GTK_", "GIO_", "GST_", "QT_", "KRB5",
+	"ZSTD_", "XZ_", "LZ4", "GREP_", "AWK", "SED_", "TAR_", "ZIP", "UNZIP", "MAN", "GROFF_", "GUILE_", "EMACS",
+	"VIM", "NVIM_", "TCL", "TK_", "ERL_", "ELIXIR_", "MIX_", "OCAML", "DUNE_", "CABAL_", "STACK_", "SWIFT_",
+	"CLANG_", "GCC_", "COMPILER_", "DEPENDENCIES_OUTPUT", "SUNPRO_", "FLASK_", "DJANGO_", "MPL", "TERRAFORM_",
+	"TF_", "HELM_", "ANSIBLE_", "VAGRANT_", "PODMAN_", "CONTAINERS_", "BUILDAH_", "NIX_", "GUIX_",
 	"LD_", "DYLD_", "GIT_", "BASH_", "NPM_CONFIG_", "npm_config_", "GO", "CGO_", "PYTHON", "PERL", "RUBY",
 	"NODE_", "JAVA", "_JAVA", "JDK_", "MAVEN_", "GRADLE_", "CARGO_", "RUSTC", "RUSTDOC", "RUSTUP_", "PIP_",
 	"YARN_", "BUNDLE_", "GEM_", "COMPOSER_", "LESS", "TEXTDOMAIN", "MAKE", "SSH_", "SUDO_", "XDG_", "HIST",
@@ -27,7 +35,12 @@ var injectionPrefixes = []string{
 var injectionSuffixes = []string{
 	"_COMMAND", "_CMD", "_PROGRAM", "_EXEC", "_EXECUTABLE", "EDITOR", "PAGER", "SHELL", "FLAGS", "_OPTS",
 	"_OPTIONS", "_ARGS", "PATH", "_HOME", "HOME", "_CONFIG", "CONFIG", "_PRELOAD", "_WRAPPER", "ASKPASS",
-	"_PLUGINS", "_PLUGIN_DIR", "FILE", "RC", "OPT", "_INIT", "_HOOK", "_HOOKS",
+	"_PLUGINS", "_PLUGIN_DIR", "FILE", "RC", "OPT", "INIT", "_HOOK", "_HOOKS",
+	// ...or a file or directory a program reads and may run or print: OPENSSL_CONF, GTK_MODULES,
+	// RSYNC_RSH, GCC_EXEC_PREFIX, CURL_CA_BUNDLE, PGSYSCONFDIR, ERL_LIBS, VK_ICD_FILENAMES...
+	"_CONF", "CNF", "_MODULE", "_MODULES", "RSH", "_SSH", "_PROG", "_PREFIX", "_LAUNCHER", "_BUNDLE", "_ENGINES",
+	"DIR", "DIRS", "LIB", "LIBS", "FILES", "FILENAME", "FILENAMES", "INPUTS", "_APP", "CREDENTIALS",
+	"_STARTUP", "_PROFILE", "_LOADER", "_DRIVER", "_DRIVERS",
 }
 
 // injectionVars are names without such a shape.
@@ -39,14 +52,27 @@ var injectionVars = map[string]bool{
 	"RES_OPTIONS": true, "CC": true, "CXX": true, "CPP": true, "AR": true, "AS": true, "LD": true, "NM": true,
 	"RANLIB": true, "STRIP": true, "OBJCOPY": true, "OBJDUMP": true, "FC": true, "F77": true, "YACC": true,
 	"LEX": true, "M4": true, "TMPDIR": true, "OLDPWD": true, "DIRSTACK": true, "MAIL": true, "MAILCHECK": true,
-	"LANGUAGE": true,
+	"LANGUAGE": true, "GZIP": true, "BZIP": true, "BZIP2": true, "LZOP": true, "MAGIC": true, "NETRC": true,
+	"GETCONF_DIR": true,
+}
+
+// injectionExemptValues are values that make an injection variable harmless: GOWORK=off names no file.
+var injectionExemptValues = map[string][]string{"GOWORK": {"off", ""}, "GOFLAGS": {""}, "GOTOOLCHAIN": {"local"}}
+
+// injectionSetting reports whether setting the variable to value (known: the value is known before the
+// line runs) can make a program load or run other code: injectionVar, except for the harmless values.
+func injectionSetting(name, value string, known bool) bool {
+	if known && slices.Contains(injectionExemptValues[name], value) {
+		return false
+	}
+	return injectionVar(name)
 }
 
 // injectionExempt are harmless names that the shapes above would catch.
 var injectionExempt = map[string]bool{
 	"CGO_ENABLED": true, "GOOS": true, "GOARCH": true, "GOAMD64": true, "GOARM": true, "GOARM64": true,
 	"GO386": true, "GOMAXPROCS": true, "GOGC": true, "GOMEMLIMIT": true, "GOTRACEBACK": true,
-	"GO111MODULE": true, "GOWORK": true, "GOTESTSUM_FORMAT": true,
+	"GO111MODULE": true, "GOTESTSUM_FORMAT": true,
 	"PYTHONUNBUFFERED": true, "PYTHONDONTWRITEBYTECODE": true, "PYTHONHASHSEED": true,
 	"PYTHONIOENCODING": true, "PYTHONUTF8": true, "PYTHONWARNINGS": true, "PYTHONFAULTHANDLER": true,
 	"NODE_ENV": true, "NODE_NO_WARNINGS": true, "GIT_TERMINAL_PROMPT": true, "npm_config_update_notifier": true,

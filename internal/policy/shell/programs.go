@@ -528,7 +528,10 @@ type argSpec struct {
 	writeOpts    []string // options whose value is a path the program writes
 	writes       int      // which operands the program writes
 	writesWith   []string // options that make every operand written (sed -i)
-	dangerous    map[string]string
+	// nameSelectors are options whose value is a file name or glob that picks which files the program reads
+	// as it walks directories (grep --include, rg -g): judged against the denied globs by name.
+	nameSelectors []string
+	dangerous     map[string]string
 }
 
 const (
@@ -538,7 +541,7 @@ const (
 )
 
 var (
-	grepSpec = argSpec{shortValue: "efmABCDd", patternFirst: true, patternOpts: "ef",
+	grepSpec = argSpec{shortValue: "efmABCDd", patternFirst: true, patternOpts: "ef", nameSelectors: []string{"--include"},
 		pathOpts: []string{"-f", "--file", "--exclude-from"},
 		longValue: []string{"--regexp", "--file", "--max-count", "--context", "--after-context", "--before-context",
 			"--devices", "--directories", "--include", "--exclude", "--exclude-dir", "--exclude-from", "--label",
@@ -564,7 +567,7 @@ var argSpecs = map[string]argSpec{
 	"du": {shortValue: "dBtX", pathOpts: []string{"-X", "--exclude-from"}, dangerous: filesFrom,
 		longValue: []string{"--max-depth", "--block-size", "--threshold", "--exclude", "--time-style", "--exclude-from"}},
 	"grep": grepSpec, "egrep": grepSpec, "fgrep": grepSpec,
-	"rg": {shortValue: "efgtTmABCEjMrd", patternFirst: true, patternOpts: "ef",
+	"rg": {shortValue: "efgtTmABCEjMrd", patternFirst: true, patternOpts: "ef", nameSelectors: []string{"-g", "--glob", "--iglob"},
 		pathOpts: []string{"-f", "--file", "--ignore-file"},
 		longValue: []string{"--regexp", "--file", "--glob", "--iglob", "--type", "--type-not", "--max-count",
 			"--max-columns", "--threads", "--encoding", "--replace", "--max-depth", "--context", "--after-context",
@@ -610,12 +613,20 @@ func (j *judge) argPaths(argv []word, spec argSpec) []word {
 	sawPattern := false
 	writes := spec.writes
 	targetDir := false
+	var targets []word // the -t DIR of cp, mv, ln and install
 	endOpts := false
 	value := func(opt string, v word, separate bool) {
+		if slices.Contains(spec.nameSelectors, opt) {
+			j.nameSelector(name, opt, v)
+			return
+		}
 		switch {
 		case slices.Contains(spec.writeOpts, opt):
 			j.checkPathWord(v, true)
-			targetDir = targetDir || opt == "-t" || opt == "--target-directory"
+			if opt == "-t" || opt == "--target-directory" {
+				targetDir = true
+				targets = append(targets, v)
+			}
 		case slices.Contains(spec.pathOpts, opt):
 			j.checkPathWord(v, false)
 		case separate && v.glob:
@@ -697,7 +708,37 @@ func (j *judge) argPaths(argv []word, spec argSpec) []word {
 			j.maySecret(w.text) // REV:PATH, key=PATH, @PATH (curl -d @.env, gcc @.env: a file's content)
 		}
 	}
+	if slices.Contains(spec.writeOpts, "--target-directory") {
+		sources := paths
+		if !targetDir && len(paths) > 1 {
+			targets, sources = paths[len(paths)-1:], paths[:len(paths)-1]
+		}
+		j.intoDirectories(sources, targets)
+	}
 	return operands
+}
+
+// intoDirectories judges what cp, mv, ln and install write when their target is a directory (-t DIR, a
+// last operand that is one, or may be: policy cannot see the file system): each source under its own
+// name in it, so that `cp config .git/` is judged as writing .git/config. A source whose name is only
+// known when the line runs, or a glob, names no file policy can judge here; the unknown-argument rule
+// has asked for it already.
+func (j *judge) intoDirectories(sources, targets []word) {
+	for _, t := range targets {
+		if !t.known || t.glob || t.tainted {
+			continue
+		}
+		for _, s := range sources {
+			if !s.known || s.glob || s.tainted {
+				continue
+			}
+			base := path.Base(path.Clean(s.text))
+			if base == "." || base == ".." || base == "/" {
+				continue // cp -r x/. d copies x's entries, not x: their names are not in the line
+			}
+			j.checkPathText(strings.TrimSuffix(t.text, "/")+"/"+base, true)
+		}
+	}
 }
 
 // checkPathWord checks an argument that names a file.
@@ -873,6 +914,26 @@ func (j *judge) checkGlobPattern(w word, pat string, write bool) bool {
 		}
 	}
 	return false
+}
+
+// nameSelector judges the value of an option that picks, by name, the files a program reads beneath the
+// directories it walks (grep -r --include=.env, rg -g id_rsa): a name that is denied wherever it is
+// (**/.env, **/*.pem) is a read of those files, and denied. A name denied only in some directories
+// (config: .git/config) also picks ordinary files, and a pattern (--include=*.go, which may pick .env.go)
+// narrows the recursive read it belongs to (grep -r x .): both are left to the sandbox, which hides every
+// denied file whatever reads it. An exclusion (rg's "!x") picks nothing.
+func (j *judge) nameSelector(prog, opt string, v word) {
+	if !v.known || hasGlobMeta(v.text) || strings.HasPrefix(v.text, "!") || strings.Contains(v.text, "/") {
+		return // unknown: the unknown-argument rule has asked already
+	}
+	for _, d := range j.dirs {
+		for _, p := range []string{path.Join(d, v.text), path.Join(d, "x", v.text)} {
+			if g, ok := j.paths.DeniedBy(p); ok {
+				j.add(Deny, RuleDeniedPath, fmt.Sprintf("`%s %s %s` reads every file named %s beneath %s, which %q denies; leave them out", CommandBase(prog), opt, v.text, v.text, d, g.Source()))
+				return
+			}
+		}
+	}
 }
 
 // maySecret checks a word that may name a file although policy does not know the program's options:

@@ -150,7 +150,7 @@ func (j *judge) judgeEnv(env map[string]string) {
 		if n == "OLDPWD" || n == "DIRSTACK" {
 			j.stackSet = true
 		}
-		if injectionVar(n) {
+		if injectionSetting(n, env[n], true) {
 			j.opaque(Ask, RuleInjectionEnv, fmt.Sprintf("the call's env argument sets %s, which can make programs load or run other code; leave it out", n))
 		}
 		j.checkEnvValue(n, env[n])

@@ -150,7 +150,7 @@ func (j *judge) callExpr(ce *syntax.CallExpr, depth int) {
 
 // assign judges a variable assignment: a prefix (X=1 cmd), a plain one (X=1) or a declare argument.
 func (j *judge) assign(a *syntax.Assign) {
-	if a.Name != nil && injectionVar(a.Name.Value) {
+	if v, known := j.assignedValue(a); a.Name != nil && injectionSetting(a.Name.Value, v, known) {
 		j.opaque(Ask, RuleInjectionEnv, fmt.Sprintf("setting %s can make programs load or run other code; leave it unset", a.Name.Value))
 	}
 	if a.Name != nil && a.Value != nil {
@@ -163,6 +163,18 @@ func (j *judge) assign(a *syntax.Assign) {
 	if a.Index != nil {
 		j.arith(a.Index)
 	}
+}
+
+// assignedValue returns an assignment's value and whether it is known before the line runs.
+func (j *judge) assignedValue(a *syntax.Assign) (string, bool) {
+	if a.Value == nil {
+		return "", a.Array == nil && !a.Append
+	}
+	ws := j.resolveWord(a.Value)
+	if len(ws) != 1 || !ws[0].known || ws[0].glob || a.Append || a.Array != nil {
+		return "", false
+	}
+	return ws[0].text, true
 }
 
 func (j *judge) declClause(d *syntax.DeclClause) {
@@ -185,10 +197,10 @@ func (j *judge) declClause(d *syntax.DeclClause) {
 				j.opaque(Ask, RuleUnresolved, fmt.Sprintf("%s %s makes later assignments evaluate as code or alias other variables; use plain variables", d.Variant.Value, t))
 			}
 		default:
-			name, _, _ := strings.Cut(t, "=")
+			name, value, hasValue := strings.Cut(t, "=")
 			if !isIdentifier(name) {
 				j.opaque(Ask, RuleUnresolved, fmt.Sprintf("%s %q is not a plain variable name; a subscript there is evaluated as code", d.Variant.Value, t))
-			} else if injectionVar(name) {
+			} else if injectionSetting(name, value, hasValue) {
 				j.opaque(Ask, RuleInjectionEnv, fmt.Sprintf("setting %s can make programs load or run other code; leave it unset", name))
 			}
 		}

@@ -192,29 +192,38 @@ type wrapParse struct {
 
 type wrapperFunc func(j *judge, argv []word) wrapParse
 
-// wrappers run another command, with options policy knows.
+// wrappers run another command, with options policy knows. Each table lists every option of the
+// wrapper, so that an option it does not list (a newer version's, such as env -a NAME from coreutils 9.5,
+// whose value would otherwise be read as the command) asks instead of being guessed.
 var wrappers = map[string]wrapperFunc{
-	"env":      parseEnv,
-	"nice":     optsThen(optSpec{shortValue: "n", longValue: []string{"--adjustment"}}, 0, nil),
-	"timeout":  optsThen(optSpec{shortValue: "ks", longValue: []string{"--kill-after", "--signal"}}, 1, nil),
+	"env":  parseEnv,
+	"nice": optsThen(optSpec{shortValue: "n", longValue: []string{"--adjustment"}, numeric: true}, 0, nil),
+	"timeout": optsThen(optSpec{flags: "fpv", shortValue: "ks", longFlags: []string{"--foreground", "--preserve-status", "--verbose"},
+		longValue: []string{"--kill-after", "--signal"}}, 1, nil),
 	"nohup":    optsThen(optSpec{}, 0, nil),
-	"setsid":   optsThen(optSpec{}, 0, nil),
-	"unbuffer": optsThen(optSpec{}, 0, nil),
+	"setsid":   optsThen(optSpec{flags: "cfwhV", longFlags: []string{"--ctty", "--fork", "--wait"}}, 0, nil),
+	"unbuffer": optsThen(optSpec{flags: "p"}, 0, nil),
 	"stdbuf":   optsThen(optSpec{shortValue: "ioe", longValue: []string{"--input", "--output", "--error"}}, 0, nil),
-	"exec":     optsThen(optSpec{shortValue: "a"}, 0, nil),
+	"exec":     optsThen(optSpec{flags: "cl", shortValue: "a"}, 0, nil),
 	"builtin":  func(j *judge, argv []word) wrapParse { return wrapParse{inner: argv[1:]} },
-	"command":  optsThen(optSpec{}, 0, func(o opt) bool { return o.name == "-v" || o.name == "-V" }),
-	"ionice": optsThen(optSpec{shortValue: "cnpPu", longValue: []string{"--class", "--classdata", "--pid", "--pgid", "--uid"}}, 0,
+	"command":  optsThen(optSpec{flags: "pvV"}, 0, func(o opt) bool { return o.name == "-v" || o.name == "-V" }),
+	"ionice": optsThen(optSpec{flags: "thV", shortValue: "cnpPu", longFlags: []string{"--ignore"},
+		longValue: []string{"--class", "--classdata", "--pid", "--pgid", "--uid"}}, 0,
 		func(o opt) bool {
 			return o.name == "-p" || o.name == "-P" || o.name == "-u" || strings.HasPrefix(o.name, "--p") || o.name == "--uid"
 		}),
-	"taskset": optsThen(optSpec{}, 1, func(o opt) bool { return o.name == "-p" || o.name == "--pid" }),
-	"time":    parseTime,
-	"xargs":   parseXargs,
-	"sudo": optsThen(optSpec{shortValue: "CDghpRrTtUu", longValue: []string{"--chdir", "--close-from", "--group", "--host",
-		"--prompt", "--chroot", "--role", "--type", "--command-timeout", "--other-user", "--user"}}, 0, nil),
-	"doas":    optsThen(optSpec{shortValue: "uC"}, 0, nil),
-	"pkexec":  optsThen(optSpec{longValue: []string{"--user"}}, 0, nil),
+	"taskset": optsThen(optSpec{flags: "apchV", longFlags: []string{"--all-tasks", "--pid", "--cpu-list"}}, 1,
+		func(o opt) bool { return o.name == "-p" || o.name == "--pid" }),
+	"time":  parseTime,
+	"xargs": parseXargs,
+	"sudo": optsThen(optSpec{flags: "AbBEeHhiKklNnPSsVv", shortValue: "aCcDgpRrTtUu",
+		longFlags: []string{"--askpass", "--bell", "--background", "--preserve-env", "--edit", "--set-home", "--host",
+			"--login", "--remove-timestamp", "--reset-timestamp", "--list", "--non-interactive", "--preserve-groups",
+			"--stdin", "--shell", "--validate"},
+		longValue: []string{"--auth-type", "--chdir", "--close-from", "--login-class", "--group", "--prompt", "--chroot",
+			"--role", "--type", "--command-timeout", "--other-user", "--user"}}, 0, nil),
+	"doas":    optsThen(optSpec{flags: "Lns", shortValue: "aCu"}, 0, nil),
+	"pkexec":  optsThen(optSpec{longFlags: []string{"--disable-internal-agent", "--keep-cwd"}, longValue: []string{"--user"}}, 0, nil),
 	"su":      parseSu,
 	"runuser": parseSu,
 	"chroot":  parseChroot,
@@ -238,7 +247,7 @@ var genericWrappers = map[string]bool{
 	"setlock": true, "envdir": true, "tini": true, "dumb-init": true, "chronic": true, "setarch": true,
 	"linux32": true, "linux64": true, "schedtool": true, "run-one": true, "retry": true, "lckdo": true,
 	"timelimit": true, "minijail0": true, "runcon": true, "nsjail": true, "gosu": true, "su-exec": true,
-	"setuidgid": true,
+	"setuidgid": true, "run0": true, "please": true, "ksu": true, "calife": true, "machinectl": true,
 }
 
 func (j *judge) wrapper(name string, argv []word, ruleArgv []string, depth, unwrap int, info *callInfo, runtimeArgs bool) {
@@ -284,9 +293,14 @@ func (j *judge) genericWrapper(name string, argv []word, ruleArgv []string, dept
 	}
 }
 
+// optSpec is a wrapper's whole option table: an option it does not list makes the wrapper's command
+// unknown. --help and --version are known to every wrapper.
 type optSpec struct {
+	flags      string   // short options without a value
 	shortValue string   // short options that take a value
+	longFlags  []string // long options without a value, or with an optional one that must be attached (--preserve-env=X)
 	longValue  []string // long options whose value may be the next word
+	numeric    bool     // -N is an option too (nice's obsolete -5, --5, -+5)
 }
 
 type opt struct {
@@ -295,7 +309,9 @@ type opt struct {
 }
 
 // parseOpts reads a wrapper's options from argv[1:] up to the first operand, the way getopt does with a
-// leading "+" (which these wrappers use): it returns the options and the index of the first operand.
+// leading "+" (which these wrappers use): it returns the options and the index of the first operand. An
+// option the spec does not list is bad: its value, if it takes one, could be the word policy would
+// otherwise judge as the command.
 func parseOpts(argv []word, spec optSpec) (opts []opt, rest int, bad string) {
 	i := 1
 	for i < len(argv) {
@@ -310,13 +326,24 @@ func parseOpts(argv []word, spec optSpec) (opts []opt, rest int, bad string) {
 		if t == "-" || !strings.HasPrefix(t, "-") {
 			return opts, i, ""
 		}
+		if spec.numeric && isNumericOpt(t) {
+			opts = append(opts, opt{name: t})
+			i++
+			continue
+		}
 		if strings.HasPrefix(t, "--") {
 			n, v, hasV := strings.Cut(t, "=")
 			o := opt{name: n}
-			if hasV {
+			// getopt accepts any unambiguous prefix: --adj 5 is --adjustment 5.
+			isPrefix := func(full string) bool { return isLongOptPrefix(n, full) }
+			takesValue := slices.ContainsFunc(spec.longValue, isPrefix)
+			isFlag := slices.ContainsFunc(spec.longFlags, isPrefix) || isPrefix("--help") || isPrefix("--version")
+			switch {
+			case !takesValue && !isFlag:
+				return opts, i, fmt.Sprintf("%s is not an option policy knows for it", n)
+			case hasV:
 				o.value = literalWord(v)
-			} else if slices.ContainsFunc(spec.longValue, func(full string) bool { return isLongOptPrefix(n, full) }) {
-				// getopt accepts any unambiguous prefix: --adj 5 is --adjustment 5.
+			case takesValue:
 				if i+1 >= len(argv) {
 					return opts, i, n + " has no value"
 				}
@@ -342,11 +369,24 @@ func parseOpts(argv []word, spec optSpec) (opts []opt, rest int, bad string) {
 				opts = append(opts, o)
 				break
 			}
+			if strings.IndexByte(spec.flags, t[k]) < 0 {
+				return opts, i, fmt.Sprintf("%s is not an option policy knows for it", o.name)
+			}
 			opts = append(opts, o)
 		}
 		i++
 	}
 	return opts, i, ""
+}
+
+// isNumericOpt reports whether t is nice's obsolete adjustment: -N, --N or -+N.
+func isNumericOpt(t string) bool {
+	n := strings.TrimPrefix(t, "-")
+	n = strings.TrimLeft(n, "+-")
+	if n == "" || len(t)-len(n) > 2 {
+		return false
+	}
+	return strings.Trim(n, "0123456789") == ""
 }
 
 // optsThen builds a wrapper parser: options, then skip operands (timeout's duration), then the command.
@@ -371,7 +411,10 @@ func optsThen(spec optSpec, skip int, noCommand func(opt) bool) wrapperFunc {
 }
 
 func parseEnv(j *judge, argv []word) wrapParse {
-	opts, i, bad := parseOpts(argv, optSpec{shortValue: "uCS", longValue: []string{"--unset", "--chdir", "--split-string"}})
+	opts, i, bad := parseOpts(argv, optSpec{flags: "i0v", shortValue: "aCSu",
+		longFlags: []string{"--ignore-environment", "--null", "--debug", "--list-signal-handling", "--block-signal",
+			"--default-signal", "--ignore-signal"},
+		longValue: []string{"--argv0", "--unset", "--chdir", "--split-string"}})
 	if bad != "" {
 		return wrapParse{bad: bad}
 	}
@@ -394,14 +437,14 @@ func parseEnv(j *judge, argv []word) wrapParse {
 		if a.text == "-" {
 			continue
 		}
-		name, _, isAssign := strings.Cut(a.text, "=")
+		name, value, isAssign := strings.Cut(a.text, "=")
 		if !isAssign {
 			break
 		}
 		if name == "CDPATH" {
 			j.cdpath = true
 		}
-		if injectionVar(name) {
+		if injectionSetting(name, value, true) {
 			j.opaque(Ask, RuleInjectionEnv, fmt.Sprintf("`env %s=...` sets a variable that can make programs load or run other code; leave it unset", name))
 		}
 		if a.known {
@@ -447,7 +490,8 @@ func (j *judge) splitWords(w word) ([]word, bool) {
 }
 
 func parseTime(j *judge, argv []word) wrapParse {
-	opts, i, bad := parseOpts(argv, optSpec{shortValue: "fo", longValue: []string{"--format", "--output"}})
+	opts, i, bad := parseOpts(argv, optSpec{flags: "apqvV", shortValue: "fo", longFlags: []string{"--append", "--portability", "--quiet", "--verbose"},
+		longValue: []string{"--format", "--output"}})
 	if bad != "" {
 		return wrapParse{bad: bad}
 	}
@@ -459,6 +503,10 @@ func parseTime(j *judge, argv []word) wrapParse {
 	}
 	return wrapParse{inner: argv[i:]}
 }
+
+// xargsLongFlags are xargs's long options without a value, or with an optional one that must be attached.
+var xargsLongFlags = []string{"--null", "--eof", "--max-lines", "--open-tty", "--interactive", "--no-run-if-empty",
+	"--verbose", "--show-limits", "--exit", "--help", "--version"}
 
 // parseXargs reads xargs's options. xargs adds arguments at run time; with -I, -i or --replace it splices
 // its input into every word holding the replace string, so those words are tainted.
@@ -487,7 +535,7 @@ func parseXargs(j *judge, argv []word) wrapParse {
 					replace = v
 				}
 			case isLongOptPrefix(n, "--arg-file"), isLongOptPrefix(n, "--delimiter"), isLongOptPrefix(n, "--max-args"),
-				isLongOptPrefix(n, "--max-procs"), isLongOptPrefix(n, "--max-chars"), isLongOptPrefix(n, "--max-lines"),
+				isLongOptPrefix(n, "--max-procs"), isLongOptPrefix(n, "--max-chars"),
 				isLongOptPrefix(n, "--process-slot-var"):
 				if !hasV {
 					if i+1 >= len(argv) {
@@ -502,6 +550,8 @@ func parseXargs(j *judge, argv []word) wrapParse {
 				if isLongOptPrefix(n, "--process-slot-var") && injectionVar(v) {
 					j.opaque(Ask, RuleInjectionEnv, fmt.Sprintf("`xargs --process-slot-var=%s` sets a variable that can make programs load or run other code; use another name", v))
 				}
+			case !slices.ContainsFunc(xargsLongFlags, func(full string) bool { return isLongOptPrefix(n, full) }):
+				return wrapParse{bad: n + " is not an option policy knows for it"}
 			}
 			continue
 		}
@@ -532,6 +582,10 @@ func parseXargs(j *judge, argv []word) wrapParse {
 				k = len(t)
 			case 'e', 'l':
 				k = len(t) // an optional value, attached
+			default:
+				if strings.IndexByte("0oprtx", c) < 0 {
+					return wrapParse{bad: "-" + string(c) + " is not an option policy knows for it"}
+				}
 			}
 		}
 	}
@@ -550,8 +604,9 @@ func parseXargs(j *judge, argv []word) wrapParse {
 }
 
 func parseSu(j *judge, argv []word) wrapParse {
-	opts, i, bad := parseOpts(argv, optSpec{shortValue: "cgGsuw", longValue: []string{"--command", "--session-command",
-		"--group", "--supp-group", "--shell", "--user", "--whitelist-environment"}})
+	opts, i, bad := parseOpts(argv, optSpec{flags: "flmpPhV", shortValue: "cgGsuw", longFlags: []string{"--fast", "--login", "--preserve-environment", "--pty"},
+		longValue: []string{"--command", "--session-command",
+			"--group", "--supp-group", "--shell", "--user", "--whitelist-environment"}})
 	if bad != "" {
 		return wrapParse{bad: bad}
 	}
@@ -568,7 +623,7 @@ func parseSu(j *judge, argv []word) wrapParse {
 }
 
 func parseChroot(j *judge, argv []word) wrapParse {
-	_, i, bad := parseOpts(argv, optSpec{longValue: []string{"--userspec", "--groups"}})
+	_, i, bad := parseOpts(argv, optSpec{longFlags: []string{"--skip-chdir"}, longValue: []string{"--userspec", "--groups"}})
 	if bad != "" {
 		return wrapParse{bad: bad}
 	}
@@ -583,7 +638,8 @@ func parseChroot(j *judge, argv []word) wrapParse {
 }
 
 func parseFlock(j *judge, argv []word) wrapParse {
-	opts, i, bad := parseOpts(argv, optSpec{shortValue: "Ewc", longValue: []string{"--conflict-exit-code", "--timeout", "--command"}})
+	opts, i, bad := parseOpts(argv, optSpec{flags: "sxeunoFhV", shortValue: "Ewc", longFlags: []string{"--shared", "--exclusive", "--unlock",
+		"--nonblock", "--close", "--no-fork", "--verbose"}, longValue: []string{"--conflict-exit-code", "--timeout", "--command"}})
 	if bad != "" {
 		return wrapParse{bad: bad}
 	}
@@ -609,7 +665,9 @@ func parseFlock(j *judge, argv []word) wrapParse {
 }
 
 func parseWatch(j *judge, argv []word) wrapParse {
-	opts, i, bad := parseOpts(argv, optSpec{shortValue: "nq", longValue: []string{"--interval", "--equexit"}})
+	opts, i, bad := parseOpts(argv, optSpec{flags: "bcCdegprtwxhv", shortValue: "nq", longFlags: []string{"--beep", "--color", "--no-color",
+		"--differences", "--errexit", "--chgexit", "--precise", "--no-rerun", "--no-title", "--no-wrap", "--exec"},
+		longValue: []string{"--interval", "--equexit"}})
 	if bad != "" {
 		return wrapParse{bad: bad}
 	}
@@ -638,8 +696,9 @@ func parseWatch(j *judge, argv []word) wrapParse {
 // parseScript reads script's options. script writes a typescript of the session: to its operand, to
 // ./typescript without one, and to the files of --log-out, --log-in, --log-io and --log-timing.
 func parseScript(j *judge, argv []word) wrapParse {
-	opts, i, bad := parseOpts(argv, optSpec{shortValue: "cEIOBTm", longValue: []string{"--command", "--echo", "--log-in",
-		"--log-out", "--log-io", "--log-timing", "--logging-format"}})
+	opts, i, bad := parseOpts(argv, optSpec{flags: "aefqthV", shortValue: "cEIOBTmo", longFlags: []string{"--append", "--return", "--flush",
+		"--force", "--quiet", "--timing"}, longValue: []string{"--command", "--echo", "--log-in", "--log-out", "--log-io",
+		"--log-timing", "--logging-format", "--output-limit"}})
 	if bad != "" {
 		return wrapParse{bad: bad}
 	}

@@ -114,6 +114,7 @@ var secretFiles = map[string]string{
 	"lib/.ssh/config": "SECRET-nested-ssh", ".aws/credentials": "SECRET-aws", "certs/server.pem": "SECRET-pem",
 	".git/config": "SECRET-gitconfig", ".git/hooks/pre-commit": "SECRET-hook", "vendor/m/.git/config": "SECRET-vendored-git",
 	".netrc": "SECRET-netrc", ".docker/config.json": "SECRET-docker", "README.md": "readable",
+	"app/.ENV": "SECRET-case-variant", "keys/ID_RSA": "SECRET-case-key",
 }
 
 // readAttempts are ways a shell reads a tree without naming the denied files, and ways it writes to them.
@@ -162,6 +163,11 @@ func TestHiddenPaths(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			// A second name of a denied file, made before the call (on the host, or before the workspace
+			// reached toolpool): the attempts' recursive readers reach it unless it is hidden too.
+			if err := os.Link(filepath.Join(ws, ".env"), filepath.Join(ws, "env-link.txt")); err != nil {
+				t.Fatal(err)
+			}
 			spec := warmSpec(probe, ws, readAttempts)
 			spec.WorkspaceReadOnly = tc.rdonly
 			if tc.name == "gvisor" {
@@ -187,7 +193,8 @@ func TestHiddenPaths(t *testing.T) {
 				t.Errorf("the ordinary file was not read: %q", printed)
 			}
 			if !tc.hide {
-				if !strings.Contains(printed, "SECRET-aws") || !strings.Contains(printed, "SECRET-vendored-git") {
+				if !strings.Contains(printed, "SECRET-aws") || !strings.Contains(printed, "SECRET-vendored-git") ||
+					!strings.Contains(printed, "SECRET-dotenv") || !strings.Contains(printed, "SECRET-case-variant") {
 					t.Errorf("without Hidden the attempts read no secret (they are broken): %q", printed)
 				}
 				return
@@ -326,6 +333,9 @@ cp /workspace/evil.config .git/config 2>/dev/null && echo "copied config"
 echo 'gitdir: /tmp/evil' > sub/.git && echo "rewrote the gitfile"
 echo x >> .git/modules/sub/config && echo "wrote a submodule config"
 touch .git/modules/sub/hooks/pre-commit && echo "wrote a submodule hook"
+[ "$(cd "$(git rev-parse --git-common-dir)" && pwd -P)" = /workspace/.git ] || echo "git's common directory is elsewhere"
+printf '/tmp/elsewhere\n' > .git/commondir 2>/dev/null && echo "wrote commondir"
+rm -f .git/commondir 2>/dev/null; [ -e .git/commondir ] || echo "removed commondir"
 mv .git g 2>/dev/null && echo "moved .git"
 rm -rf .git/hooks 2>/dev/null; [ -d .git/hooks ] || echo "removed hooks"
 exit 0`
@@ -352,7 +362,8 @@ func TestGitControlReadOnly(t *testing.T) {
 				spec.Runtime = containerd.GVisorRuntime
 			}
 			if tc.protect {
-				spec.ReadOnlyPaths = []string{".git/config", ".git/hooks", "sub/.git", ".git/modules/sub/config", ".git/modules/sub/hooks"}
+				spec.ReadOnlyPaths = []string{".git/config", ".git/hooks", "sub/.git", ".git/modules/sub/config", ".git/modules/sub/hooks",
+					".git/commondir"}
 			}
 			var out sandbox.Outcome
 			var err error
@@ -366,7 +377,8 @@ func TestGitControlReadOnly(t *testing.T) {
 				t.Errorf("git could not commit: %q %q", printed, out.Stderr.String())
 			}
 			if !tc.protect {
-				if !strings.Contains(printed, "wrote a hook") || !strings.Contains(printed, "set fsmonitor") {
+				if !strings.Contains(printed, "wrote a hook") || !strings.Contains(printed, "set fsmonitor") ||
+					!strings.Contains(printed, "wrote commondir") {
 					t.Errorf("the attempts changed nothing without protection (they are broken): %q %q", printed, out.Stderr.String())
 				}
 				return
@@ -380,6 +392,9 @@ func TestGitControlReadOnly(t *testing.T) {
 			}
 			if b, _ := os.ReadFile(filepath.Join(ws, "sub", ".git")); string(b) != "gitdir: ../.git/modules/sub\n" {
 				t.Errorf("the gitfile is now %q", b)
+			}
+			if b, _ := os.ReadFile(filepath.Join(ws, ".git", "commondir")); string(b) != ".\n" {
+				t.Errorf("the commondir is now %q", b)
 			}
 		})
 	}
@@ -414,5 +429,8 @@ func gitRepo(t *testing.T, ws string) {
 	mkfile(".git/modules/sub/hooks/.keep", "")
 	mkfile("sub/.git", "gitdir: ../.git/modules/sub\n")
 	mkfile(".git/hooks/.keep", "")
+	// What the executor puts where a main repository has no commondir (git looks in .git itself either way),
+	// so that a call cannot create one pointing elsewhere.
+	mkfile(".git/commondir", ".\n")
 	ctrtest.ChownToSandbox(t, ws)
 }
