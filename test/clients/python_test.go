@@ -1,0 +1,51 @@
+package clients
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// debianPython is the interpreter the Python client is tested with: Debian's, with python3-pytest
+// (scripts/deps.sh installs it), not whatever python3 comes first on PATH.
+const debianPython = "/usr/bin/python3"
+
+// requirePytest fails (CI=true) or skips the test unless Debian's python3 can import pytest.
+func requirePytest(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("this test needs root, containerd and python3-pytest: skipped under -short")
+	}
+	if out, err := exec.Command(debianPython, "-c", "import pytest").CombinedOutput(); err != nil {
+		msg := "this test needs Debian's python3 with pytest (make deps installs python3-pytest): " + string(out)
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+}
+
+// TestPythonClient runs the Python client's suite (clients/python/tests) with Debian's pytest against
+// the real stack.
+func TestPythonClient(t *testing.T) {
+	requirePytest(t)
+	s := startStack(t)
+	root, err := filepath.Abs("../../clients/python")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, debianPython, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "src"), "PYTHONDONTWRITEBYTECODE=1",
+		"TOOLPOOL_URL="+s.url, "TOOLPOOL_TOKEN="+callerToken, "TOOLPOOL_APPROVER_TOKEN="+approverToken)
+	out, err := cmd.CombinedOutput()
+	t.Logf("pytest:\n%s", out)
+	if err != nil {
+		t.Fatalf("the Python client's suite failed: %v", err)
+	}
+}
