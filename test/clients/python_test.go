@@ -28,20 +28,32 @@ func requirePytest(t *testing.T) {
 	}
 }
 
-// TestPythonClient runs the Python client's suite (clients/python/tests) with Debian's pytest against
-// the real stack.
+// TestPythonClient installs the Python client with pip (as a user does, from a copy of the directory;
+// offline, with Debian's setuptools) and runs its suite (clients/python/tests) with Debian's pytest against the
+// installed copy and the real stack.
 func TestPythonClient(t *testing.T) {
 	requirePytest(t)
-	s := startStack(t)
 	root, err := filepath.Abs("../../clients/python")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	// pip builds in the source tree (build/, *.egg-info): build a copy, so the repository stays clean.
+	tmp := t.TempDir()
+	site, copied := filepath.Join(tmp, "site"), filepath.Join(tmp, "src")
+	if err := os.CopyFS(copied, os.DirFS(root)); err != nil {
+		t.Fatal(err)
+	}
+	pip := exec.CommandContext(ctx, debianPython, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+		"--no-index", "--target", site, copied)
+	if out, err := pip.CombinedOutput(); err != nil {
+		t.Fatalf("pip install clients/python: %v\n%s", err, out)
+	}
+	s := startStack(t)
 	cmd := exec.CommandContext(ctx, debianPython, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests")
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "src"), "PYTHONDONTWRITEBYTECODE=1",
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+site, "PYTHONDONTWRITEBYTECODE=1",
 		"TOOLPOOL_URL="+s.url, "TOOLPOOL_TOKEN="+callerToken, "TOOLPOOL_APPROVER_TOKEN="+approverToken)
 	out, err := cmd.CombinedOutput()
 	t.Logf("pytest:\n%s", out)
