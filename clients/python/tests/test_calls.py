@@ -113,6 +113,19 @@ def test_stream_resumes_after_dropped_connections_without_loss_or_repeat(tp, url
     assert events[-1].event == "result" and events[-1].result.stdout == want
 
 
+def test_stream_dropped_before_its_first_event_submits_again_and_runs_once(tp, proxy):
+    # The POST's answer is cut inside its headers: the client has no call id yet, so it sends the same
+    # request again, whose idempotency key finds the call the first one made.
+    p = proxy(20)
+    c = Client(p.url, tp.token)
+    ws = "again-" + uuid.uuid4().hex[:8]
+    events = list(c.stream("run_shell", sh("echo once"), workspace=ws))
+    assert p.dropped == 1 and p.connections == 2
+    assert b"".join(e.bytes for e in events if e.event == "stdout") == b"once\n"
+    accepted = [e for e in tp.audit(since="10m") if e.workspace == ws and e.event == "accepted"]
+    assert [e.call_id for e in accepted] == [events[-1].result.id]
+
+
 def test_events_of_a_finished_call_resume_from_an_id(tp):
     res = tp.call("run_shell", sh("echo 0123456789"))
     evs = list(tp.events(res.id, last_event_id="4.0"))

@@ -247,11 +247,14 @@ export class Client {
                     }
                     throw errorFrom(resp.status, body, resp.headers.get("retry-after"));
                 }
-                first = undefined;
                 for await (const ev of parseSSE(resp.body)) {
                     failures = 0;
-                    if (ev.event === "status" && id === undefined)
+                    if (ev.event === "status" && id === undefined) {
+                        // Named: from here on, resume by following it. Until then, a dropped submission is sent
+                        // again: its idempotency key finds the same call.
                         id = ev.data.id;
+                        first = undefined;
+                    }
                     last = ev.id || last;
                     yield ev;
                     if (ev.event === "result" || ev.event === "error")
@@ -265,7 +268,7 @@ export class Client {
                 if (e instanceof ToolpoolError)
                     throw e;
                 failures++;
-                if (id === undefined || failures > this.retries)
+                if ((id === undefined && !first) || failures > this.retries)
                     throw new ConnectionFailed(`follow call ${id ?? "(not yet named)"}: ${e.message}`);
                 await sleep(Math.min(200 * 2 ** failures, 5000));
             }

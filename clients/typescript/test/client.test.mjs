@@ -151,6 +151,18 @@ test("stream resumes after dropped connections without losing or repeating outpu
   assert.equal(evs.at(-1).data.stdout, want);
 });
 
+test("a stream dropped before its first event submits again, and the call runs once", async () => {
+  const p = await droppingProxy([20]);
+  const c = new Client({ url: p.url, token: tp.token });
+  const ws = "again-" + randomUUID().slice(0, 8);
+  const evs = await collect(c.stream("run_shell", sh("echo once"), { workspace: ws }));
+  assert.equal(p.dropped, 1);
+  assert.equal(p.connections, 2);
+  assert.equal(concat(evs, "stdout"), "once\n");
+  const accepted = (await tp.audit({ since: "10m" })).filter((e) => e.workspace === ws && e.event === "accepted");
+  assert.deepEqual(accepted.map((e) => e.call_id), [evs.at(-1).data.id]);
+});
+
 test("events of a finished call resume from an id", async () => {
   const res = await tp.call("run_shell", sh("echo 0123456789"));
   assert.equal(concat(await collect(tp.events(res.id, { lastEventId: "4.0" })), "stdout"), "456789\n");

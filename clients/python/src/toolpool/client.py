@@ -229,12 +229,13 @@ class Client:
                             yield Event("result", "0.0", body)
                         return
                     raise error_from(r.status, body, r.headers.get("retry-after"))
-                first = None
                 try:
                     for ev in _parse_sse(r.raw):
                         failures = 0
                         if ev.event == "status" and call_id is None:
-                            call_id = ev.data.get("id")
+                            # Named: from here on, resume by following it. Until then, a dropped
+                            # submission is sent again: its idempotency key finds the same call.
+                            call_id, first = ev.data.get("id"), None
                         last = ev.id or last
                         yield ev
                         if ev.event in ("result", "error"):
@@ -246,7 +247,7 @@ class Client:
                 raise ConnectionError("the event stream ended before its result event")
             except _DROPPED as e:
                 failures += 1
-                if call_id is None or failures > self.retries:
+                if (call_id is None and first is None) or failures > self.retries:
                     raise ConnectionFailed(f"follow call {call_id or '(not yet named)'}: {e}") from e
                 time.sleep(min(0.2 * 2 ** failures, 5.0))
 
