@@ -2,43 +2,24 @@ package clients
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
-)
 
-// requireNode fails (CI=true) or skips the test unless Node.js 20 or later and npm are installed.
-func requireNode(t *testing.T) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("this test needs root, containerd and Node.js: skipped under -short")
-	}
-	out, err := exec.Command("node", "--version").Output()
-	major := 0
-	if v, ok := strings.CutPrefix(strings.TrimSpace(string(out)), "v"); ok {
-		major, _ = strconv.Atoi(strings.SplitN(v, ".", 2)[0])
-	}
-	_, npmErr := exec.LookPath("npm")
-	if err != nil || major < 20 || npmErr != nil {
-		msg := fmt.Sprintf("this test needs Node.js 20 or later and npm (make deps installs Debian's): node --version: %q %v; npm: %v", out, err, npmErr)
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-}
+	"github.com/toolpool/toolpool/internal/testproc"
+)
 
 // TestTypeScriptClient installs the TypeScript client's dev dependencies from its lock file (npm ci),
 // compiles its sources with tsc and requires the result to be the committed dist/ (what npm install of
 // the directory gives a user, without a build), then runs its suite (clients/typescript/test) with node
 // --test against the real stack.
 func TestTypeScriptClient(t *testing.T) {
-	requireNode(t)
+	if testing.Short() {
+		t.Skip("this test needs root, containerd and Node.js: skipped under -short")
+	}
+	testproc.RequireNode(t, 20)
 	root, err := filepath.Abs("../../clients/typescript")
 	if err != nil {
 		t.Fatal(err)
