@@ -286,7 +286,7 @@ class Client:
 
     def approvals(self) -> List[Approval]:
         """The calls waiting for approval (approver tokens only)."""
-        return [build(Approval, a) for a in self._request("GET", "/v1/approvals").json()["approvals"]]
+        return [Approval.from_dict(a) for a in self._request("GET", "/v1/approvals").json()["approvals"]]
 
     def approve(self, call_id: str, *, args_digest: Optional[str] = None, always: bool = False,
                 argv_prefix: Optional[List[str]] = None) -> Result:

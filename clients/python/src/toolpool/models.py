@@ -29,19 +29,23 @@ def _build(cls: Any, d: Optional[Dict[str, Any]], **nested: Any) -> Any:
     return cls(**kw)
 
 
-@dataclass
-class ErrorInfo:
-    type: str = ""
-    message: str = ""
-    extra: Dict[str, Any] = field(default_factory=dict)
+class _Model:
+    """A dataclass built from an answer's object: unknown keys go to ``extra``."""
 
     @classmethod
-    def from_dict(cls, d: Optional[Dict[str, Any]]) -> Optional["ErrorInfo"]:
+    def from_dict(cls, d: Optional[Dict[str, Any]]) -> Any:
         return _build(cls, d)
 
 
 @dataclass
-class Decision:
+class ErrorInfo(_Model):
+    type: str = ""
+    message: str = ""
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Decision(_Model):
     """Policy's verdict: ``action`` is allow, ask or deny; ``rule`` and ``reason`` say why."""
     action: str = ""
     rule: str = ""
@@ -49,13 +53,9 @@ class Decision:
     clamped: List[str] = field(default_factory=list)
     extra: Dict[str, Any] = field(default_factory=dict)
 
-    @classmethod
-    def from_dict(cls, d: Optional[Dict[str, Any]]) -> Optional["Decision"]:
-        return _build(cls, d)
-
 
 @dataclass
-class Timing:
+class Timing(_Model):
     queued_ms: int = 0
     sandbox_ms: int = 0
     run_ms: int = 0
@@ -65,7 +65,7 @@ class Timing:
 
 
 @dataclass
-class Usage:
+class Usage(_Model):
     max_rss_bytes: int = 0
     cpu_ms: int = 0
     wall_ms: int = 0
@@ -75,7 +75,7 @@ class Usage:
 
 
 @dataclass
-class StreamInfo:
+class StreamInfo(_Model):
     """A command's full stdout or stderr: ``bytes`` printed, ``kept`` readable by range (read_output)."""
     bytes: int = 0
     kept: int = 0
@@ -83,7 +83,7 @@ class StreamInfo:
 
 
 @dataclass
-class EgressConn:
+class EgressConn(_Model):
     host: str = ""
     port: int = 0
     decision: str = ""
@@ -148,9 +148,9 @@ class Result:
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "Result":
         return _build(cls, d, error=ErrorInfo.from_dict, decision=Decision.from_dict,
-                      timing=lambda v: _build(Timing, v), usage=lambda v: _build(Usage, v),
-                      egress=lambda v: [_build(EgressConn, e) for e in v or []],
-                      streams=lambda v: {k: _build(StreamInfo, s) for k, s in (v or {}).items()})
+                      timing=Timing.from_dict, usage=Usage.from_dict,
+                      egress=lambda v: [EgressConn.from_dict(e) for e in v or []],
+                      streams=lambda v: {k: StreamInfo.from_dict(s) for k, s in (v or {}).items()})
 
 
 @dataclass
@@ -183,7 +183,7 @@ class Event:
 
 
 @dataclass
-class Approval:
+class Approval(_Model):
     """A call waiting for a person: what it would run and why policy asks."""
     id: str
     tool: str = ""
@@ -198,7 +198,7 @@ class Approval:
 
 
 @dataclass
-class PolicyCheck:
+class PolicyCheck(_Model):
     tool: str
     decision: Optional[Decision] = None
     limits: Dict[str, Any] = field(default_factory=dict)
@@ -207,7 +207,7 @@ class PolicyCheck:
 
 
 @dataclass
-class Snapshot:
+class Snapshot(_Model):
     name: str
     created_at: str = ""
     extra: Dict[str, Any] = field(default_factory=dict)
@@ -228,13 +228,13 @@ class Workspace:
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any], call_id: str = "") -> "Workspace":
-        w = _build(cls, d, snapshots=lambda v: [_build(Snapshot, s) for s in v or []])
+        w = _build(cls, d, snapshots=lambda v: [Snapshot.from_dict(s) for s in v or []])
         w.call_id = call_id
         return w
 
 
 @dataclass
-class AuditEvent:
+class AuditEvent(_Model):
     time: str
     event: str = ""
     tenant: str = ""
