@@ -1,6 +1,7 @@
 import asyncio
 import io
 import tarfile
+import time
 import uuid
 
 import pytest
@@ -12,6 +13,23 @@ from toolpool import (AsyncClient, Client, Conflict, Forbidden, InvalidParams, I
 
 def sh(command):
     return {"command": command}
+
+
+def audited(tp, match, timeout=30.0):
+    """The tenant's audit events that match, polled until there is one (an event may be written just
+    after the answer that it concerns)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = [e for e in tp.audit(since="10m") if match(e)]
+        if found:
+            return found
+        assert time.monotonic() < deadline, f"no matching audit event in {timeout} s"
+        time.sleep(0.1)
+
+
+def accepted_calls(tp, workspace):
+    """The ids of the calls accepted into a workspace, by the audit log."""
+    return [e.call_id for e in audited(tp, lambda e: e.workspace == workspace and e.event == "accepted")]
 
 
 def test_call_returns_typed_result(tp):
@@ -122,8 +140,7 @@ def test_stream_dropped_before_its_first_event_submits_again_and_runs_once(tp, p
     events = list(c.stream("run_shell", sh("echo once"), workspace=ws))
     assert p.dropped == 1 and p.connections == 2
     assert b"".join(e.bytes for e in events if e.event == "stdout") == b"once\n"
-    accepted = [e for e in tp.audit(since="10m") if e.workspace == ws and e.event == "accepted"]
-    assert [e.call_id for e in accepted] == [events[-1].result.id]
+    assert accepted_calls(tp, ws) == [events[-1].result.id]
 
 
 def test_events_of_a_finished_call_resume_from_an_id(tp):
@@ -141,8 +158,7 @@ def test_wait_resumes_after_dropped_connections_and_runs_the_call_once(tp, proxy
     res = c.call("run_shell", sh("sleep 1; echo ran"), workspace=ws)
     assert p.dropped == 2
     assert res.ok and res.stdout == "ran\n"
-    accepted = [e for e in tp.audit(since="10m") if e.workspace == ws and e.event == "accepted"]
-    assert [e.call_id for e in accepted] == [res.id]
+    assert accepted_calls(tp, ws) == [res.id]
 
 
 def test_approval_flow(tp, approver):
@@ -178,8 +194,8 @@ def test_policy_check_and_audit(tp):
     chk = tp.check_policy("run_shell", sh("mkdir x"))
     assert not chk.would_run and chk.decision.action == "ask" and chk.decision.rule == "mutating-commands"
     res = tp.call("run_shell", sh("echo audited"))
-    events = tp.audit(since="10m")
-    assert any(e.call_id == res.id and e.event == "finished" for e in events)
+    # The worker writes the finished event after it records the result, which may already have reached us.
+    audited(tp, lambda e: e.call_id == res.id and e.event == "finished")
 
 
 def test_workspaces(tp, tmp_path):
