@@ -33,6 +33,21 @@ const rejects = async (p, cls, check = () => {}) => {
   assert.fail(`no ${cls.name}`);
 };
 
+// The tenant's audit events that match, polled until there is one (an event may be written just after
+// the answer that it concerns).
+async function audited(match, timeoutMs = 30_000) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const found = (await tp.audit({ since: "10m" })).filter(match);
+    if (found.length) return found;
+    assert.ok(Date.now() < deadline, `no matching audit event in ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+// The ids of the calls accepted into a workspace, by the audit log.
+const acceptedCalls = async (ws) => (await audited((e) => e.workspace === ws && e.event === "accepted")).map((e) => e.call_id);
+
 // A TCP proxy to the dispatcher that drops connection i (from 0) after cuts[i] bytes of the server's
 // answer (0: as soon as it starts to answer); later connections pass through whole.
 function droppingProxy(cuts) {
@@ -159,8 +174,7 @@ test("a stream dropped before its first event submits again, and the call runs o
   assert.equal(p.dropped, 1);
   assert.equal(p.connections, 2);
   assert.equal(concat(evs, "stdout"), "once\n");
-  const accepted = (await tp.audit({ since: "10m" })).filter((e) => e.workspace === ws && e.event === "accepted");
-  assert.deepEqual(accepted.map((e) => e.call_id), [evs.at(-1).data.id]);
+  assert.deepEqual(await acceptedCalls(ws), [evs.at(-1).data.id]);
 });
 
 test("events of a finished call resume from an id", async () => {
@@ -176,8 +190,7 @@ test("a wait resumes after dropped connections and the call runs once", async ()
   assert.equal(p.dropped, 2);
   assert.equal(res.status, "ok");
   assert.equal(res.stdout, "ran\n");
-  const accepted = (await tp.audit({ since: "10m" })).filter((e) => e.workspace === ws && e.event === "accepted");
-  assert.deepEqual(accepted.map((e) => e.call_id), [res.id]);
+  assert.deepEqual(await acceptedCalls(ws), [res.id]);
 });
 
 test("approvals: stream stops at the approval; approve, deny", async () => {
@@ -205,7 +218,8 @@ test("tools in model shapes, policy check, audit", async () => {
   assert.equal(chk.would_run, false);
   assert.equal(chk.decision.rule, "mutating-commands");
   const res = await tp.call("run_shell", sh("echo audited"));
-  assert.ok((await tp.audit({ since: "10m" })).some((e) => e.call_id === res.id && e.event === "finished"));
+  // The worker writes the finished event after it records the result, which may already have reached us.
+  await audited((e) => e.call_id === res.id && e.event === "finished");
 });
 
 test("workspaces: from a directory, files, ranges, archive, snapshot, fork, restore, delete", async () => {
@@ -258,3 +272,30 @@ test("model shapes run through toolpool", async () => {
   await tp.cancel(parked.id);
   await rejects(runOpenAIToolCall(tp, { id: "c", function: { name: "nope", arguments: "{}" } }), InvalidParams);
 });
+
+// The examples run as a user runs them (a child process, the client from the environment), with the
+// model's turns scripted, and stop at the approval their script reaches.
+async function runExample(name) {
+  const { execFile } = await import("node:child_process");
+  const { fileURLToPath } = await import("node:url");
+  const env = { ...process.env, TOOLPOOL_EXAMPLE_WORKSPACE: "ex-" + randomUUID().slice(0, 8) };
+  delete env.ANTHROPIC_API_KEY; // scripted turns: no API key, no outside service
+  delete env.OPENAI_API_KEY;
+  const file = fileURLToPath(new URL(`../examples/${name}`, import.meta.url));
+  return new Promise((resolve, reject) => execFile(process.execPath, [file], { env, timeout: 120_000 }, (err, stdout, stderr) =>
+    err ? reject(new Error(`${name}: ${err.message}\n${stderr}`)) : resolve({ out: JSON.parse(stdout.trim().split("\n").at(-1)), stderr })));
+}
+
+for (const example of ["anthropic-loop.mjs", "openai-agents.mjs"]) {
+  test(`example ${example} runs tools and stops at the approval`, async () => {
+    const { out, stderr } = await runExample(example);
+    assert.equal(out.done, false);
+    assert.ok(out.ran.length >= 2 && out.ran.every((r) => r.status === "ok"), JSON.stringify(out));
+    assert.ok(stderr.includes(`toolpool approvals approve ${out.pending}`));
+    assert.equal((await tp.get(out.pending)).status, "pending_approval");
+    await approver.approve(out.pending);
+    assert.equal((await tp.wait(out.pending, { timeoutMs: 60_000 })).status, "ok");
+    if (example === "anthropic-loop.mjs") assert.ok(out.ran[0].output.startsWith("/workspace\n"));
+    else assert.ok(out.ran[0].tool === "read_file" && out.ran[0].output.includes("build into out/"));
+  });
+}
