@@ -15,17 +15,7 @@ import (
 // the document: status, media type, body schema, each event of an event stream. It fails unless every
 // operation of the document answered at least once.
 func TestOpenAPIContract(t *testing.T) {
-	s := startStack(t)
-	resp, err := http.Get(s.url + "/v1/openapi.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /v1/openapi.json: HTTP %d, %v", resp.StatusCode, err)
-	}
-	c := &client{t: t, url: s.url, contract: newContract(t, raw)}
+	c := contractClient(t, startStack(t, ""))
 	want := func(a answer, code int, what string) map[string]any {
 		t.Helper()
 		if a.code != code {
@@ -182,6 +172,39 @@ func TestOpenAPIContract(t *testing.T) {
 			t.Errorf("%s: no answer of it was checked against the document", op)
 		}
 	}
+}
+
+// TestOpenAPIContractTenantFull: a tenant at its quota of queued and running calls is refused with 429,
+// Retry-After and an error body, as the document says.
+func TestOpenAPIContractTenantFull(t *testing.T) {
+	c := contractClient(t, startStack(t, "queue:\n  max_pending_per_tenant: 1\n"))
+	busy := c.send("POST", "/v1/calls", callerToken, map[string]any{"tool": "run_shell", "args": map[string]any{"command": "sleep 60"}, "wait": false})
+	if busy.code != http.StatusAccepted {
+		t.Fatalf("a long call: HTTP %d %s", busy.code, busy.body)
+	}
+	full := c.send("POST", "/v1/calls", callerToken, map[string]any{"tool": "run_shell", "args": map[string]any{"command": "true"}})
+	if e, _ := full.json(t)["error"].(map[string]any); full.code != http.StatusTooManyRequests || e["type"] != "quota_exceeded" || full.header.Get("Retry-After") == "" {
+		t.Fatalf("a call over the quota: HTTP %d, Retry-After %q: %s", full.code, full.header.Get("Retry-After"), full.body)
+	}
+	if a := c.send("DELETE", "/v1/calls/"+busy.json(t)["id"].(string), callerToken, nil); a.code != http.StatusOK {
+		t.Fatalf("cancel the long call: HTTP %d %s", a.code, a.body)
+	}
+}
+
+// contractClient returns a client of the stack that checks every answer against the OpenAPI document
+// the stack serves.
+func contractClient(t *testing.T, s *stack) *client {
+	t.Helper()
+	resp, err := http.Get(s.url + "/v1/openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /v1/openapi.json: HTTP %d, %v", resp.StatusCode, err)
+	}
+	return &client{t: t, url: s.url, contract: newContract(t, raw)}
 }
 
 // tarGz returns a tar.gz archive of files (path to content).

@@ -57,13 +57,13 @@ type stack struct {
 	url string
 }
 
-// startStack starts a dispatcher and a worker for the test; they stop when it ends. It fails (CI=true)
-// or skips the test without root and containerd.
-func startStack(t testing.TB) *stack {
+// startStack starts a dispatcher (dispatcherConfig, then extra: more top-level YAML) and a worker for
+// the test; they stop when it ends. It fails (CI=true) or skips the test without root and containerd.
+func startStack(t testing.TB, extra string) *stack {
 	t.Helper()
 	ctrtest.Require(t)
 	dir := ctrtest.ShortTempDir(t)
-	for name, content := range map[string]string{"dispatcher.yaml": dispatcherConfig, "policy.yaml": testPolicy} {
+	for name, content := range map[string]string{"dispatcher.yaml": dispatcherConfig + extra, "policy.yaml": testPolicy} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
 			t.Fatal(err)
 		}

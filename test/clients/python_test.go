@@ -48,7 +48,7 @@ func TestPythonClient(t *testing.T) {
 	if out, err := pip.CombinedOutput(); err != nil {
 		t.Fatalf("pip install clients/python: %v\n%s", err, out)
 	}
-	s := startStack(t)
+	s := startStack(t, "")
 	cmd := exec.CommandContext(ctx, debianPython, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+site, "PYTHONDONTWRITEBYTECODE=1",

@@ -38,7 +38,7 @@ func TestTypeScriptClient(t *testing.T) {
 		t.Fatalf("tsc in clients/typescript: %v\n%s", err, out)
 	}
 	sameTree(t, built, filepath.Join(root, "dist"), "clients/typescript/dist is not what its sources compile to: run npm run build in clients/typescript and commit dist")
-	s := startStack(t)
+	s := startStack(t, "")
 	cmd := exec.CommandContext(ctx, "node", "--test", "--test-reporter=spec", "test/")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "TOOLPOOL_URL="+s.url, "TOOLPOOL_TOKEN="+callerToken, "TOOLPOOL_APPROVER_TOKEN="+approverToken)
