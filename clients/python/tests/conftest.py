@@ -37,10 +37,13 @@ def approver(url):
 
 class DroppingProxy:
     """A TCP proxy to the dispatcher that drops connections: connection number i (from 0) is closed after
-    cuts[i] bytes of the server's answer have been passed on (0: as soon as the server starts to answer);
-    connections past the list pass through whole."""
+    cuts[i] bytes of the server's answer have been passed on (0: as soon as the server starts to answer),
+    or, with stall, goes silent there and stays open (a peer gone without closing) until the proxy
+    closes; connections past the list pass through whole."""
 
-    def __init__(self, target, cuts):
+    def __init__(self, target, cuts, stall=False):
+        self.stall = stall
+        self.closed = threading.Event()
         parts = urlsplit(target)
         self.upstream = (parts.hostname, parts.port)
         self.cuts = list(cuts)
@@ -89,6 +92,8 @@ class DroppingProxy:
                     client.sendall(b[: limit - sent])
                     with self.lock:
                         self.dropped += 1
+                    if self.stall:
+                        self.closed.wait()
                     break
                 client.sendall(b)
                 sent += len(b)
@@ -103,6 +108,7 @@ class DroppingProxy:
                 s.close()
 
     def close(self):
+        self.closed.set()
         self.sock.close()
 
 
@@ -110,8 +116,8 @@ class DroppingProxy:
 def proxy(url):
     made = []
 
-    def make(*cuts):
-        p = DroppingProxy(url, cuts)
+    def make(*cuts, stall=False):
+        p = DroppingProxy(url, cuts, stall)
         made.append(p)
         return p
 

@@ -131,6 +131,22 @@ def test_stream_resumes_after_dropped_connections_without_loss_or_repeat(tp, url
     assert events[-1].event == "result" and events[-1].result.stdout == want
 
 
+def test_stream_resumes_after_the_connection_goes_silent(tp, proxy):
+    # The first answer stops after 700 bytes without closing: the client's read times out (timeout=2)
+    # and it resumes on a new connection from the last event it received.
+    p = proxy(700, stall=True)
+    c = Client(p.url, tp.token, timeout=2)
+    want = "".join(f"line {i:03d}\n" for i in range(1, 41))
+    events = list(c.stream("run_shell", sh("for i in $(seq -f %03g 1 40); do echo \"line $i\"; sleep 0.02; done")))
+    assert p.dropped == 1 and p.connections == 2, (p.dropped, p.connections)
+    got = b""
+    for e in events:
+        if e.event == "stdout":
+            assert e.data["offset"] == len(got), "an event repeated or skipped bytes"
+            got += e.bytes
+    assert got.decode() == want and events[-1].result.stdout == want
+
+
 def test_stream_dropped_before_its_first_event_submits_again_and_runs_once(tp, proxy):
     # The POST's answer is cut inside its headers: the client has no call id yet, so it sends the same
     # request again, whose idempotency key finds the call the first one made.

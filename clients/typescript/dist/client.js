@@ -27,8 +27,9 @@ function makeEvent(event, id, data) {
     }
     return { event, id, data: parsed, bytes, text: new TextDecoder().decode(bytes) };
 }
-/** Events from an event-stream body; an event counts only once its blank line arrived. */
-async function* parseSSE(body) {
+/** Events from an event-stream body; an event counts only once its blank line arrived. onData is called
+ * for every piece read (events and keep-alives alike). */
+async function* parseSSE(body, onData) {
     const reader = body.getReader();
     const dec = new TextDecoder();
     let buf = "";
@@ -38,6 +39,7 @@ async function* parseSSE(body) {
             const { value, done } = await reader.read();
             if (done)
                 return;
+            onData();
             buf += dec.decode(value, { stream: true });
             let nl;
             while ((nl = buf.indexOf("\n")) >= 0) {
@@ -226,6 +228,14 @@ export class Client {
     async *follow(id, last, first, stopAtApproval) {
         for (let failures = 0;;) {
             const ctl = new AbortController();
+            // The server sends a keep-alive every 15 s: a stream silent for timeoutMs is dead (a peer gone
+            // without closing), so it is dropped, and resumed like any dropped stream.
+            let idle;
+            const alive = () => {
+                clearTimeout(idle);
+                idle = setTimeout(() => ctl.abort(new Error(`the event stream was silent for ${this.timeoutMs} ms`)), this.timeoutMs);
+            };
+            alive();
             try {
                 let resp;
                 if (first) {
@@ -247,7 +257,7 @@ export class Client {
                     }
                     throw errorFrom(resp.status, body, resp.headers.get("retry-after"));
                 }
-                for await (const ev of parseSSE(resp.body)) {
+                for await (const ev of parseSSE(resp.body, alive)) {
                     failures = 0;
                     if (ev.event === "status" && id === undefined) {
                         // Named: from here on, resume by following it. Until then, a dropped submission is sent
@@ -273,6 +283,7 @@ export class Client {
                 await sleep(Math.min(200 * 2 ** failures, 5000));
             }
             finally {
+                clearTimeout(idle);
                 ctl.abort();
             }
         }

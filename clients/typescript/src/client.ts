@@ -65,8 +65,9 @@ function makeEvent(event: string, id: string, data: string): Event {
   return { event, id, data: parsed, bytes, text: new TextDecoder().decode(bytes) };
 }
 
-/** Events from an event-stream body; an event counts only once its blank line arrived. */
-async function* parseSSE(body: ReadableStream<Uint8Array>): AsyncGenerator<Event> {
+/** Events from an event-stream body; an event counts only once its blank line arrived. onData is called
+ * for every piece read (events and keep-alives alike). */
+async function* parseSSE(body: ReadableStream<Uint8Array>, onData: () => void): AsyncGenerator<Event> {
   const reader = body.getReader();
   const dec = new TextDecoder();
   let buf = "";
@@ -75,6 +76,7 @@ async function* parseSSE(body: ReadableStream<Uint8Array>): AsyncGenerator<Event
     for (;;) {
       const { value, done } = await reader.read();
       if (done) return;
+      onData();
       buf += dec.decode(value, { stream: true });
       let nl: number;
       while ((nl = buf.indexOf("\n")) >= 0) {
@@ -262,6 +264,14 @@ export class Client {
     first: ((signal: AbortSignal) => Promise<Response>) | undefined, stopAtApproval: boolean): AsyncGenerator<Event> {
     for (let failures = 0; ;) {
       const ctl = new AbortController();
+      // The server sends a keep-alive every 15 s: a stream silent for timeoutMs is dead (a peer gone
+      // without closing), so it is dropped, and resumed like any dropped stream.
+      let idle: ReturnType<typeof setTimeout> | undefined;
+      const alive = () => {
+        clearTimeout(idle);
+        idle = setTimeout(() => ctl.abort(new Error(`the event stream was silent for ${this.timeoutMs} ms`)), this.timeoutMs);
+      };
+      alive();
       try {
         let resp: Response;
         if (first) {
@@ -280,7 +290,7 @@ export class Client {
           }
           throw errorFrom(resp.status, body, resp.headers.get("retry-after"));
         }
-        for await (const ev of parseSSE(resp.body!)) {
+        for await (const ev of parseSSE(resp.body!, alive)) {
           failures = 0;
           if (ev.event === "status" && id === undefined) {
             // Named: from here on, resume by following it. Until then, a dropped submission is sent
@@ -300,6 +310,7 @@ export class Client {
         if ((id === undefined && !first) || failures > this.retries) throw new ConnectionFailed(`follow call ${id ?? "(not yet named)"}: ${(e as Error).message}`);
         await sleep(Math.min(200 * 2 ** failures, 5000));
       } finally {
+        clearTimeout(idle);
         ctl.abort();
       }
     }

@@ -49,10 +49,12 @@ async function audited(match, timeoutMs = 30_000) {
 const acceptedCalls = async (ws) => (await audited((e) => e.workspace === ws && e.event === "accepted")).map((e) => e.call_id);
 
 // A TCP proxy to the dispatcher that drops connection i (from 0) after cuts[i] bytes of the server's
-// answer (0: as soon as it starts to answer); later connections pass through whole.
-function droppingProxy(cuts) {
+// answer (0: as soon as it starts to answer), or, with stall, goes silent there and stays open (a peer
+// gone without closing); later connections pass through whole.
+function droppingProxy(cuts, { stall = false } = {}) {
   const u = new URL(url);
   const p = { connections: 0, dropped: 0 };
+  const held = [];
   const server = net.createServer((client) => {
     const limit = cuts[p.connections++];
     const upstream = net.connect(Number(u.port), u.hostname);
@@ -62,7 +64,14 @@ function droppingProxy(cuts) {
       if (limit !== undefined && sent + b.length > limit) {
         client.write(b.subarray(0, limit - sent));
         p.dropped++;
-        client.destroy(); upstream.destroy();
+        if (stall) {
+          upstream.pause();
+          upstream.removeAllListeners("data");
+          upstream.removeAllListeners("end");
+          held.push(client, upstream);
+        } else {
+          client.destroy(); upstream.destroy();
+        }
         return;
       }
       sent += b.length;
@@ -74,8 +83,8 @@ function droppingProxy(cuts) {
   });
   return new Promise((resolve) => server.listen(0, "127.0.0.1", () => {
     p.url = `http://127.0.0.1:${server.address().port}`;
-    p.close = () => server.close();
-    after(() => server.close());
+    p.close = () => { server.close(); held.forEach((s) => s.destroy()); };
+    after(() => p.close());
     resolve(p);
   }));
 }
@@ -157,6 +166,23 @@ test("stream resumes after dropped connections without losing or repeating outpu
   for (let i = 1; i <= 60; i++) want += `line ${String(i).padStart(3, "0")} of the output\n`;
   const evs = await collect(c.stream("run_shell", sh("for i in $(seq -f %03g 1 60); do echo \"line $i of the output\"; sleep 0.02; done")));
   assert.ok(p.dropped >= 2 && p.connections >= 3, `dropped ${p.dropped} of ${p.connections}`);
+  let got = 0;
+  for (const e of evs.filter((e) => e.event === "stdout")) {
+    assert.equal(e.data.offset, got, "an event repeated or skipped bytes");
+    got += e.bytes.length;
+  }
+  assert.equal(concat(evs, "stdout"), want);
+  assert.equal(evs.at(-1).data.stdout, want);
+});
+
+test("a stream resumes after its connection goes silent", async () => {
+  const p = await droppingProxy([700], { stall: true });
+  const c = new Client({ url: p.url, token: tp.token, timeoutMs: 2000 });
+  let want = "";
+  for (let i = 1; i <= 40; i++) want += `line ${String(i).padStart(3, "0")}\n`;
+  const evs = await collect(c.stream("run_shell", sh("for i in $(seq -f %03g 1 40); do echo \"line $i\"; sleep 0.02; done")));
+  assert.equal(p.dropped, 1);
+  assert.equal(p.connections, 2);
   let got = 0;
   for (const e of evs.filter((e) => e.event === "stdout")) {
     assert.equal(e.data.offset, got, "an event repeated or skipped bytes");
