@@ -27,6 +27,18 @@ def audited(tp, match, timeout=30.0):
         time.sleep(0.1)
 
 
+def assert_whole(events, want):
+    """A stream's stdout events carry want exactly once, each starting where the last ended, and its
+    result event says the same."""
+    got = b""
+    for e in events:
+        if e.event == "stdout":
+            assert e.data["offset"] == len(got), "an event repeated or skipped bytes"
+            got += e.bytes
+    assert got.decode() == want
+    assert events[-1].event == "result" and events[-1].result.stdout == want
+
+
 def accepted_calls(tp, workspace):
     """The ids of the calls accepted into a workspace, by the audit log."""
     return [e.call_id for e in audited(tp, lambda e: e.workspace == workspace and e.event == "accepted")]
@@ -122,13 +134,7 @@ def test_stream_resumes_after_dropped_connections_without_loss_or_repeat(tp, url
     want = "".join(f"line {i:03d} of the output\n" for i in range(1, 61))
     events = list(c.stream("run_shell", sh("for i in $(seq -f %03g 1 60); do echo \"line $i of the output\"; sleep 0.02; done")))
     assert p.dropped >= 2 and p.connections >= 3, (p.dropped, p.connections)
-    got = b""
-    for e in events:
-        if e.event == "stdout":
-            assert e.data["offset"] == len(got), "an event repeated or skipped bytes"
-            got += e.bytes
-    assert got.decode() == want
-    assert events[-1].event == "result" and events[-1].result.stdout == want
+    assert_whole(events, want)
 
 
 def test_stream_resumes_after_the_connection_goes_silent(tp, proxy):
@@ -139,12 +145,7 @@ def test_stream_resumes_after_the_connection_goes_silent(tp, proxy):
     want = "".join(f"line {i:03d}\n" for i in range(1, 41))
     events = list(c.stream("run_shell", sh("for i in $(seq -f %03g 1 40); do echo \"line $i\"; sleep 0.02; done")))
     assert p.dropped == 1 and p.connections == 2, (p.dropped, p.connections)
-    got = b""
-    for e in events:
-        if e.event == "stdout":
-            assert e.data["offset"] == len(got), "an event repeated or skipped bytes"
-            got += e.bytes
-    assert got.decode() == want and events[-1].result.stdout == want
+    assert_whole(events, want)
 
 
 def test_stream_dropped_before_its_first_event_submits_again_and_runs_once(tp, proxy):
