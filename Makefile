@@ -30,9 +30,11 @@ GVISOR_SKIPPED := make test: TOOLPOOL_GVISOR=0: gVisor is NOT built and NOT test
 # package at a time (-p 1): go test otherwise runs as many packages at once as there are CPUs, and the escape
 # suite's fork bomb, 2 GiB output flood and memory hog would share the cores with the end-to-end suite's
 # timing checks; the cluster test's three NATS servers, two dispatchers and three workers with theirs;
-# test/oracle, the policy oracle's corpus run in containers under strace; and test/mcp, which also installs
-# the MCP TypeScript clients with npm (Node.js 20); and test/console, the web console in headless Chromium.
-CONTAINER_PKGS := ./internal/sandbox/containerd/... ./test/e2e/... ./test/cluster/... ./test/oracle/... ./test/mcp/... ./test/console/...
+# test/oracle, the policy oracle's corpus run in containers under strace; test/mcp, which also installs
+# the MCP TypeScript clients with npm (Node.js 20); test/clients, the OpenAPI contract checked against
+# real answers of every operation and the Python and TypeScript clients; and test/console, the web
+# console in headless Chromium.
+CONTAINER_PKGS := ./internal/sandbox/containerd/... ./test/e2e/... ./test/cluster/... ./test/oracle/... ./test/mcp/... ./test/clients/... ./test/console/...
 # FUZZTIME is how long make test (and make fuzz) runs each fuzz target.
 FUZZTIME ?= 20s
 

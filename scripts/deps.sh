@@ -2,9 +2,9 @@
 # Installs what make run and make test need from Debian's packages, when it is missing: containerd, runc,
 # crun (the faster OCI runtime the worker can run through the runc shim), promtool, Node.js with npm for
 # test/mcp, and the clients the egress tests run inside containers from the host's /usr (git, curl,
-# python3-pip; Node and Go come with the image), strace for the policy oracle, and Debian's chromium and
-# chromium-driver for the web console's browser tests (test/console drives chromium itself; no browser is
-# downloaded).
+# python3-pip; Node and Go come with the image), strace for the policy oracle, python3-pytest for the
+# Python client's suite (test/clients), and Debian's chromium and chromium-driver for the web console's
+# browser tests (test/console drives chromium itself; no browser is downloaded).
 set -euo pipefail
 missing=()
 command -v containerd >/dev/null || missing+=(containerd)
@@ -15,6 +15,8 @@ command -v crun >/dev/null || missing+=(crun)
 command -v curl >/dev/null || missing+=(curl)
 [ -x /usr/bin/git ] && [ -x /usr/lib/git-core/git-http-backend ] || missing+=(git)
 /usr/bin/python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
+# test/clients runs the Python client's suite (clients/python) with Debian's python3 and pytest.
+/usr/bin/python3 -c 'import pytest' >/dev/null 2>&1 || missing+=(python3-pytest)
 command -v promtool >/dev/null || missing+=(prometheus)   # promtool checks the metrics and alert rules
 command -v strace >/dev/null || missing+=(strace)         # the policy oracle traces shells in the sandbox
 [ -x /usr/bin/chromium ] || missing+=(chromium)            # test/console: the web console in a real browser

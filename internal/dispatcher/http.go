@@ -31,6 +31,7 @@ func (s *api) routes() http.Handler {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.HandleFunc("GET /v1/openapi.json", serveOpenAPI)
 	mux.Handle("POST /v1/calls", s.auth(s.postCall))
 	mux.Handle("GET /v1/calls/{id}", s.auth(s.getCall))
 	mux.Handle("DELETE /v1/calls/{id}", s.auth(s.deleteCall))

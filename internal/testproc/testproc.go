@@ -1,6 +1,7 @@
 // Package testproc builds toolpool's binaries and runs them for the tests that drive the real processes
-// (test/e2e, test/mcp, test/cluster): it keeps each process's output, collects its JSON log lines, waits
-// for a line, and stops the process cleanly when the test ends. It is for tests only.
+// (test/e2e, test/mcp, test/cluster, test/clients): it keeps each process's output, collects its JSON log
+// lines, waits for a line, and stops the process cleanly when the test ends; and it says what a test lacks
+// (Lack, RequireNode). It is for tests only.
 package testproc
 
 import (

@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -44,20 +43,7 @@ func requireNode(t testing.TB) {
 	if testing.Short() {
 		t.Skip("this test needs root, containerd and Node.js: skipped under -short")
 	}
-	out, err := exec.Command("node", "--version").Output()
-	major := 0
-	if v, ok := strings.CutPrefix(strings.TrimSpace(string(out)), "v"); ok {
-		major, _ = strconv.Atoi(strings.SplitN(v, ".", 2)[0])
-	}
-	_, npmErr := exec.LookPath("npm")
-	if err != nil || major < 20 || npmErr != nil {
-		msg := fmt.Sprintf("this test needs Node.js 20 or later and npm (make deps installs Debian's when they are missing; "+
-			"Debian 12's Node.js is 18: take Node.js 20 from Debian 13 or nodejs.org): node --version: %q %v; npm: %v", out, err, npmErr)
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
+	testproc.RequireNode(t, 20)
 	npmOnce.Do(func() { npmInstErr = npmInstall() })
 	if npmInstErr != nil {
 		t.Fatal(npmInstErr)

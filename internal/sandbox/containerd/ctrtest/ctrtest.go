@@ -17,6 +17,7 @@ import (
 
 	"github.com/toolpool/toolpool/internal/sandbox"
 	"github.com/toolpool/toolpool/internal/sandbox/containerd"
+	"github.com/toolpool/toolpool/internal/testproc"
 )
 
 // SandboxUID and SandboxGID run test sandboxes.
@@ -59,7 +60,7 @@ func Require(t testing.TB) {
 	case Runtime() == containerd.GVisorRuntime && !onPath("runsc"):
 		missing = "gVisor's runsc (make gvisor)"
 	}
-	lack(t, missing)
+	testproc.Lack(t, missing)
 }
 
 // RequirePrograms is Require, and also the programs named (such as ctr, which comes with containerd) on
@@ -69,22 +70,10 @@ func RequirePrograms(t testing.TB, names ...string) {
 	Require(t)
 	for _, name := range names {
 		if !onPath(name) {
-			lack(t, name+" on PATH")
+			testproc.Lack(t, name+" on PATH")
 			return
 		}
 	}
-}
-
-// lack fails (CI=true) or skips the test for want of missing; it does nothing when missing is empty.
-func lack(t testing.TB, missing string) {
-	t.Helper()
-	if missing == "" {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("this test needs %s, and CI must not skip it", missing)
-	}
-	t.Skipf("this test needs %s", missing)
 }
 
 // RequireGVisor is Require, and gVisor's runsc on PATH. Like every program a test needs, a missing runsc
@@ -94,7 +83,7 @@ func RequireGVisor(t testing.TB) {
 	t.Helper()
 	Require(t)
 	if !onPath("runsc") {
-		lack(t, "gVisor's runsc (make gvisor)")
+		testproc.Lack(t, "gVisor's runsc (make gvisor)")
 	}
 }
 

@@ -1,0 +1,5 @@
+export { Client, DEFAULT_URL } from "./client.js";
+export type { ClientOptions } from "./client.js";
+export * from "./errors.js";
+export * from "./types.js";
+export { anthropicToolResult, openaiToolMessage, runAnthropicToolUse, runOpenAIToolCall } from "./agents.js";
