@@ -189,8 +189,8 @@ def test_approval_flow(tp, approver):
     res = tp.wait(call_id, timeout=60)
     assert res.ok and res.stdout == "made\n"
     other = tp.call("run_shell", sh("mkdir -p refused-dir"))
-    denied = approver.deny(other.id)
-    assert denied.denied
+    denied = approver.deny(other.id, reason="make it under build/")
+    assert denied.denied and ": make it under build/;" in denied.error.message
     with pytest.raises(NotFound):
         approver.approve(other.id)
 

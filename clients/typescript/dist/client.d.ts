@@ -99,8 +99,10 @@ export declare class Client {
         always?: boolean;
         argvPrefix?: string[];
     }): Promise<Result>;
-    /** Deny a waiting call; its envelope, status denied. */
-    deny(id: string): Promise<Result>;
+    /** Deny a waiting call; its envelope, status denied. reason (one line, at most 500 bytes) is told to the caller in the denied call's error. */
+    deny(id: string, opts?: {
+        reason?: string;
+    }): Promise<Result>;
     /** The tenant's audit events since a duration ago (1h) or an RFC 3339 time. */
     audit(opts?: {
         since?: string;

@@ -357,9 +357,11 @@ export class Client {
     return this.envelope("POST", `/v1/approvals/${seg(id)}`, { body, retry: false });
   }
 
-  /** Deny a waiting call; its envelope, status denied. */
-  deny(id: string): Promise<Result> {
-    return this.envelope("POST", `/v1/approvals/${seg(id)}`, { body: { decision: "deny" }, retry: false });
+  /** Deny a waiting call; its envelope, status denied. reason (one line, at most 500 bytes) is told to the caller in the denied call's error. */
+  deny(id: string, opts: { reason?: string } = {}): Promise<Result> {
+    const body: Record<string, unknown> = { decision: "deny" };
+    if (opts.reason) body.reason = opts.reason;
+    return this.envelope("POST", `/v1/approvals/${seg(id)}`, { body, retry: false });
   }
 
   /** The tenant's audit events since a duration ago (1h) or an RFC 3339 time. */

@@ -231,7 +231,9 @@ test("approvals: stream stops at the approval; approve, deny", async () => {
   const res = await tp.wait(id, { timeoutMs: 60_000 });
   assert.equal(res.stdout, "made\n");
   const other = await tp.call("run_shell", sh("mkdir -p refused-dir"));
-  assert.equal((await approver.deny(other.id)).status, "denied");
+  const denied = await approver.deny(other.id, { reason: "make it under build/" });
+  assert.equal(denied.status, "denied");
+  assert.match(denied.error.message, /: make it under build\/;/);
   await rejects(approver.approve(other.id), NotFound);
 });
 

@@ -301,9 +301,13 @@ class Client:
                 body["argv_prefix"] = argv_prefix
         return self._envelope("POST", f"/v1/approvals/{_seg(call_id)}", body=body, retry=False)
 
-    def deny(self, call_id: str) -> Result:
-        """Deny a waiting call; its envelope, status denied."""
-        return self._envelope("POST", f"/v1/approvals/{_seg(call_id)}", body={"decision": "deny"}, retry=False)
+    def deny(self, call_id: str, *, reason: Optional[str] = None) -> Result:
+        """Deny a waiting call; its envelope, status denied. ``reason`` (one line, at most 500 bytes) is
+        told to the caller in the denied call's error."""
+        body: Dict[str, Any] = {"decision": "deny"}
+        if reason:
+            body["reason"] = reason
+        return self._envelope("POST", f"/v1/approvals/{_seg(call_id)}", body=body, retry=False)
 
     def audit(self, since: str = "1h", limit: Optional[int] = None) -> List[AuditEvent]:
         """The tenant's audit events since a duration ago (1h) or an RFC 3339 time."""
