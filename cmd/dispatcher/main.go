@@ -141,9 +141,9 @@ func run(args []string) error {
 		return err
 	}
 	dm.WatchNATS(conn.Ready)
-	dm.WatchQueue(func(ctx context.Context) (uint64, time.Duration, error) {
+	dm.WatchQueue(func(ctx context.Context) (metrics.QueueState, error) {
 		st, err := conn.Calls().State(ctx)
-		return st.Pending, st.OldestAge, err
+		return metrics.QueueState{Pending: st.Pending, Oldest: st.OldestAge, Lanes: st.Lanes}, err
 	})
 	dm.WatchApprovals(func(ctx context.Context) (int, error) {
 		p, err := conn.Approvals().ListPending(ctx, "*")

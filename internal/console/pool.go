@@ -7,7 +7,9 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -122,11 +124,17 @@ type workerView struct {
 // poolView is the pool page: the dispatcher's numbers, each worker's, and the calls per status of all.
 type poolView struct {
 	Approvals, Queue, QueueOldest float64
+	Lanes                         []laneCount // the lanes with calls waiting, by lane number
 	NATS                          bool
 	Workers                       []workerView
 	Busy, Slots                   float64
 	Calls                         []statusCount
 	Error                         string
+}
+
+type laneCount struct {
+	Lane  int
+	Count float64
 }
 
 type statusCount struct {
@@ -175,6 +183,14 @@ func (c *Console) pool(ctx context.Context) poolView {
 		v.Approvals, _ = f.sum("toolpool_approvals_pending", nil)
 		v.Queue, _ = f.sum("toolpool_queue_pending_calls", nil)
 		v.QueueOldest, _ = f.sum("toolpool_queue_oldest_pending_age_seconds", nil)
+		lanes := map[string]float64{}
+		f.by("toolpool_queue_lane_pending_calls", "lane", lanes)
+		for l, n := range lanes {
+			if lane, err := strconv.Atoi(l); err == nil && n > 0 {
+				v.Lanes = append(v.Lanes, laneCount{lane, n})
+			}
+		}
+		slices.SortFunc(v.Lanes, func(a, b laneCount) int { return a.Lane - b.Lane })
 		up, _ := f.sum("toolpool_nats_connected", nil)
 		v.NATS = up == 1
 		f.by("toolpool_calls_total", "status", calls)

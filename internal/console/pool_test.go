@@ -52,6 +52,11 @@ func TestPool(t *testing.T) {
 	gauge("toolpool_queue_oldest_pending_age_seconds", 12.4)
 	gauge("toolpool_approvals_pending", 2)
 	gauge("toolpool_nats_connected", 1)
+	lanes := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "toolpool_queue_lane_pending_calls"}, []string{"lane"})
+	lanes.WithLabelValues("0").Set(0)
+	lanes.WithLabelValues("11").Set(2)
+	lanes.WithLabelValues("3").Set(5)
+	reg.MustRegister(lanes)
 	calls := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "toolpool_calls_total"}, []string{"tenant", "tool", "decision", "status"})
 	calls.WithLabelValues("acme", "run_shell", "deny", "denied").Add(5)
 	calls.WithLabelValues("acme", "run_shell", "allow", "ok").Add(1)
@@ -74,6 +79,7 @@ func TestPool(t *testing.T) {
 	}
 	for _, want := range []string{
 		`id="nats">connected<`, "7 calls waiting for a worker (all lanes), the oldest for 12s", "2 calls waiting for a person",
+		`id="queue-lanes">lane 3: 5, lane 11: 2<`,
 		`id="slots">3 busy of 4<`, "<td>3 / 1</td><td>2 / 1 (4)</td><td>20.0 MiB</td><td>1m35s</td><td>up</td>",
 		"<tr><td>denied</td><td>5</td></tr>", "<tr><td>ok</td><td>43</td></tr>", "<tr><td>timeout</td><td>1</td></tr>",
 		"HTTP 500",

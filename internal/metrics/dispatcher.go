@@ -83,8 +83,8 @@ func (m *DispatcherMetrics) WatchApprovals(pending CountFunc) {
 func (m *DispatcherMetrics) WatchNATS(check CheckFunc) { m.watchNATS(check) }
 
 // WatchQueue makes each scrape read the queue's state (with the scrape timeout) and report
-// toolpool_queue_pending_calls and toolpool_queue_oldest_pending_age_seconds. When state fails, the two
-// gauges are left out of that scrape and toolpool_metrics_scrape_errors_total{source="queue"} counts it.
+// toolpool_queue_pending_calls, toolpool_queue_oldest_pending_age_seconds and
+// toolpool_queue_lane_pending_calls{lane}. When state fails, these gauges are left out of that scrape and toolpool_metrics_scrape_errors_total{source="queue"} counts it.
 // Call it at most once.
 func (m *DispatcherMetrics) WatchQueue(state QueueStateFunc) { m.watchQueue(state) }
 

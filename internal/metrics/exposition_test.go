@@ -59,7 +59,9 @@ func exercised(t *testing.T) map[string]*prometheus.Registry {
 	d.PolicyReload(errors.New("bad policy"))
 	d.WatchApprovals(func(ctx context.Context) (int, error) { return 1, nil })
 	d.WatchNATS(func(ctx context.Context) error { return nil })
-	d.WatchQueue(func(ctx context.Context) (uint64, time.Duration, error) { return 2, 3 * time.Second, nil })
+	d.WatchQueue(func(ctx context.Context) (metrics.QueueState, error) {
+		return metrics.QueueState{Pending: 2, Oldest: 3 * time.Second, Lanes: []uint64{0, 2}}, nil
+	})
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/calls", func(w http.ResponseWriter, r *http.Request) {})
 	d.InstrumentHTTP(mux).ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", "/v1/calls", nil))
@@ -77,7 +79,7 @@ func exercised(t *testing.T) map[string]*prometheus.Registry {
 	w.WatchNATS(func(ctx context.Context) error { return nil })
 	w.WatchContainerd(func(ctx context.Context) error { return nil })
 	w.WatchPool(func() metrics.PoolState { return metrics.PoolState{Ready: 2, Target: 2, MemoryBytes: 1 << 25} })
-	w.WatchQueue(func(ctx context.Context) (uint64, time.Duration, error) { return 0, 0, nil })
+	w.WatchQueue(func(ctx context.Context) (metrics.QueueState, error) { return metrics.QueueState{}, nil })
 	return map[string]*prometheus.Registry{"dispatcher": dreg, "worker": wreg}
 }
 

@@ -368,10 +368,10 @@ func TestScrapeTimeSources(t *testing.T) {
 	m := metrics.NewDispatcher(reg, metrics.Options{ScrapeTimeout: 50 * time.Millisecond})
 	var mu sync.Mutex
 	queueErr := error(nil)
-	m.WatchQueue(func(ctx context.Context) (uint64, time.Duration, error) {
+	m.WatchQueue(func(ctx context.Context) (metrics.QueueState, error) {
 		mu.Lock()
 		defer mu.Unlock()
-		return 7, 90 * time.Second, queueErr
+		return metrics.QueueState{Pending: 7, Oldest: 90 * time.Second, Lanes: []uint64{5, 0, 2}}, queueErr
 	})
 	m.WatchApprovals(func(ctx context.Context) (int, error) { return 2, nil })
 	m.WatchNATS(func(ctx context.Context) error {
@@ -380,6 +380,9 @@ func TestScrapeTimeSources(t *testing.T) {
 	})
 	mustSample(t, reg, "toolpool_queue_pending_calls", nil, 7)
 	mustSample(t, reg, "toolpool_queue_oldest_pending_age_seconds", nil, 90)
+	mustSample(t, reg, "toolpool_queue_lane_pending_calls", map[string]string{"lane": "0"}, 5)
+	mustSample(t, reg, "toolpool_queue_lane_pending_calls", map[string]string{"lane": "1"}, 0)
+	mustSample(t, reg, "toolpool_queue_lane_pending_calls", map[string]string{"lane": "2"}, 2)
 	mustSample(t, reg, "toolpool_approvals_pending", nil, 2)
 	mustSample(t, reg, "toolpool_nats_connected", nil, 0)
 

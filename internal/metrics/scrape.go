@@ -2,14 +2,21 @@ package metrics
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// QueueStateFunc reads the queue: how many calls wait for a worker, and how long the oldest of them has
-// waited (0 when none does). It must honour ctx's deadline.
-type QueueStateFunc func(ctx context.Context) (pending uint64, oldest time.Duration, err error)
+// QueueState is the queue as a scrape reads it.
+type QueueState struct {
+	Pending uint64        // calls waiting for a worker
+	Oldest  time.Duration // how long the oldest of them has waited (0 when none does)
+	Lanes   []uint64      // calls waiting in each lane, indexed by lane (nil: not known)
+}
+
+// QueueStateFunc reads the queue. It must honour ctx's deadline.
+type QueueStateFunc func(ctx context.Context) (QueueState, error)
 
 // CountFunc reads a count, such as the calls waiting for approval. It must honour ctx's deadline.
 type CountFunc func(ctx context.Context) (int, error)
@@ -31,6 +38,7 @@ type queueCollector struct {
 	errs    prometheus.Counter
 	pending *prometheus.Desc
 	age     *prometheus.Desc
+	lane    *prometheus.Desc
 }
 
 func newQueueCollector(state QueueStateFunc, timeout time.Duration, errs prometheus.Counter) *queueCollector {
@@ -39,21 +47,30 @@ func newQueueCollector(state QueueStateFunc, timeout time.Duration, errs prometh
 			"Calls in the JetStream queue waiting for a worker, read at scrape time.", nil, nil),
 		age: prometheus.NewDesc(namespace+"_queue_oldest_pending_age_seconds",
 			"Age of the oldest call waiting for a worker (0 when none waits), read at scrape time.", nil, nil),
+		lane: prometheus.NewDesc(namespace+"_queue_lane_pending_calls",
+			"Calls waiting for a worker in one lane (tenants are hashed over the lanes), read at scrape time.", []string{"lane"}, nil),
 	}
 }
 
-func (q *queueCollector) Describe(ch chan<- *prometheus.Desc) { ch <- q.pending; ch <- q.age }
+func (q *queueCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- q.pending
+	ch <- q.age
+	ch <- q.lane
+}
 
 func (q *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), q.timeout)
 	defer cancel()
-	pending, oldest, err := q.state(ctx)
+	st, err := q.state(ctx)
 	if err != nil {
 		q.errs.Inc()
 		return
 	}
-	ch <- prometheus.MustNewConstMetric(q.pending, prometheus.GaugeValue, float64(pending))
-	ch <- prometheus.MustNewConstMetric(q.age, prometheus.GaugeValue, max(oldest, 0).Seconds())
+	ch <- prometheus.MustNewConstMetric(q.pending, prometheus.GaugeValue, float64(st.Pending))
+	ch <- prometheus.MustNewConstMetric(q.age, prometheus.GaugeValue, max(st.Oldest, 0).Seconds())
+	for l, n := range st.Lanes {
+		ch <- prometheus.MustNewConstMetric(q.lane, prometheus.GaugeValue, float64(n), strconv.Itoa(l))
+	}
 }
 
 // countCollector reports a count read at scrape time as a gauge.

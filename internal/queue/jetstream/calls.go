@@ -83,11 +83,12 @@ func (c *Calls) publish(ctx context.Context, msg *nats.Msg) error {
 	}
 }
 
-// QueueState is the number of calls waiting for a worker (delivered and running calls not counted) and
-// the age of the oldest of them.
+// QueueState is the number of calls waiting for a worker (delivered and running calls not counted), the
+// age of the oldest of them, and the calls waiting in each lane (indexed by lane, one entry per lane).
 type QueueState struct {
 	Pending   uint64
 	OldestAge time.Duration
+	Lanes     []uint64
 }
 
 // State reads the queue's depth and the age of its oldest waiting call from JetStream: per lane, the
@@ -99,7 +100,7 @@ func (c *Calls) State(ctx context.Context) (QueueState, error) {
 	if err != nil {
 		return QueueState{}, fmt.Errorf("get stream %s: %w", c.cfg.Stream, err)
 	}
-	var st QueueState
+	st := QueueState{Lanes: make([]uint64, c.cfg.Lanes)}
 	now := c.now()
 	for l := range c.cfg.Lanes {
 		cons, err := s.Consumer(ctx, c.cfg.laneConsumer(l))
@@ -114,6 +115,7 @@ func (c *Calls) State(ctx context.Context) (QueueState, error) {
 			continue
 		}
 		st.Pending += ci.NumPending
+		st.Lanes[l] = ci.NumPending
 		if msg, err := s.GetMsg(ctx, ci.Delivered.Stream+1, jetstream.WithGetMsgSubject(c.cfg.laneFilter(l))); err == nil {
 			st.OldestAge = max(st.OldestAge, now.Sub(msg.Time))
 		}

@@ -3,6 +3,7 @@ package jetstream_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -231,8 +232,17 @@ func TestStateCountsOnlyWaitingCalls(t *testing.T) {
 		t.Fatalf("%s: %+v %v, want %d pending", what, st, err, pending)
 		return st
 	}
-	if st := stateReaches("before consuming", 4); st.OldestAge <= 0 {
+	st := stateReaches("before consuming", 4)
+	if st.OldestAge <= 0 {
 		t.Fatalf("before consuming: %+v, want the oldest call's age", st)
+	}
+	// Per lane: t1's three in its lane, t2's one in its own (or with t1's when they share one).
+	lanes := jetstream.DefaultConfig().Lanes
+	want := make([]uint64, lanes)
+	want[jetstream.LaneOf("t1", lanes)] += 3
+	want[jetstream.LaneOf("t2", lanes)]++
+	if !slices.Equal(st.Lanes, want) {
+		t.Fatalf("before consuming: lanes %v, want %v", st.Lanes, want)
 	}
 	// Take one call and hold it unacked: it is running, no longer waiting.
 	got := make(chan struct{})
