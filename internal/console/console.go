@@ -6,10 +6,12 @@
 package console
 
 import (
+	"context"
 	"embed"
 	"html/template"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
 )
 
@@ -32,6 +34,8 @@ type Console struct {
 	pages   map[string]*template.Template
 	mux     *http.ServeMux
 	log     *slog.Logger
+	// lookupHost resolves WorkerMetricsDNS's host (net.DefaultResolver's; tests replace it).
+	lookupHost func(ctx context.Context, host string) ([]string, error)
 }
 
 // New returns the console over api, the dispatcher's HTTP API handler (the /v1 routes), which it calls
@@ -42,7 +46,8 @@ func New(cfg Config, api http.Handler, metrics Gatherer, log *slog.Logger) (*Con
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Console{cfg: cfg, metrics: metrics, client: &http.Client{}, api: api, log: log, mux: http.NewServeMux()}
+	c := &Console{cfg: cfg, metrics: metrics, client: &http.Client{}, api: api, log: log, mux: http.NewServeMux(),
+		lookupHost: net.DefaultResolver.LookupHost}
 	if err := c.parse(); err != nil {
 		return nil, err
 	}

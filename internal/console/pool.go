@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,6 +25,10 @@ type Config struct {
 	// WorkerMetrics are the workers' metrics endpoints (http://HOST:9091/metrics, the worker's --listen)
 	// that the pool page reads each time it is shown; none: the page shows the dispatcher's own metrics.
 	WorkerMetrics []string `yaml:"worker_metrics"`
+	// WorkerMetricsDNS is a metrics URL whose host name stands for every worker (a headless Service's
+	// name on Kubernetes, http://toolpool-worker-metrics.NS.svc:9091/metrics): each time the pool page
+	// is shown the name is resolved, and each address found is read as one worker. Empty: none.
+	WorkerMetricsDNS string `yaml:"worker_metrics_dns"`
 	// ScrapeTimeout bounds each read of a worker's metrics.
 	ScrapeTimeout time.Duration `yaml:"scrape_timeout"`
 }
@@ -37,6 +43,12 @@ func (c Config) Validate() error {
 		p, err := url.Parse(u)
 		if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
 			errs = append(errs, fmt.Errorf("console.worker_metrics[%d] %q is not an http(s) URL: give each worker's metrics endpoint, such as http://worker-1:9091/metrics", i, u))
+		}
+	}
+	if u := c.WorkerMetricsDNS; u != "" {
+		p, err := url.Parse(u)
+		if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Hostname() == "" {
+			errs = append(errs, fmt.Errorf("console.worker_metrics_dns %q is not an http(s) URL: give the workers' metrics endpoint under a name that resolves to each of them, such as http://toolpool-worker-metrics.toolpool.svc:9091/metrics", u))
 		}
 	}
 	if c.ScrapeTimeout <= 0 {
@@ -167,6 +179,34 @@ func (c *Console) scrape(ctx context.Context, u string) (families, error) {
 	return fams, nil
 }
 
+// workerEndpoints are the workers' metrics URLs: WorkerMetrics, then one per address that
+// WorkerMetricsDNS's host resolves to now (in order), each with the address in place of the name.
+func (c *Console) workerEndpoints(ctx context.Context) ([]string, error) {
+	endpoints := slices.Clone(c.cfg.WorkerMetrics)
+	if c.cfg.WorkerMetricsDNS == "" {
+		return endpoints, nil
+	}
+	u, _ := url.Parse(c.cfg.WorkerMetricsDNS) // checked by Validate
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.ScrapeTimeout)
+	defer cancel()
+	addrs, err := c.lookupHost(ctx, u.Hostname())
+	if err != nil {
+		return endpoints, fmt.Errorf("find the workers: resolve %s (console.worker_metrics_dns): %w", u.Hostname(), err)
+	}
+	slices.Sort(addrs)
+	for _, a := range addrs {
+		one := *u
+		one.Host = a
+		if port := u.Port(); port != "" {
+			one.Host = net.JoinHostPort(a, port)
+		} else if strings.Contains(a, ":") {
+			one.Host = "[" + a + "]"
+		}
+		endpoints = append(endpoints, one.String())
+	}
+	return endpoints, nil
+}
+
 // pool gathers the pool page: the dispatcher's metrics in process, every worker's over HTTP at once.
 func (c *Console) pool(ctx context.Context) poolView {
 	var v poolView
@@ -195,10 +235,14 @@ func (c *Console) pool(ctx context.Context) poolView {
 		v.NATS = up == 1
 		f.by("toolpool_calls_total", "status", calls)
 	}
-	v.Workers = make([]workerView, len(c.cfg.WorkerMetrics))
-	got := make([]families, len(c.cfg.WorkerMetrics))
+	endpoints, err := c.workerEndpoints(ctx)
+	if err != nil {
+		v.Error = strings.TrimPrefix(v.Error+"; ", "; ") + err.Error()
+	}
+	v.Workers = make([]workerView, len(endpoints))
+	got := make([]families, len(endpoints))
 	var wg sync.WaitGroup
-	for i, u := range c.cfg.WorkerMetrics {
+	for i, u := range endpoints {
 		wg.Go(func() {
 			w := workerView{URL: u}
 			f, err := c.scrape(ctx, u)

@@ -1,13 +1,17 @@
 package console
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -117,5 +121,47 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if _, err := New(cfg, newFakeAPI(), nil, slog.New(slog.DiscardHandler)); err == nil {
 		t.Error("New took a configuration Validate refuses")
+	}
+}
+
+// TestPoolFindsWorkersByName: with console.worker_metrics_dns, every address the name resolves to is read
+// as a worker (a headless Service on Kubernetes), each time the page is shown; a name that does not
+// resolve shows why on the page.
+func TestPoolFindsWorkersByName(t *testing.T) {
+	worker := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "# TYPE toolpool_worker_slots gauge\ntoolpool_worker_slots{state=\"busy\"} 1\ntoolpool_worker_slots{state=\"free\"} 3\n")
+	}))
+	defer worker.Close()
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(worker.URL, "http://"))
+	cfg := DefaultConfig()
+	cfg.WorkerMetricsDNS = "http://toolpool-worker-metrics.test:" + port + "/metrics"
+	con, err := New(cfg, newFakeAPI(), prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs, lookErr := []string{"127.0.0.1"}, error(nil)
+	con.lookupHost = func(_ context.Context, host string) ([]string, error) {
+		if host != "toolpool-worker-metrics.test" {
+			t.Errorf("resolved %q", host)
+		}
+		return addrs, lookErr
+	}
+	srv := httptest.NewServer(con)
+	defer srv.Close()
+	jar, _ := cookiejar.New(nil)
+	b := &browser{t: t, base: srv.URL, c: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+	b.signIn(approverToken)
+	_, page := b.do("GET", "/console/pool", nil, nil)
+	for _, want := range []string{"http://127.0.0.1:" + port + "/metrics", `id="slots">1 busy of 4<`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the pool page lacks %q:\n%s", want, page)
+		}
+	}
+	addrs, lookErr = nil, errors.New("no such host")
+	if _, page = b.do("GET", "/console/pool", nil, nil); !strings.Contains(page, "resolve toolpool-worker-metrics.test (console.worker_metrics_dns): no such host") {
+		t.Errorf("the pool page does not say why it found no workers:\n%s", page)
+	}
+	if err := (Config{WorkerMetricsDNS: "toolpool-worker-metrics:9091", ScrapeTimeout: time.Second}).Validate(); err == nil || !strings.Contains(err.Error(), "console.worker_metrics_dns") {
+		t.Errorf("Validate of a DNS URL without a scheme: %v", err)
 	}
 }
