@@ -195,7 +195,7 @@ func TestOpenAPIContractTenantFull(t *testing.T) {
 // the stack serves.
 func contractClient(t *testing.T, s *stack) *client {
 	t.Helper()
-	resp, err := http.Get(s.url + "/v1/openapi.json")
+	resp, err := http.Get(s.URL + "/v1/openapi.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func contractClient(t *testing.T, s *stack) *client {
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET /v1/openapi.json: HTTP %d, %v", resp.StatusCode, err)
 	}
-	return &client{t: t, url: s.url, contract: newContract(t, raw)}
+	return &client{t: t, url: s.URL, contract: newContract(t, raw)}
 }
 
 // tarGz returns a tar.gz archive of files (path to content).

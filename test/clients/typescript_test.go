@@ -41,7 +41,7 @@ func TestTypeScriptClient(t *testing.T) {
 	s := startStack(t, "")
 	cmd := exec.CommandContext(ctx, "node", "--test", "--test-reporter=spec", "test/")
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "TOOLPOOL_URL="+s.url, "TOOLPOOL_TOKEN="+callerToken, "TOOLPOOL_APPROVER_TOKEN="+approverToken)
+	cmd.Env = append(os.Environ(), "TOOLPOOL_URL="+s.URL, "TOOLPOOL_TOKEN="+callerToken, "TOOLPOOL_APPROVER_TOKEN="+approverToken)
 	out, err := cmd.CombinedOutput()
 	t.Logf("node --test:\n%s", out)
 	if err != nil {

@@ -27,7 +27,7 @@ func TestConsole(t *testing.T) {
 
 	// Sign in with the keyboard: the token field has the focus, Enter submits.
 	run(t, ctx, 30*time.Second, "open the sign-in page",
-		chromedp.Navigate(s.url+"/console/"),
+		chromedp.Navigate(s.URL+"/console/"),
 		chromedp.WaitVisible("#token", chromedp.ByID))
 	checkContrast(t, ctx, "signin")
 	screenshot(t, ctx, shots, "signin")
@@ -63,7 +63,7 @@ func TestConsole(t *testing.T) {
 	run(t, ctx, 20*time.Second, "approve",
 		chromedp.KeyEvent(kb.Enter),
 		chromedp.WaitVisible("p.done", chromedp.ByQuery),
-		chromedp.Navigate(s.url+"/console/calls/"+id),
+		chromedp.Navigate(s.URL+"/console/calls/"+id),
 		chromedp.WaitVisible("#status", chromedp.ByID))
 	partial := waitText(t, ctx, "#live-output", 30*time.Second, "the first lines, live", func(s string) bool { return strings.Contains(s, "line 1") })
 	if strings.Contains(partial, "line 6") {
@@ -83,24 +83,24 @@ func TestConsole(t *testing.T) {
 	// Cancel a running call from its page.
 	id, _ = s.submit(t, approverToken, "echo started; sleep 60")
 	run(t, ctx, 20*time.Second, "open the running call",
-		chromedp.Navigate(s.url+"/console/calls/"+id),
+		chromedp.Navigate(s.URL+"/console/calls/"+id),
 		chromedp.WaitVisible("#cancel-form", chromedp.ByID))
 	waitText(t, ctx, "#live-output", 30*time.Second, "the running call's output", func(s string) bool { return strings.Contains(s, "started") })
 	run(t, ctx, 20*time.Second, "cancel", chromedp.Click("#cancel-form button", chromedp.ByQuery), chromedp.WaitVisible("#status", chromedp.ByID))
 	waitText(t, ctx, "#status", 30*time.Second, "the cancelled call", func(s string) bool { return s == "cancelled" })
-	if code, v := s.do(t, "GET", "/v1/calls/"+id, approverToken, nil); code != http.StatusOK || v["status"] != "cancelled" {
+	if code, v := s.Do(t, "GET", "/v1/calls/"+id, approverToken, nil); code != http.StatusOK || v["status"] != "cancelled" {
 		t.Fatalf("the API says the cancelled call is HTTP %d %v", code, v["status"])
 	}
 
 	// Deny an ask.
 	id, _ = s.submit(t, approverToken, "mkdir never")
 	run(t, ctx, 20*time.Second, "deny",
-		chromedp.Navigate(s.url+"/console/approvals"),
+		chromedp.Navigate(s.URL+"/console/approvals"),
 		chromedp.WaitVisible("#ask-"+id, chromedp.ByID),
 		chromedp.SendKeys("#ask-"+id+` input[name="reason"]`, "make the directory under build/", chromedp.ByQuery),
 		chromedp.Click("#ask-"+id+" button.deny", chromedp.ByQuery),
 		chromedp.WaitVisible("p.done", chromedp.ByQuery))
-	code, v := s.do(t, "GET", "/v1/calls/"+id, approverToken, nil)
+	code, v := s.Do(t, "GET", "/v1/calls/"+id, approverToken, nil)
 	if code != http.StatusForbidden || v["status"] != "denied" {
 		t.Fatalf("the API says the denied call is HTTP %d %v, want 403 denied", code, v["status"])
 	}
@@ -111,7 +111,7 @@ func TestConsole(t *testing.T) {
 	// A hostile output is text, live and in the final page: no element is made of it, no script runs.
 	hostile := `sleep 1; printf '<script>window.pwned=1</script><img src=x onerror="window.pwned=2"><b>bold</b>\033[31mred\033[0m\a\n'`
 	id, _ = s.submit(t, approverToken, hostile)
-	run(t, ctx, 20*time.Second, "open the hostile call", chromedp.Navigate(s.url+"/console/calls/"+id), chromedp.WaitVisible("#status", chromedp.ByID))
+	run(t, ctx, 20*time.Second, "open the hostile call", chromedp.Navigate(s.URL+"/console/calls/"+id), chromedp.WaitVisible("#status", chromedp.ByID))
 	live := waitText(t, ctx, "#live-output", 30*time.Second, "the hostile output, live", func(s string) bool { return strings.Contains(s, "bold") })
 	waitText(t, ctx, "#status", 30*time.Second, "the hostile call's end", func(s string) bool { return s == "ok" })
 	run(t, ctx, 20*time.Second, "reload the hostile call", chromedp.Reload(), chromedp.WaitVisible("#status", chromedp.ByID))
@@ -132,14 +132,14 @@ func TestConsole(t *testing.T) {
 	checkContrast(t, ctx, "call-hostile")
 	screenshot(t, ctx, shots, "call-hostile")
 
-	run(t, ctx, 20*time.Second, "the calls list", chromedp.Navigate(s.url+"/console/calls"), chromedp.WaitVisible("table", chromedp.ByQuery))
+	run(t, ctx, 20*time.Second, "the calls list", chromedp.Navigate(s.URL+"/console/calls"), chromedp.WaitVisible("table", chromedp.ByQuery))
 	list := waitText(t, ctx, "table", time.Second, "the calls list", func(string) bool { return true })
 	for _, want := range []string{"cancelled", "denied", "ok", "run_shell"} {
 		if !strings.Contains(list, want) {
 			t.Errorf("the calls list does not show %q: %s", want, list)
 		}
 	}
-	run(t, ctx, 20*time.Second, "filter the calls", chromedp.Navigate(s.url+"/console/calls?status=denied"), chromedp.WaitVisible("table", chromedp.ByQuery))
+	run(t, ctx, 20*time.Second, "filter the calls", chromedp.Navigate(s.URL+"/console/calls?status=denied"), chromedp.WaitVisible("table", chromedp.ByQuery))
 	if list = waitText(t, ctx, "tbody", time.Second, "the denied calls", func(string) bool { return true }); strings.Contains(list, "cancelled") || !strings.Contains(list, "denied") {
 		t.Errorf("status=denied lists %s", list)
 	}
@@ -147,11 +147,11 @@ func TestConsole(t *testing.T) {
 	screenshot(t, ctx, shots, "calls")
 
 	// Workspaces: the list, browsing read-only into a directory, a file as text, a snapshot.
-	if code, v := s.do(t, "POST", "/v1/calls", approverToken, map[string]any{"tool": "write_file", "workspace": "ws1",
+	if code, v := s.Do(t, "POST", "/v1/calls", approverToken, map[string]any{"tool": "write_file", "workspace": "ws1",
 		"args": map[string]any{"path": "build/<i>notes.txt", "content": "hello \x1b[1m<b>bold</b>\n"}}); code != http.StatusOK || v["status"] != "ok" {
 		t.Fatalf("write a file: HTTP %d %v", code, v)
 	}
-	run(t, ctx, 20*time.Second, "the workspaces", chromedp.Navigate(s.url+"/console/workspaces"), chromedp.WaitVisible("table", chromedp.ByQuery))
+	run(t, ctx, 20*time.Second, "the workspaces", chromedp.Navigate(s.URL+"/console/workspaces"), chromedp.WaitVisible("table", chromedp.ByQuery))
 	checkContrast(t, ctx, "workspaces")
 	screenshot(t, ctx, shots, "workspaces")
 	run(t, ctx, 30*time.Second, "browse ws1",
@@ -168,7 +168,7 @@ func TestConsole(t *testing.T) {
 	checkContrast(t, ctx, "file")
 	screenshot(t, ctx, shots, "file")
 	run(t, ctx, 30*time.Second, "take a snapshot",
-		chromedp.Navigate(s.url+"/console/workspaces/ws1"),
+		chromedp.Navigate(s.URL+"/console/workspaces/ws1"),
 		chromedp.SendKeys(`input[name="snapshot"]`, "from-console", chromedp.ByQuery),
 		chromedp.Click("#take-snapshot", chromedp.ByID),
 		chromedp.WaitVisible("p.done", chromedp.ByQuery))
@@ -177,7 +177,7 @@ func TestConsole(t *testing.T) {
 	}
 
 	// The pool at a glance: the dispatcher's metrics and the worker's.
-	run(t, ctx, 20*time.Second, "the pool", chromedp.Navigate(s.url+"/console/pool"), chromedp.WaitVisible("#workers", chromedp.ByID))
+	run(t, ctx, 20*time.Second, "the pool", chromedp.Navigate(s.URL+"/console/pool"), chromedp.WaitVisible("#workers", chromedp.ByID))
 	if got := waitText(t, ctx, "#workers tbody", 5*time.Second, "the worker's row", func(string) bool { return true }); !strings.Contains(got, "0 / 4") || !strings.Contains(got, "up") {
 		t.Errorf("the worker's row reads %q, want 0 of 4 slots busy and containerd up", got)
 	}
@@ -188,11 +188,11 @@ func TestConsole(t *testing.T) {
 	screenshot(t, ctx, shots, "pool")
 
 	// A caller's browser: no approve button, while an ask waits on the approver's open page.
-	run(t, ctx, 20*time.Second, "the approvals", chromedp.Navigate(s.url+"/console/approvals"), chromedp.WaitVisible("#approvals", chromedp.ByID))
+	run(t, ctx, 20*time.Second, "the approvals", chromedp.Navigate(s.URL+"/console/approvals"), chromedp.WaitVisible("#approvals", chromedp.ByID))
 	id, _ = s.submit(t, callerToken, "mkdir from-the-bot")
 	caller := newBrowser(t)
 	run(t, caller, 30*time.Second, "sign in as a caller",
-		chromedp.Navigate(s.url+"/console/signin"),
+		chromedp.Navigate(s.URL+"/console/signin"),
 		chromedp.SendKeys("#token", callerToken, chromedp.ByID),
 		chromedp.Submit("#token", chromedp.ByID),
 		chromedp.WaitVisible("#approvals", chromedp.ByID))
@@ -210,7 +210,7 @@ func TestConsole(t *testing.T) {
 	tab, closeTab := chromedp.NewContext(ctx)
 	defer closeTab()
 	run(t, tab, 20*time.Second, "sign out in another tab",
-		chromedp.Navigate(s.url+"/console/calls"),
+		chromedp.Navigate(s.URL+"/console/calls"),
 		chromedp.Click(".signout button", chromedp.ByQuery),
 		chromedp.WaitVisible("#token", chromedp.ByID))
 	deadline := time.Now().Add(10 * time.Second)

@@ -4,11 +4,8 @@
 package console
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -21,7 +18,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
-	"github.com/toolpool/toolpool/internal/sandbox/containerd/ctrtest"
+	"github.com/toolpool/toolpool/internal/stacktest"
 	"github.com/toolpool/toolpool/internal/testproc"
 )
 
@@ -49,63 +46,29 @@ func requireChromium(t testing.TB) {
 	}
 }
 
-// The tenant of these tests: an approver (alice) and a caller whose calls go to workspace botspace.
+// The tenant of these tests (stacktest's): an approver (alice) and a caller.
 const (
-	approverToken = "acme-approver"
-	callerToken   = "acme-caller"
+	approverToken = stacktest.ApproverToken
+	callerToken   = stacktest.CallerToken
 )
 
-const dispatcherConfig = `
-api:
-  tenants:
-    - name: acme
-      tokens:
-        - {token: acme-approver, role: approver, name: alice}
-        - {token: acme-caller, name: ci-bot, workspace: botspace}
-`
-
-// testPolicy allows what it does not name; mkdir waits for a person and sudo is refused.
-const testPolicy = `
-version: 1
-default_action: allow
-commands:
-  - name: forbidden-commands
-    action: deny
-    reason: never allowed here
-    commands: [sudo]
-  - name: mutating-commands
-    action: ask
-    reason: it changes the workspace
-    commands: [mkdir]
-`
-
 // stack is a running dispatcher (embedded NATS) and worker (private containerd).
-type stack struct{ url string }
+type stack struct{ *stacktest.Stack }
 
+// startStack starts the stack with the console's pool page reading the worker's metrics, and checks at the
+// end that no token reached a log.
 func startStack(t testing.TB) *stack {
 	t.Helper()
-	ctrtest.Require(t)
-	dir := ctrtest.ShortTempDir(t)
 	// The pool page reads the worker's metrics, whose address the dispatcher's config names before the
 	// worker starts: a port the system just gave out (should another process take it meanwhile, the
 	// worker refuses to start, saying so).
 	workerListen := freeAddr(t)
-	config := dispatcherConfig + "console:\n  worker_metrics: [\"http://" + workerListen + "/metrics\"]\n"
-	for name, content := range map[string]string{"dispatcher.yaml": config, "policy.yaml": testPolicy} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	bin := testproc.Binaries(t, testproc.Stack...)
-	d := testproc.Start(t, filepath.Join(bin, "dispatcher"), nil, "--config", filepath.Join(dir, "dispatcher.yaml"),
-		"--policy", filepath.Join(dir, "policy.yaml"), "--listen", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "d"))
-	natsURL := d.WaitLog(t, "started embedded nats", 30*time.Second)["url"].(string)
-	s := &stack{url: "http://" + d.WaitLog(t, "dispatcher ready", 30*time.Second)["listen"].(string)}
-	w := testproc.Start(t, filepath.Join(bin, "worker"), nil, "--data-dir", filepath.Join(dir, "w"), "--nats-url", natsURL,
-		"--listen", workerListen, "--id", "console-worker", "--slots", "4")
-	w.WaitLog(t, "worker ready", 60*time.Second)
+	s := &stack{stacktest.Start(t, stacktest.Options{
+		Config:       "console:\n  worker_metrics: [\"http://" + workerListen + "/metrics\"]\n",
+		WorkerListen: workerListen, WorkerID: "console-worker",
+	})}
 	t.Cleanup(func() {
-		for _, p := range []*testproc.Proc{d, w} {
+		for _, p := range []*testproc.Proc{s.Dispatcher, s.Worker} {
 			if strings.Contains(p.Output(), approverToken) || strings.Contains(p.Output(), callerToken) {
 				t.Errorf("a token is in a log:\n%s", p.Tail(40))
 			}
@@ -125,41 +88,10 @@ func freeAddr(t testing.TB) string {
 	return ln.Addr().String()
 }
 
-// do sends a REST request and returns the status code and the decoded JSON body.
-func (s *stack) do(t testing.TB, method, path, token string, body any) (int, map[string]any) {
-	t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rd = bytes.NewReader(b)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, s.url+path, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	var v map[string]any
-	data, _ := io.ReadAll(resp.Body)
-	if err := json.Unmarshal(data, &v); err != nil {
-		t.Fatalf("%s %s: HTTP %d, not JSON: %s", method, path, resp.StatusCode, data)
-	}
-	return resp.StatusCode, v
-}
-
 // submit starts a run_shell call without waiting and returns its id and first status.
 func (s *stack) submit(t testing.TB, token, command string) (string, string) {
 	t.Helper()
-	code, v := s.do(t, "POST", "/v1/calls", token, map[string]any{"tool": "run_shell", "args": map[string]any{"command": command}, "workspace": "ws1", "wait": false})
+	code, v := s.Do(t, "POST", "/v1/calls", token, map[string]any{"tool": "run_shell", "args": map[string]any{"command": command}, "workspace": "ws1", "wait": false})
 	id, _ := v["id"].(string)
 	if code != http.StatusAccepted || id == "" {
 		t.Fatalf("POST /v1/calls %q: HTTP %d %v", command, code, v)

@@ -10,8 +10,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolpool/toolpool/internal/sandbox/containerd/ctrtest"
+	"github.com/toolpool/toolpool/internal/stacktest"
 	"github.com/toolpool/toolpool/internal/testproc"
 )
 
@@ -68,101 +66,21 @@ func npmInstall() error {
 	return os.WriteFile(stamp, []byte(hex.EncodeToString(sum[:])), 0o644)
 }
 
-// start starts the dispatcher or the worker binary.
-func start(t testing.TB, name string, args ...string) *testproc.Proc {
-	t.Helper()
-	bin := testproc.Binaries(t, testproc.Stack...)
-	return testproc.Start(t, filepath.Join(bin, name), nil, args...)
-}
-
-// The tenant of these tests: an approver (alice) and a caller whose calls go to workspace botspace.
+// The tenant of these tests (stacktest's): an approver (alice) and a caller whose calls go to workspace
+// botspace.
 const (
-	approverToken = "acme-approver"
-	callerToken   = "acme-caller"
+	approverToken = stacktest.ApproverToken
+	callerToken   = stacktest.CallerToken
 )
 
-const dispatcherConfig = `
-api:
-  tenants:
-    - name: acme
-      tokens:
-        - {token: acme-approver, role: approver, name: alice}
-        - {token: acme-caller, name: ci-bot, workspace: botspace}
-mcp:
-  allowed_origins: ["https://app.example.com"]
-`
-
-// testPolicy allows what it does not name; mkdir waits for a person and sudo is refused.
-const testPolicy = `
-version: 1
-default_action: allow
-commands:
-  - name: forbidden-commands
-    action: deny
-    reason: never allowed here
-    commands: [sudo]
-  - name: mutating-commands
-    action: ask
-    reason: it changes the workspace
-    commands: [mkdir]
-`
-
 // stack is a running dispatcher (embedded NATS) and worker (private containerd).
-type stack struct {
-	url        string
-	dispatcher *testproc.Proc
-	worker     *testproc.Proc
-}
+type stack struct{ *stacktest.Stack }
 
+// startStack starts the stack with /mcp open to browsers of https://app.example.com.
 func startStack(t testing.TB) *stack {
 	t.Helper()
-	ctrtest.Require(t)
-	dir := ctrtest.ShortTempDir(t)
-	for name, content := range map[string]string{"dispatcher.yaml": dispatcherConfig, "policy.yaml": testPolicy} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	s := &stack{}
-	s.dispatcher = start(t, "dispatcher", "--config", filepath.Join(dir, "dispatcher.yaml"), "--policy", filepath.Join(dir, "policy.yaml"),
-		"--listen", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "d"))
-	natsURL := s.dispatcher.WaitLog(t, "started embedded nats", 30*time.Second)["url"].(string)
-	s.url = "http://" + s.dispatcher.WaitLog(t, "dispatcher ready", 30*time.Second)["listen"].(string)
-	s.worker = start(t, "worker", "--data-dir", filepath.Join(dir, "w"), "--nats-url", natsURL,
-		"--listen", "127.0.0.1:0", "--id", "mcp-worker", "--slots", "4")
-	s.worker.WaitLog(t, "worker ready", 60*time.Second)
-	return s
-}
-
-// do sends a REST request and returns the status code and the decoded JSON body.
-func (s *stack) do(t testing.TB, method, path, token string, body any) (int, map[string]any) {
-	t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rd = bytes.NewReader(b)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, s.url+path, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	var v map[string]any
-	data, _ := io.ReadAll(resp.Body)
-	if err := json.Unmarshal(data, &v); err != nil {
-		t.Fatalf("%s %s: HTTP %d, not JSON: %s", method, path, resp.StatusCode, data)
-	}
-	return resp.StatusCode, v
+	return &stack{stacktest.Start(t, stacktest.Options{
+		Config: "mcp:\n  allowed_origins: [\"https://app.example.com\"]\n", WorkerID: "mcp-worker"})}
 }
 
 // node runs client/run.mjs with args and decodes the JSON it prints.

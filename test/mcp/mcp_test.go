@@ -31,7 +31,7 @@ func TestOfficialClients(t *testing.T) {
 	s := startStack(t)
 	for _, c := range clients {
 		t.Run(c.kind+"/"+c.version, func(t *testing.T) {
-			out := node(t, c.kind, c.version, s.url, approverToken, callerToken)
+			out := node(t, c.kind, c.version, s.URL, approverToken, callerToken)
 			pretty, _ := json.MarshalIndent(out, "", "  ")
 			t.Logf("transcript:\n%s", pretty)
 			if out["version"] != c.version {
@@ -84,10 +84,10 @@ func TestOfficialClients(t *testing.T) {
 				t.Errorf("pending: prompts %v, workspace %v; want no prompt and the token's workspace botspace", p, st["workspace"])
 			}
 			id := st["id"].(string)
-			if code, body := s.do(t, http.MethodPost, "/v1/approvals/"+id, approverToken, map[string]any{"decision": "approve"}); code != http.StatusAccepted {
+			if code, body := s.Do(t, http.MethodPost, "/v1/approvals/"+id, approverToken, map[string]any{"decision": "approve"}); code != http.StatusAccepted {
 				t.Fatalf("approve %s over REST: HTTP %d %v", id, code, body)
 			}
-			got := node(t, c.kind, c.version, s.url, callerToken, "get", id)
+			got := node(t, c.kind, c.version, s.URL, callerToken, "get", id)
 			t.Logf("get transcript: %v", got)
 			expect(t, "get", got["cases"].(map[string]any)["get"].(map[string]any), false, "made later", "ok")
 		})
@@ -162,7 +162,7 @@ func checkList(t *testing.T, kind string, list map[string]any) {
 // checkAudited checks that the audit log holds event for the call, by actor.
 func checkAudited(t *testing.T, s *stack, id, event, actor string) {
 	t.Helper()
-	_, body := s.do(t, http.MethodGet, "/v1/audit?since=1h", approverToken, nil)
+	_, body := s.Do(t, http.MethodGet, "/v1/audit?since=1h", approverToken, nil)
 	for _, e := range body["events"].([]any) {
 		m := e.(map[string]any)
 		if m["call_id"] == id && m["event"] == event {
@@ -209,7 +209,7 @@ func checkCancelled(t *testing.T, s *stack, r map[string]any) {
 	}
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		_, res := s.do(t, http.MethodGet, "/v1/calls/"+id+"?wait=30s", approverToken, nil)
+		_, res := s.Do(t, http.MethodGet, "/v1/calls/"+id+"?wait=30s", approverToken, nil)
 		if res["status"] == "cancelled" {
 			return
 		}
@@ -253,7 +253,7 @@ func TestOfficialSchema(t *testing.T) {
 					t.Errorf("%s is not a valid %s of %s: %v", what, def, version, err)
 				}
 			}
-			_, rest := s.do(t, http.MethodGet, "/v1/tools?format=mcp", approverToken, nil)
+			_, rest := s.Do(t, http.MethodGet, "/v1/tools?format=mcp", approverToken, nil)
 			validate("GET /v1/tools?format=mcp", "ListToolsResult", rest)
 			validate("tools/list", "ListToolsResult", rpc(t, s, version, "tools/list", map[string]any{}))
 			validate("a denied tools/call", "CallToolResult", rpc(t, s, version, "tools/call", map[string]any{"name": "run_shell", "arguments": map[string]any{"command": "sudo ls"}}))
@@ -377,7 +377,7 @@ func post(t *testing.T, s *stack, version, session string, body []byte) *http.Re
 	_ = json.Unmarshal(body, &msg)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.url+"/mcp", bytes.NewReader(body))
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.URL+"/mcp", bytes.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+approverToken)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
@@ -412,7 +412,7 @@ func checkTokensAndOrigin(t *testing.T, s *stack) {
 		{"an allowed origin", callerToken, "https://app.example.com", http.StatusOK, `"serverInfo"`},
 		{"a foreign origin", callerToken, "https://evil.example", http.StatusForbidden, "mcp.allowed_origins"},
 	} {
-		req, _ := http.NewRequest(http.MethodPost, s.url+"/mcp", strings.NewReader(initialize))
+		req, _ := http.NewRequest(http.MethodPost, s.URL+"/mcp", strings.NewReader(initialize))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Accept", "application/json, text/event-stream")
 		if c.token != "" {

@@ -71,7 +71,7 @@ func TestCallOverhead(t *testing.T) {
 // restCall is POST /v1/calls for command, waiting for its result.
 func restCall(ctx context.Context, s *stack, command string) error {
 	body, _ := json.Marshal(map[string]any{"tool": "run_shell", "args": map[string]any{"command": command}, "workspace": "bench"})
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.url+"/v1/calls", bytes.NewReader(body))
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.URL+"/v1/calls", bytes.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+approverToken)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -105,7 +105,7 @@ func connectGo(t testing.TB, s *stack, legacy bool) *sdk.ClientSession {
 	t.Helper()
 	hc := &http.Client{Transport: tokenTransport{legacy: legacy}}
 	cs, err := sdk.NewClient(&sdk.Implementation{Name: "bench", Version: "1"}, nil).Connect(context.Background(),
-		&sdk.StreamableClientTransport{Endpoint: s.url + "/mcp", HTTPClient: hc}, nil)
+		&sdk.StreamableClientTransport{Endpoint: s.URL + "/mcp", HTTPClient: hc}, nil)
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}
