@@ -160,6 +160,8 @@ func TestDecideApproval(t *testing.T) {
 				msg: "a person denied this call (acme/alice): use the staging bucket, not prod; do not retry it as it is", recorded: []string{"rejected ID acme/alice"}}},
 		{name: "a reason with approve is 400", body: `{"decision":"approve","reason":"fine"}`,
 			want: outcome{code: http.StatusBadRequest, errType: "invalid_request", msg: "a reason goes with a deny", stillWait: true}},
+		{name: "a reason of 500 bytes is taken", body: `{"decision":"deny","reason":"` + strings.Repeat("x", 500) + `"}`,
+			want: outcome{code: http.StatusForbidden, status: call.StatusDenied, errType: call.ErrPolicyDenied, msg: strings.Repeat("x", 500), recorded: []string{"rejected ID acme/alice"}}},
 		{name: "a reason over 500 bytes is 400", body: `{"decision":"deny","reason":"` + strings.Repeat("x", 501) + `"}`,
 			want: outcome{code: http.StatusBadRequest, errType: "invalid_request", msg: "the reason is 501 bytes, over the 500-byte limit", stillWait: true}},
 		{name: "a reason with control characters is 400", body: `{"decision":"deny","reason":"no\n\u001b[2Jyes"}`,

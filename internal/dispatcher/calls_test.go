@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -82,6 +83,25 @@ func TestIdempotencyKey(t *testing.T) {
 		if first.code != http.StatusOK || again.code != http.StatusOK || again.result(t).Status != call.StatusOK ||
 			again.result(t).ID != first.result(t).ID || len(h.pub.calls()) != 1 {
 			t.Fatalf("HTTP %d then %d, published %d: %s", first.code, again.code, len(h.pub.calls()), again.body)
+		}
+	})
+	t.Run("two requests with one key racing: the later one's record write finds the first's call", func(t *testing.T) {
+		h := newHarness(t, setup{})
+		h.pub.onPublish = h.finishWith(call.StatusOK, 0, "")
+		const waiting = `{"tool":"run_shell","args":{"command":"ls"},"idempotency_key":"k7"}`
+		first := h.do(http.MethodPost, "/v1/calls", acmeCaller, waiting)
+		// The retry's key lookup misses the record (its race with the first request), so it publishes and
+		// creates; the create finds the id taken, and the retry answers with the call found there.
+		var missed atomic.Bool
+		h.store.FailWith(func(op queuetest.Op, _ string) error {
+			if op == queuetest.OpGet && missed.CompareAndSwap(false, true) {
+				return queue.ErrNotFound
+			}
+			return nil
+		})
+		again := h.do(http.MethodPost, "/v1/calls", acmeCaller, waiting)
+		if first.code != http.StatusOK || again.code != http.StatusOK || again.result(t).Status != call.StatusOK || again.result(t).ID != first.result(t).ID {
+			t.Fatalf("HTTP %d then %d: %s", first.code, again.code, again.body)
 		}
 	})
 	t.Run("ids are valid call ids", func(t *testing.T) {
