@@ -301,6 +301,12 @@ func TestStoreUnreachable(t *testing.T) {
 		t.Fatalf("a failed restore changed the copy:\n%s\nwas:\n%s", after, before)
 	}
 	s.fail.Store(false)
+	if r, err := a.cp.Restore(ctx(t), "acme", "repo"); err != nil || r.Changed {
+		t.Fatalf("restore on the node whose save failed: %+v, %v; want its unsaved change kept", r, err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(wa, "f")); string(got) != "two" {
+		t.Fatalf("the unsaved change was undone: f = %q", got)
+	}
 	if r, err := b.cp.Restore(ctx(t), "acme", "repo"); err != nil || r.Changed {
 		t.Fatalf("restore after a failed save: %+v, %v; want the checkpoint before it, unchanged", r, err)
 	}

@@ -19,7 +19,9 @@ import (
 // any worker may have written: it fetches only the trees that differ from the local copy's and the files
 // whose chunks differ, writes each file beside its place and renames it into place, and removes what the
 // checkpoint does not have. A workspace without a checkpoint is left as it is (Result.Changed false); one
-// whose checkpoint says it was deleted is removed.
+// whose checkpoint says it was deleted is removed. When the head is still the one this worker last saved
+// or restored, the copy is left as it is without being read: changes of a Save that failed are kept for
+// the next Save, never undone. A copy this worker knows nothing of (it restarted) is made the head's.
 //
 // A Restore that fails (the store unreachable, a corrupt object) returns the error with the copy partly
 // updated, every file either as it was or as the checkpoint has it; the next Restore finishes the job.
@@ -36,10 +38,13 @@ func (c *Checkpointer) Restore(ctx context.Context, tenant, name string) (Result
 		return Result{}, nil
 	}
 	res := Result{Head: h}
+	if st.head.Tree != "" && st.head == h {
+		// Nobody checkpointed the workspace since this worker last did or restored it: its copy is at
+		// the head, or ahead of it by changes a failed Save left to the next one, which are not undone.
+		res.Took = time.Since(start)
+		return res, nil
+	}
 	if h.Deleted {
-		if st.head == h {
-			return res, nil
-		}
 		if err := c.removeWorkspace(tenant, name); err != nil {
 			return res, fmt.Errorf("restore workspace %s/%s (deleted): %w", tenant, name, err)
 		}
