@@ -26,6 +26,13 @@ check_node() {
     echo "warning: Node.js $major is too old for test/mcp, which needs 20 or later (Debian 13's nodejs, or nodejs.org)" >&2
   fi
 }
+# The S3 checkpoint store is tested against a real S3 server: versitygw (its posix backend), built from the
+# Go module proxy (about a minute) when it is missing or another version.
+versitygw_version=v1.8.0
+if ! { command -v versitygw >/dev/null && go version -m "$(command -v versitygw)" 2>/dev/null | grep -q "github.com/versity/versitygw[[:space:]]*$versitygw_version"; }; then
+  echo "building versitygw $versitygw_version (the S3 server of the checkpoint tests)..." >&2
+  GOBIN=/usr/local/bin GOFLAGS= go install "github.com/versity/versitygw/cmd/versitygw@$versitygw_version"
+fi
 if [ ${#missing[@]} -eq 0 ]; then
   check_node
   exit 0

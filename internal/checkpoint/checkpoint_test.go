@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/toolpool/toolpool/internal/checkpoint"
+	"github.com/toolpool/toolpool/internal/checkpoint/s3store"
+	"github.com/toolpool/toolpool/internal/checkpoint/s3store/s3test"
 	"github.com/toolpool/toolpool/internal/queue/jetstream/jstest"
 )
 
@@ -32,6 +34,23 @@ func jsStore(t *testing.T) checkpoint.Store {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// s3Store is the S3 option: a bucket on a real S3 server (versitygw) the test starts.
+func s3Store(t *testing.T) checkpoint.Store {
+	t.Helper()
+	s, err := s3store.New(s3test.Server(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// eachStore runs test against each implementation of the store.
+func eachStore(t *testing.T, test func(t *testing.T, s checkpoint.Store)) {
+	for name, store := range map[string]func(*testing.T) checkpoint.Store{"jetstream": jsStore, "s3": s3Store} {
+		t.Run(name, func(t *testing.T) { test(t, store(t)) })
+	}
 }
 
 // node is one worker's side: its own workspaces directory and checkpointer, on a shared store.
@@ -126,8 +145,9 @@ func ctx(t *testing.T) context.Context {
 // modes, times, symlinks, empty files and directories, a name that is not UTF-8, a file of several
 // chunks), and changes travel back, deletions and type changes included. Each Save sends only the
 // chunks that changed.
-func TestAcrossWorkspaceRoots(t *testing.T) {
-	s := jsStore(t)
+func TestAcrossWorkspaceRoots(t *testing.T) { eachStore(t, acrossWorkspaceRoots) }
+
+func acrossWorkspaceRoots(t *testing.T, s checkpoint.Store) {
 	const chunk = 64 << 10
 	a, b := newNode(t, s, "a", chunk), newNode(t, s, "b", chunk)
 	wa := a.ws("acme", "repo")
@@ -235,8 +255,9 @@ func TestAcrossWorkspaceRoots(t *testing.T) {
 
 // TestChunksSharedWithinTenant: a workspace holding the same files as another of its tenant stores no
 // chunk; another tenant's does (chunks are never shared across tenants).
-func TestChunksSharedWithinTenant(t *testing.T) {
-	s := jsStore(t)
+func TestChunksSharedWithinTenant(t *testing.T) { eachStore(t, chunksSharedWithinTenant) }
+
+func chunksSharedWithinTenant(t *testing.T, s checkpoint.Store) {
 	a, b := newNode(t, s, "a", 0), newNode(t, s, "b", 0)
 	for _, ws := range []string{a.ws("acme", "one"), b.ws("acme", "two"), b.ws("other", "three")} {
 		write(t, ws, "go.mod", "module example.com/x\n", 0o644)
