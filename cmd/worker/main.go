@@ -221,9 +221,17 @@ func run(args []string) (retErr error) {
 	// tracing on the runtime.
 	audited := audit.Wrap(conn.Records(), conn.Audit(), func(err error) { log.Warn("write audit event", "error", err) })
 	store := tracing.TraceWorkerStore(metrics.ObserveWorkerStore(audited, wm))
-	w, err := worker.New(cfg.workerConfig(conn, runner, gateway), tracing.TraceRuntime(metrics.ObserveRuntime(rt, wm)), store, reg, log,
-		worker.WithLeases(conn.Leases()), worker.WithOutputs(conn.Outputs()), worker.WithCreator(audited), worker.WithLive(conn.Live()),
-		worker.WithTransfers(conn.Outputs()))
+	opts := []worker.Option{worker.WithLeases(conn.Leases()), worker.WithOutputs(conn.Outputs()), worker.WithCreator(audited),
+		worker.WithLive(conn.Live()), worker.WithTransfers(conn.Outputs())}
+	cp, err := cfg.checkpointer(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if cp != nil {
+		opts = append(opts, worker.WithCheckpoints(metrics.ObserveCheckpoints(cp, wm)))
+		log.Info("workspaces are kept in object storage", "store", cfg.Checkpoints.Store)
+	}
+	w, err := worker.New(cfg.workerConfig(conn, runner, gateway), tracing.TraceRuntime(metrics.ObserveRuntime(rt, wm)), store, reg, log, opts...)
 	if err != nil {
 		return err
 	}

@@ -61,10 +61,14 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Defaults of Config.
+// Defaults and bounds of Config.
 const (
 	DefaultChunkBytes = 4 << 20
 	DefaultParallel   = 16
+	// MinChunkBytes and MaxChunkBytes bound ChunkBytes; Restore reads chunks of up to MaxChunkBytes,
+	// whatever the ChunkBytes of the worker that wrote them.
+	MinChunkBytes = 64 << 10
+	MaxChunkBytes = 64 << 20
 )
 
 // Head is a workspace's latest checkpoint.
@@ -142,6 +146,7 @@ func New(cfg Config, store Store) (*Checkpointer, error) {
 	if cfg.ChunkBytes <= 0 {
 		cfg.ChunkBytes = DefaultChunkBytes
 	}
+	cfg.ChunkBytes = min(max(cfg.ChunkBytes, MinChunkBytes), MaxChunkBytes)
 	if cfg.Parallel <= 0 {
 		cfg.Parallel = DefaultParallel
 	}

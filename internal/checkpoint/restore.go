@@ -279,7 +279,7 @@ func (a *applier) write(ctx context.Context, j writeJob) (err error) {
 	}()
 	var n int64
 	for _, d := range j.e.Chunks {
-		b, err := readObject(ctx, a.c.store, chunkName(a.tenant, d), d, int64(max(a.c.cfg.ChunkBytes, DefaultChunkBytes)))
+		b, err := readObject(ctx, a.c.store, chunkName(a.tenant, d), d, MaxChunkBytes)
 		if err != nil {
 			return fmt.Errorf("fetch %q: %w", j.rel, err)
 		}
