@@ -119,6 +119,15 @@ type wsState struct {
 	head Head
 	// files are the local copy's files as of then, by slash-separated path: their stat and chunks.
 	files map[string]fileState
+	// dirs are its directories' entries and tree digests as of then, by path: a directory whose entries
+	// are the same again keeps its digest without being encoded again.
+	dirs map[string]dirState
+}
+
+// dirState is a directory as last saved or restored: its entries, sorted by name, and its tree digest.
+type dirState struct {
+	entries []entry
+	digest  string
 }
 
 // fileState is a file as last read or written: its stat, and its content's chunks.

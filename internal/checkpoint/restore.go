@@ -48,7 +48,7 @@ func (c *Checkpointer) Restore(ctx context.Context, tenant, name string) (Result
 		if err := c.removeWorkspace(tenant, name); err != nil {
 			return res, fmt.Errorf("restore workspace %s/%s (deleted): %w", tenant, name, err)
 		}
-		st.head, st.files = h, nil
+		st.head, st.files, st.dirs = h, nil, nil
 		res.Changed, res.Took = true, time.Since(start)
 		return res, nil
 	}
@@ -59,12 +59,12 @@ func (c *Checkpointer) Restore(ctx context.Context, tenant, name string) (Result
 	defer unix.Close(root)
 	// The local copy as it is (by stat, against what this worker last knew of it): a call that ran here
 	// and was not saved, or a copy this worker never saved or restored, is compared by content.
-	local, err := c.scan(ctx, root, tenant, st.files, false)
+	local, err := c.scan(ctx, root, tenant, st, false)
 	if err != nil {
 		return res, fmt.Errorf("restore workspace %s/%s: read local copy: %w", tenant, name, err)
 	}
 	if local.root == h.Tree {
-		st.head, st.files = h, local.files
+		st.head, st.files, st.dirs = h, local.files, local.dirState
 		res.Took = time.Since(start)
 		return res, nil
 	}
@@ -81,9 +81,9 @@ func (c *Checkpointer) Restore(ctx context.Context, tenant, name string) (Result
 		return res, fmt.Errorf("restore workspace %s/%s: %w", tenant, name, err)
 	}
 	// What the copy is now, by stat: the files written are known by the stat taken as they were written.
-	known := local.files
+	known := &wsState{files: local.files, dirs: local.dirState}
 	for p, f := range a.written {
-		known[p] = f
+		known.files[p] = f
 	}
 	after, err := c.scan(ctx, root, tenant, known, false)
 	if err != nil {
@@ -92,7 +92,7 @@ func (c *Checkpointer) Restore(ctx context.Context, tenant, name string) (Result
 	if after.root != h.Tree {
 		return res, fmt.Errorf("restore workspace %s/%s: the restored copy does not match checkpoint %d (%s): it changed while it was restored", tenant, name, h.Seq, h.Tree)
 	}
-	st.head, st.files = h, after.files
+	st.head, st.files, st.dirs = h, after.files, after.dirState
 	res.Changed, res.Files, res.Chunks, res.Bytes, res.Took = true, len(a.jobs), a.chunks, a.bytes, time.Since(start)
 	return res, nil
 }

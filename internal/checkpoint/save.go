@@ -10,6 +10,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -43,7 +46,7 @@ func (c *Checkpointer) Save(ctx context.Context, tenant, name string) (Result, e
 	sc := &scanned{root: emptyTree, files: map[string]fileState{}}
 	if exists {
 		defer unix.Close(root)
-		if sc, err = c.scan(ctx, root, tenant, st.files, true); err != nil {
+		if sc, err = c.scan(ctx, root, tenant, st, true); err != nil {
 			return Result{}, fmt.Errorf("checkpoint workspace %s/%s: %w", tenant, name, err)
 		}
 	}
@@ -61,7 +64,7 @@ func (c *Checkpointer) Save(ctx context.Context, tenant, name string) (Result, e
 		}
 	}
 	if st.head.Tree == sc.root && st.head.Deleted == !exists {
-		st.files = sc.files
+		st.files, st.dirs = sc.files, sc.dirState
 		res.Head, res.Took = st.head, time.Since(start)
 		return res, nil
 	}
@@ -70,7 +73,7 @@ func (c *Checkpointer) Save(ctx context.Context, tenant, name string) (Result, e
 	if err := c.store.Put(ctx, headName(tenant, name), bytes.NewReader(b)); err != nil {
 		return res, fmt.Errorf("checkpoint workspace %s/%s: store head: %w", tenant, name, err)
 	}
-	st.head, st.files = h, sc.files
+	st.head, st.files, st.dirs = h, sc.files, sc.dirState
 	res.Changed, res.Head, res.Took = true, h, time.Since(start)
 	return res, nil
 }
@@ -80,8 +83,10 @@ type scanned struct {
 	root  string               // its root tree's digest
 	dirs  map[string]string    // every directory's tree digest, by path ("" the root)
 	files map[string]fileState // every file, by path
-	total int64                // the files' bytes
-	read  int                  // how many files were read (not known by their stat)
+	// dirState is every directory's entries and digest, for the next scan.
+	dirState map[string]dirState
+	total    int64 // the files' bytes
+	read     int   // how many files were read (not known by their stat)
 	// chunks and bytes count what was stored.
 	chunks atomic.Int64
 	bytes  atomic.Int64
@@ -101,94 +106,17 @@ type fileJob struct {
 	fs  *fileState
 }
 
-// scan reads the tree under root. Files whose stat matches known keep their chunks; the others are read
-// and cut into chunks, which are stored when upload is set, as are the trees.
-func (c *Checkpointer) scan(ctx context.Context, root int, tenant string, known map[string]fileState, upload bool) (*scanned, error) {
-	sc := &scanned{dirs: map[string]string{}, files: map[string]fileState{}}
-	var jobs []fileJob
-	var walk func(fd int, rel string, depth int) (*dirNode, error)
-	walk = func(fd int, rel string, depth int) (*dirNode, error) {
-		if depth > MaxDepth {
-			return nil, ErrTooDeep
-		}
-		dup, err := openDir(fd, "") // its own offset: a dup would share fd's, read to its end before
-		if err != nil {
-			return nil, fmt.Errorf("read directory %q: %w", rel, err)
-		}
-		d := os.NewFile(uintptr(dup), rel)
-		names, err := d.Readdirnames(-1)
-		d.Close()
-		if err != nil {
-			return nil, fmt.Errorf("read directory %q: %w", rel, err)
-		}
-		n := &dirNode{rel: rel, entries: make([]entry, 0, len(names)), subdirs: map[int]*dirNode{}}
-		type pending struct {
-			rel string
-			i   int
-			sig statSig
-		}
-		var reads []pending
-		for _, name := range names {
-			var s unix.Stat_t
-			if err := unix.Fstatat(fd, name, &s, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-				if errors.Is(err, unix.ENOENT) {
-					continue // removed while we looked
-				}
-				return nil, fmt.Errorf("stat %q: %w", join(rel, name), err)
-			}
-			p := join(rel, name)
-			e := entry{Name: name, Mode: s.Mode & 0o777, MTime: s.Mtim.Nano()}
-			switch s.Mode & unix.S_IFMT {
-			case unix.S_IFREG:
-				e.Type, e.Size = typeFile, s.Size
-				sig := sigOf(&s)
-				sc.total += s.Size
-				if k, ok := known[p]; ok && k.sig == sig {
-					e.Chunks = k.chunks
-					sc.files[p] = k
-				} else {
-					reads = append(reads, pending{p, len(n.entries), sig})
-				}
-			case unix.S_IFDIR:
-				e.Type, e.MTime = typeDir, 0
-				sub, err := openAt(fd, name, unix.O_RDONLY|unix.O_DIRECTORY)
-				if errors.Is(err, unix.ENOENT) {
-					continue
-				}
-				if err != nil {
-					return nil, fmt.Errorf("open directory %q: %w", p, err)
-				}
-				child, err := walk(sub, p, depth+1)
-				unix.Close(sub)
-				if err != nil {
-					return nil, err
-				}
-				n.subdirs[len(n.entries)] = child
-			case unix.S_IFLNK:
-				target := make([]byte, unix.PathMax)
-				k, err := unix.Readlinkat(fd, name, target)
-				if errors.Is(err, unix.ENOENT) {
-					continue
-				}
-				if err != nil {
-					return nil, fmt.Errorf("read symlink %q: %w", p, err)
-				}
-				e.Type, e.Mode, e.MTime, e.Target = typeSymlink, 0, 0, string(target[:k])
-			default:
-				continue // FIFOs, sockets, devices are not kept
-			}
-			n.entries = append(n.entries, e)
-		}
-		for _, r := range reads {
-			fs := &fileState{sig: r.sig}
-			jobs = append(jobs, fileJob{rel: r.rel, e: &n.entries[r.i], fs: fs})
-		}
-		return n, nil
-	}
-	top, err := walk(root, "", 0)
+// scan reads the tree under root. Files whose stat matches what st knows keep their chunks, and
+// directories whose entries are the same keep their digests; the other files are read and cut into
+// chunks, which are stored when upload is set, as are the new trees.
+func (c *Checkpointer) scan(ctx context.Context, root int, tenant string, st *wsState, upload bool) (*scanned, error) {
+	sc := &scanned{dirs: map[string]string{}, files: map[string]fileState{}, dirState: map[string]dirState{}}
+	w := &walker{c: c, root: root, known: st.files, sc: sc}
+	top, err := w.run()
 	if err != nil {
 		return sc, err
 	}
+	jobs := w.jobs
 	sc.read = len(jobs)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(c.cfg.Parallel)
@@ -201,8 +129,174 @@ func (c *Checkpointer) scan(ctx context.Context, root int, tenant string, known 
 	for _, j := range jobs {
 		sc.files[j.rel] = *j.fs
 	}
-	sc.root, err = c.digest(ctx, top, tenant, upload, sc)
-	return sc, err
+	var trees []tree
+	sc.root = c.digest(top, st.dirs, sc, &trees)
+	if upload {
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(c.cfg.Parallel)
+		for _, t := range trees {
+			g.Go(func() error { return c.putObject(gctx, treeName(tenant, t.digest), t.body) })
+		}
+		if err := g.Wait(); err != nil {
+			return sc, err
+		}
+	}
+	return sc, nil
+}
+
+// tree is a tree object to store.
+type tree struct {
+	digest string
+	body   []byte
+}
+
+// walker walks a tree's directories in parallel: Parallel goroutines take directories off a queue, stat
+// their entries and queue their subdirectories. Each directory is opened from the root, beneath it.
+type walker struct {
+	c     *Checkpointer
+	root  int
+	known map[string]fileState
+	sc    *scanned
+
+	mu      sync.Mutex
+	more    *sync.Cond
+	queue   []*dirNode
+	depth   map[*dirNode]int
+	pending int // directories queued or being read
+	err     error
+	jobs    []fileJob
+}
+
+// run walks the tree and returns its root directory.
+func (w *walker) run() (*dirNode, error) {
+	w.more = sync.NewCond(&w.mu)
+	top := &dirNode{rel: "", subdirs: map[int]*dirNode{}}
+	w.queue, w.depth, w.pending = []*dirNode{top}, map[*dirNode]int{top: 0}, 1
+	var wg sync.WaitGroup
+	for range w.c.cfg.Parallel {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				w.mu.Lock()
+				for len(w.queue) == 0 && w.pending > 0 {
+					w.more.Wait()
+				}
+				if w.pending == 0 {
+					w.mu.Unlock()
+					return
+				}
+				n := w.queue[len(w.queue)-1]
+				w.queue = w.queue[:len(w.queue)-1]
+				depth, failed := w.depth[n], w.err != nil
+				w.mu.Unlock()
+				var err error
+				if !failed {
+					err = w.dir(n, depth)
+				}
+				w.mu.Lock()
+				if err != nil && w.err == nil {
+					w.err = err
+				}
+				w.pending--
+				w.more.Broadcast()
+				w.mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return top, w.err
+}
+
+// dir reads directory n: its entries, with the files whose stat is known and those to read.
+func (w *walker) dir(n *dirNode, depth int) error {
+	if depth > MaxDepth {
+		return ErrTooDeep
+	}
+	fd, err := openDir(w.root, n.rel)
+	if errors.Is(err, unix.ENOENT) {
+		return nil // removed while we looked: empty
+	}
+	if err != nil {
+		return fmt.Errorf("open directory %q: %w", n.rel, err)
+	}
+	defer unix.Close(fd)
+	dup, err := openDir(fd, "") // the os.File owns this one
+	if err != nil {
+		return fmt.Errorf("read directory %q: %w", n.rel, err)
+	}
+	d := os.NewFile(uintptr(dup), n.rel)
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return fmt.Errorf("read directory %q: %w", n.rel, err)
+	}
+	n.entries = make([]entry, 0, len(names))
+	type pending struct {
+		rel string
+		i   int
+		sig statSig
+	}
+	var reads []pending
+	var subdirs []*dirNode
+	var total int64
+	reused := map[string]fileState{}
+	for _, name := range names {
+		var s unix.Stat_t
+		if err := unix.Fstatat(fd, name, &s, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				continue // removed while we looked
+			}
+			return fmt.Errorf("stat %q: %w", join(n.rel, name), err)
+		}
+		p := join(n.rel, name)
+		e := entry{Name: name, Mode: s.Mode & 0o777, MTime: s.Mtim.Nano()}
+		switch s.Mode & unix.S_IFMT {
+		case unix.S_IFREG:
+			e.Type, e.Size = typeFile, s.Size
+			sig := sigOf(&s)
+			total += s.Size
+			if k, ok := w.known[p]; ok && k.sig == sig {
+				e.Chunks = k.chunks
+				reused[p] = k
+			} else {
+				reads = append(reads, pending{p, len(n.entries), sig})
+			}
+		case unix.S_IFDIR:
+			e.Type, e.MTime = typeDir, 0
+			child := &dirNode{rel: p, subdirs: map[int]*dirNode{}}
+			n.subdirs[len(n.entries)] = child
+			subdirs = append(subdirs, child)
+		case unix.S_IFLNK:
+			target := make([]byte, unix.PathMax)
+			k, err := unix.Readlinkat(fd, name, target)
+			if errors.Is(err, unix.ENOENT) {
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("read symlink %q: %w", p, err)
+			}
+			e.Type, e.Mode, e.MTime, e.Target = typeSymlink, 0, 0, string(target[:k])
+		default:
+			continue // FIFOs, sockets, devices are not kept
+		}
+		n.entries = append(n.entries, e)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, r := range reads {
+		w.jobs = append(w.jobs, fileJob{rel: r.rel, e: &n.entries[r.i], fs: &fileState{sig: r.sig}})
+	}
+	for p, k := range reused {
+		w.sc.files[p] = k
+	}
+	w.sc.total += total
+	for _, child := range subdirs {
+		w.depth[child] = depth + 1
+		w.queue = append(w.queue, child)
+		w.pending++
+	}
+	return nil
 }
 
 // readFile reads one file of a scan, cuts it into chunks and stores those the store may not have.
@@ -279,23 +373,32 @@ func (c *Checkpointer) putChunk(ctx context.Context, tenant, digest string, b []
 	return nil
 }
 
-// digest computes the tree digests of n and its subdirectories, storing the trees when upload is set.
-func (c *Checkpointer) digest(ctx context.Context, n *dirNode, tenant string, upload bool, sc *scanned) (string, error) {
+// digest computes the tree digests of n and its subdirectories. A directory whose entries are those
+// prev has for it keeps its digest; the others are encoded and added to trees, to store.
+func (c *Checkpointer) digest(n *dirNode, prev map[string]dirState, sc *scanned, trees *[]tree) string {
 	for i, sub := range n.subdirs {
-		d, err := c.digest(ctx, sub, tenant, upload, sc)
-		if err != nil {
-			return "", err
-		}
-		n.entries[i].Tree = d
+		n.entries[i].Tree = c.digest(sub, prev, sc, trees)
 	}
-	b, d := encodeTree(n.entries)
+	sort.Slice(n.entries, func(i, j int) bool { return n.entries[i].Name < n.entries[j].Name })
+	var d string
+	if p, ok := prev[n.rel]; ok && slices.EqualFunc(p.entries, n.entries, sameEntry) {
+		d = p.digest
+	} else {
+		var b []byte
+		b, d = encodeTree(n.entries)
+		if d != emptyTree {
+			*trees = append(*trees, tree{digest: d, body: b})
+		}
+	}
 	sc.dirs[n.rel] = d
-	if upload && d != emptyTree {
-		if err := c.putObject(ctx, treeName(tenant, d), b); err != nil {
-			return "", err
-		}
-	}
-	return d, nil
+	sc.dirState[n.rel] = dirState{entries: n.entries, digest: d}
+	return d
+}
+
+// sameEntry reports whether two entries encode the same.
+func sameEntry(a, b entry) bool {
+	return a.Name == b.Name && a.Type == b.Type && a.Mode == b.Mode && a.Size == b.Size && a.MTime == b.MTime &&
+		a.Tree == b.Tree && a.Target == b.Target && slices.Equal(a.Chunks, b.Chunks)
 }
 
 func sigOf(s *unix.Stat_t) statSig {
