@@ -390,3 +390,28 @@ func TestHostileCheckpoint(t *testing.T) {
 		}
 	})
 }
+
+// TestTooDeep: a tree nested deeper than MaxDepth is refused whole, and the latest checkpoint stays.
+func TestTooDeep(t *testing.T) {
+	s := jsStore(t)
+	a := newNode(t, s, "a", 0)
+	ws := a.ws("acme", "deep")
+	write(t, ws, "f", "x", 0o644)
+	if _, err := a.cp.Save(ctx(t), "acme", "deep"); err != nil {
+		t.Fatal(err)
+	}
+	deep := ws
+	for range checkpoint.MaxDepth + 1 {
+		deep = filepath.Join(deep, "d")
+	}
+	if err := os.MkdirAll(deep, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.cp.Save(ctx(t), "acme", "deep"); !errors.Is(err, checkpoint.ErrTooDeep) {
+		t.Fatalf("save of a tree %d levels deep: %v; want ErrTooDeep", checkpoint.MaxDepth+1, err)
+	}
+	b := newNode(t, s, "b", 0)
+	if r, err := b.cp.Restore(ctx(t), "acme", "deep"); err != nil || r.Head.Seq != 1 {
+		t.Fatalf("restore after the refused save: %+v, %v; want checkpoint 1", r, err)
+	}
+}
