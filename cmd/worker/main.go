@@ -27,6 +27,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/toolpool/toolpool/internal/audit"
+	"github.com/toolpool/toolpool/internal/checkpoint"
 	"github.com/toolpool/toolpool/internal/metrics"
 	"github.com/toolpool/toolpool/internal/queue/jetstream"
 	"github.com/toolpool/toolpool/internal/sandbox"
@@ -229,6 +230,8 @@ func run(args []string) (retErr error) {
 	}
 	if cp != nil {
 		opts = append(opts, worker.WithCheckpoints(metrics.ObserveCheckpoints(cp, wm)))
+		wm.WatchUnsaved(cp.OldestUnsaved)
+		td.Go(func() { saveUnsaved(ctx, cp, log) })
 		log.Info("workspaces are kept in object storage", "store", cfg.Checkpoints.Store)
 	}
 	w, err := worker.New(cfg.workerConfig(conn, runner, gateway), tracing.TraceRuntime(metrics.ObserveRuntime(rt, wm)), store, reg, log, opts...)
@@ -263,8 +266,40 @@ func run(args []string) (retErr error) {
 	err = consumeDraining(ctx, cfg.DrainTimeout, secondSignal, log, func(fetchCtx, runCtx context.Context) error {
 		return conn.Calls().ConsumeWith(fetchCtx, runCtx, cfg.Slots, handle)
 	})
+	if cp != nil {
+		// Changes a failed checkpoint left here go to object storage before the worker exits, on a fresh,
+		// bounded context: the calls are done, the connection still open.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unsavedAtStop)
+		if serr := cp.SaveUnsaved(sctx); serr != nil {
+			log.Error("workspace changes not checkpointed before the worker stopped: they stay on this node's disk", "error", serr)
+		}
+		cancel()
+	}
 	log.Info("worker stopped")
 	return err
+}
+
+// unsavedEvery is how often workspaces whose checkpoint failed are saved again; unsavedAtStop bounds the
+// last attempt as the worker stops.
+const (
+	unsavedEvery  = 30 * time.Second
+	unsavedAtStop = 30 * time.Second
+)
+
+// saveUnsaved saves again, every unsavedEvery until ctx ends, the workspaces whose checkpoint failed.
+func saveUnsaved(ctx context.Context, cp *checkpoint.Checkpointer, log *slog.Logger) {
+	t := time.NewTicker(unsavedEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := cp.SaveUnsaved(ctx); err != nil && ctx.Err() == nil {
+			log.Warn("checkpoint workspaces whose checkpoint failed", "error", err)
+		}
+	}
 }
 
 // consumeDraining runs consume and drains it when ctx ends (SIGTERM): consume's fetch context is ctx, so it

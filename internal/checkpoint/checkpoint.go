@@ -27,7 +27,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -114,6 +116,10 @@ type Checkpointer struct {
 
 // wsState is what this worker knows of its copy of a workspace.
 type wsState struct {
+	// unsavedSince is when a Save of this copy first failed since the last that succeeded (Unix
+	// nanoseconds; zero: none failed): the copy holds changes no checkpoint has.
+	unsavedSince atomic.Int64
+
 	mu sync.Mutex
 	// head is the checkpoint the local copy was at after the last Save or Restore (zero: none known).
 	head Head
@@ -176,6 +182,45 @@ func (c *Checkpointer) state(tenant, name string) *wsState {
 	c.mu.Unlock()
 	st.mu.Lock()
 	return st
+}
+
+// OldestUnsaved returns how long ago the oldest change that no checkpoint holds was left by a failed Save
+// (zero when every Save since the last failure of each workspace succeeded).
+func (c *Checkpointer) OldestUnsaved() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var oldest int64
+	for _, st := range c.ws {
+		if t := st.unsavedSince.Load(); t != 0 && (oldest == 0 || t < oldest) {
+			oldest = t
+		}
+	}
+	if oldest == 0 {
+		return 0
+	}
+	return c.cfg.Now().Sub(time.Unix(0, oldest))
+}
+
+// SaveUnsaved saves every workspace whose last Save failed, and returns the errors of those that fail
+// again. A worker calls it from time to time, and once more when it stops, so that changes a failed Save
+// left on it reach object storage without waiting for another call.
+func (c *Checkpointer) SaveUnsaved(ctx context.Context) error {
+	c.mu.Lock()
+	var keys []string
+	for k, st := range c.ws {
+		if st.unsavedSince.Load() != 0 {
+			keys = append(keys, k)
+		}
+	}
+	c.mu.Unlock()
+	var errs []error
+	for _, k := range keys {
+		tenant, name, _ := strings.Cut(k, "/")
+		if _, err := c.Save(ctx, tenant, name); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func (c *Checkpointer) isKnown(name string) bool {

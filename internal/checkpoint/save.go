@@ -35,10 +35,18 @@ var ErrTooDeep = fmt.Errorf("directories nest deeper than %d levels", MaxDepth)
 //
 // Save reads the workspace as it stands; the caller keeps writers out, or accepts that a file written
 // meanwhile is saved as it was when read (the next Save catches up).
-func (c *Checkpointer) Save(ctx context.Context, tenant, name string) (Result, error) {
+func (c *Checkpointer) Save(ctx context.Context, tenant, name string) (res Result, err error) {
 	start := time.Now()
 	st := c.state(tenant, name)
 	defer st.mu.Unlock()
+	defer func() {
+		switch {
+		case err == nil:
+			st.unsavedSince.Store(0)
+		case st.unsavedSince.Load() == 0:
+			st.unsavedSince.Store(c.cfg.Now().UnixNano())
+		}
+	}()
 	root, exists, err := c.openWorkspace(tenant, name)
 	if err != nil {
 		return Result{}, fmt.Errorf("checkpoint workspace %s/%s: %w", tenant, name, err)
@@ -50,7 +58,7 @@ func (c *Checkpointer) Save(ctx context.Context, tenant, name string) (Result, e
 			return Result{}, fmt.Errorf("checkpoint workspace %s/%s: %w", tenant, name, err)
 		}
 	}
-	res := Result{Files: sc.read, Chunks: int(sc.chunks.Load()), Bytes: sc.bytes.Load()}
+	res = Result{Files: sc.read, Chunks: int(sc.chunks.Load()), Bytes: sc.bytes.Load()}
 	if st.head.Tree == "" {
 		// Nothing known of this workspace's checkpoints (a new workspace, or a worker that restarted).
 		h, ok, err := c.readHead(ctx, tenant, name)

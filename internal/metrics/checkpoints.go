@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,6 +23,8 @@ type checkpointMetrics struct {
 	seconds *prometheus.HistogramVec
 	bytes   *prometheus.CounterVec
 	files   *prometheus.CounterVec
+	// unsaved reads the age of the oldest change no checkpoint holds (WatchUnsaved); nil: zero.
+	unsaved atomic.Pointer[func() time.Duration]
 }
 
 func newCheckpointMetrics(reg prometheus.Registerer) *checkpointMetrics {
@@ -45,9 +48,21 @@ func newCheckpointMetrics(reg prometheus.Registerer) *checkpointMetrics {
 		m.files.WithLabelValues(op)
 		m.seconds.WithLabelValues(op)
 	}
-	reg.MustRegister(m.ops, m.seconds, m.bytes, m.files)
+	unsaved := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "checkpoint_unsaved_age_seconds",
+		Help: "Age of the oldest workspace change on this worker that no checkpoint holds (a save failed; the worker retries it), 0 when none."},
+		func() float64 {
+			if f := m.unsaved.Load(); f != nil {
+				return (*f)().Seconds()
+			}
+			return 0
+		})
+	reg.MustRegister(m.ops, m.seconds, m.bytes, m.files, unsaved)
 	return m
 }
+
+// WatchUnsaved makes each scrape report toolpool_checkpoint_unsaved_age_seconds from age (the
+// checkpointer's OldestUnsaved).
+func (m *WorkerMetrics) WatchUnsaved(age func() time.Duration) { m.checkpoints.unsaved.Store(&age) }
 
 // ObserveCheckpoints counts next's saves and restores in m.
 func ObserveCheckpoints(next Checkpointer, m *WorkerMetrics) Checkpointer {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -51,4 +52,7 @@ func TestObserveCheckpoints(t *testing.T) {
 	mustSample(t, reg, "toolpool_checkpoint_bytes_total", map[string]string{"op": "save"}, 100)
 	mustSample(t, reg, "toolpool_checkpoint_files_total", map[string]string{"op": "restore"}, 3)
 	mustSample(t, reg, "toolpool_checkpoint_seconds", map[string]string{"op": "save"}, 3)
+	mustSample(t, reg, "toolpool_checkpoint_unsaved_age_seconds", nil, 0)
+	m.WatchUnsaved(func() time.Duration { return 90 * time.Second })
+	mustSample(t, reg, "toolpool_checkpoint_unsaved_age_seconds", nil, 90)
 }

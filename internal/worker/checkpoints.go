@@ -95,7 +95,7 @@ func (w *Worker) checkpointAfter(ctx context.Context, c *call.Call, r *call.Resu
 		if err != nil {
 			w.log.ErrorContext(ctx, "checkpoint workspace", "call_id", c.ID, "workspace", name, "error", err)
 			msg := fmt.Sprintf("the call ran, but the changes it made to workspace %q could not be checkpointed to object storage (%v): "+
-				"they are kept on worker %s, which checkpoints them with its next call into the workspace; until then other workers do not see them. "+
+				"they are kept on worker %s, which checkpoints them again within a minute, with its next call into the workspace, or as it stops; until then other workers do not see them. "+
 				"Call again (a read-only call does not retry the checkpoint), later if the object storage is down.", name, err, w.cfg.ID)
 			note := r.Output != ""
 			r.Fail(call.StatusError, call.ErrCheckpoint, msg)
