@@ -76,6 +76,10 @@ func (w *Worker) restoreFor(ctx context.Context, c *call.Call, r *call.Result) *
 	return nil
 }
 
+// saveTimeout bounds the checkpoint of a call's changes: a store that stops answering fails the
+// checkpoint (checkpoint_failed, retried later) rather than hold the call's result forever.
+const saveTimeout = 10 * time.Minute
+
 // checkpointAfter checkpoints what call c may have changed in its workspaces, before its result r is
 // recorded. A checkpoint that fails turns r into an error that says so: the call ran, and its changes
 // are only on this worker until a later Save stores them.
@@ -84,6 +88,8 @@ func (w *Worker) checkpointAfter(ctx context.Context, c *call.Call, r *call.Resu
 	if w.checkpoints == nil || !changes {
 		return
 	}
+	ctx, cancel := context.WithTimeout(ctx, saveTimeout)
+	defer cancel()
 	start := time.Now()
 	defer func() {
 		r.Timing.CheckpointMS = time.Since(start).Milliseconds()

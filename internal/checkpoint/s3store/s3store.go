@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -64,7 +65,19 @@ type Store struct {
 	now    func() time.Time
 }
 
-// New returns the Store of cfg, sending its requests with client (http.DefaultClient when nil).
+// defaultClient sends requests when New is given no client: a server that accepts a connection and then
+// says nothing fails the request instead of holding it (a large object's body may still take long).
+var defaultClient = &http.Client{Transport: &http.Transport{
+	Proxy:                 http.ProxyFromEnvironment,
+	DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+	TLSHandshakeTimeout:   10 * time.Second,
+	ResponseHeaderTimeout: time.Minute,
+	IdleConnTimeout:       90 * time.Second,
+	MaxIdleConnsPerHost:   64,
+}}
+
+// New returns the Store of cfg, sending its requests with client (when nil, one whose connections and
+// answers' headers time out).
 func New(cfg Config, client *http.Client) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("new s3 store: %w", err)
@@ -73,7 +86,7 @@ func New(cfg Config, client *http.Client) (*Store, error) {
 		cfg.Region = DefaultRegion
 	}
 	if client == nil {
-		client = http.DefaultClient
+		client = defaultClient
 	}
 	base, _ := url.Parse(strings.TrimSuffix(cfg.Endpoint, "/"))
 	return &Store{cfg: cfg, base: base, client: client, now: time.Now}, nil
