@@ -288,7 +288,16 @@ const (
 
 // saveUnsaved saves again, every unsavedEvery until ctx ends, the workspaces whose checkpoint failed.
 func saveUnsaved(ctx context.Context, cp *checkpoint.Checkpointer, log *slog.Logger) {
-	t := time.NewTicker(unsavedEvery)
+	every(ctx, unsavedEvery, func() {
+		if err := cp.SaveUnsaved(ctx); err != nil && ctx.Err() == nil {
+			log.Warn("checkpoint workspaces whose checkpoint failed", "error", err)
+		}
+	})
+}
+
+// every runs f each interval until ctx ends.
+func every(ctx context.Context, interval time.Duration, f func()) {
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
@@ -296,9 +305,7 @@ func saveUnsaved(ctx context.Context, cp *checkpoint.Checkpointer, log *slog.Log
 			return
 		case <-t.C:
 		}
-		if err := cp.SaveUnsaved(ctx); err != nil && ctx.Err() == nil {
-			log.Warn("checkpoint workspaces whose checkpoint failed", "error", err)
-		}
+		f()
 	}
 }
 
@@ -336,15 +343,8 @@ func consumeDraining(ctx context.Context, grace time.Duration, kill <-chan struc
 }
 
 // sweepWorkspaces removes expired workspaces every interval until ctx ends.
-func sweepWorkspaces(ctx context.Context, w *worker.Worker, every time.Duration, log *slog.Logger) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+func sweepWorkspaces(ctx context.Context, w *worker.Worker, interval time.Duration, log *slog.Logger) {
+	every(ctx, interval, func() {
 		removed, err := w.SweepWorkspaces(ctx)
 		for _, name := range removed {
 			log.Info("workspace expired and removed", "workspace", name)
@@ -352,7 +352,7 @@ func sweepWorkspaces(ctx context.Context, w *worker.Worker, every time.Duration,
 		if err != nil && ctx.Err() == nil {
 			log.Warn("sweep expired workspaces", "error", err)
 		}
-	}
+	})
 }
 
 // testClockSkewEnv, when set to a duration ("90s", "-10m"), skews this worker's local clock: the cluster
