@@ -69,6 +69,7 @@ func (w *Worker) restoreFor(ctx context.Context, c *call.Call, r *call.Result) *
 				name, err)}
 		}
 		if res.Changed {
+			w.wsm.ForgetSize(c.Tenant, name) // its quota is measured again, on the tree as restored
 			w.log.InfoContext(ctx, "workspace restored from its checkpoint", "call_id", c.ID, "workspace", name, "seq", res.Head.Seq,
 				"written_by", res.Head.Worker, "files", res.Files, "bytes", res.Bytes, "took", res.Took)
 		}
