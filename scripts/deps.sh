@@ -2,7 +2,8 @@
 # Installs what make run and make test need from Debian's packages, when it is missing: containerd, runc,
 # crun (the faster OCI runtime the worker can run through the runc shim), promtool, Node.js with npm for
 # test/mcp, and the clients the egress tests run inside containers from the host's /usr (git, curl,
-# python3-pip; Node and Go come with the image), and strace for the policy oracle.
+# python3-pip; Node and Go come with the image), and strace for the policy oracle; and, from the Go module
+# proxy, versitygw, the S3 server the checkpoint tests run.
 set -euo pipefail
 missing=()
 command -v containerd >/dev/null || missing+=(containerd)
