@@ -128,11 +128,13 @@ MUTANTS ?=
 mutants:
 	@bash scripts/mutants.sh $(MUTANTS)
 
-## bench: sandbox, live-output and end-to-end benchmarks (speed and memory targets are measured here; the
+## bench: sandbox, live-output, workspace-checkpoint and end-to-end benchmarks (speed and memory targets are measured here; the
 ## live flood prints 200 MB), then `toolpool bench` at concurrency 16 for CLUSTER_BENCH (30s) against the three-server cluster with three workers
 CLUSTER_BENCH ?= 30s
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime 100x -timeout 30m ./internal/sandbox/containerd/ ./internal/queue/jetstream/ ./test/e2e/
+	$(GO) test -run '^$$' -bench 'SaveOneFileChange' -benchtime 100x -timeout 30m ./internal/checkpoint/
+	$(GO) test -run '^$$' -bench 'Workspace100k' -benchtime 1x -timeout 60m ./internal/checkpoint/
 	TOOLPOOL_CLUSTER_BENCH=$(CLUSTER_BENCH) $(GO) test -count=1 -v -run '^TestClusterBench$$' -timeout 30m ./test/cluster/
 
 ## lint: go vet, gofmt, the metrics and alert rules, the Helm chart (make test runs it first)

@@ -4,7 +4,8 @@
 # test/mcp, and the clients the egress tests run inside containers from the host's /usr (git, curl,
 # python3-pip; Node and Go come with the image), strace for the policy oracle, python3-pytest for the
 # Python client's suite (test/clients), and Debian's chromium and chromium-driver for the web console's
-# browser tests (test/console drives chromium itself; no browser is downloaded).
+# browser tests (test/console drives chromium itself; no browser is downloaded); and, from the Go module
+# proxy, versitygw, the S3 server the checkpoint tests run.
 set -euo pipefail
 missing=()
 command -v containerd >/dev/null || missing+=(containerd)
@@ -32,6 +33,13 @@ check_node() {
     echo "warning: Node.js $major is too old for test/mcp, which needs 20 or later (Debian 13's nodejs, or nodejs.org)" >&2
   fi
 }
+# The S3 checkpoint store is tested against a real S3 server: versitygw (its posix backend), built from the
+# Go module proxy (about a minute) when it is missing or another version.
+versitygw_version=v1.8.0
+if ! { command -v versitygw >/dev/null && go version -m "$(command -v versitygw)" 2>/dev/null | grep -q "github.com/versity/versitygw[[:space:]]*$versitygw_version"; }; then
+  echo "building versitygw $versitygw_version (the S3 server of the checkpoint tests)..." >&2
+  GOBIN=/usr/local/bin GOFLAGS= go install "github.com/versity/versitygw/cmd/versitygw@$versitygw_version"
+fi
 if [ ${#missing[@]} -eq 0 ]; then
   check_node
   exit 0

@@ -62,6 +62,8 @@ type config struct {
 	FullOutputBytes int64 `yaml:"full_output_bytes"`
 	// Workspaces are the workspace API's lifecycle and limits (docs/workspaces.md).
 	Workspaces workspacesConfig `yaml:"workspaces"`
+	// Checkpoints keeps workspaces in object storage, for workers without a shared workspaces directory.
+	Checkpoints checkpointsConfig `yaml:"checkpoints"`
 	// Image is the OCI image reference calls run on when neither the call nor its tenant names one; empty
 	// means the host's read-only view. It is pulled on first use unless it is in the store already.
 	Image string `yaml:"image"`
@@ -146,6 +148,7 @@ func defaults() config {
 		Heartbeat: worker.DefaultHeartbeat, DrainTimeout: 30 * time.Second, LogLevel: "info", WorkspaceQuota: 1 << 30,
 		FullOutputBytes: worker.DefaultFullOutputBytes,
 		Metrics:         metrics.DefaultOptions(),
+		Checkpoints:     defaultCheckpoints(),
 		Pool:            poolConfig{MaxSize: pool.MaxSize, MemoryBytes: pool.MemoryBytes, MaxAge: pool.MaxAge},
 		Images:          imagesConfig{MaxBytes: containerd.DefaultPullMaxBytes, PullTimeout: containerd.DefaultPullTimeout},
 		// crun where it holds: it starts a container with less CPU than runc (docs/deploy.md).
@@ -172,6 +175,7 @@ func loadConfig(fs *flag.FlagSet, args []string) (config, error) {
 	drain := fs.Duration("drain-timeout", 0, "on SIGTERM, how long running calls may finish before they are killed (default "+cfg.DrainTimeout.String()+")")
 	image := fs.String("image", "", "run calls that name no image in this OCI image reference (pulled on first use, or imported with 'worker import-image') instead of the host's read-only /usr")
 	wsQuota := fs.Int64("workspace-quota", 0, "most bytes one workspace may use (default 1 GiB; -1: no quota)")
+	checkpoints := fs.String("checkpoints", "", "keep workspaces in object storage: none (default), jetstream or s3 (checkpoints.s3 in the config file)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -200,6 +204,7 @@ func loadConfig(fs *flag.FlagSet, args []string) (config, error) {
 	apply("listen", &cfg.Listen, *listen)
 	apply("log-level", &cfg.LogLevel, *logLevel)
 	apply("image", &cfg.Image, *image)
+	apply("checkpoints", &cfg.Checkpoints.Store, *checkpoints)
 	if set["slots"] {
 		cfg.Slots = *slots
 	}
@@ -284,6 +289,9 @@ func (c *config) validate() error {
 	}
 	if err := (&containerd.PullConfig{Registries: c.Images.Registries, CacheBytes: c.Images.CacheBytes, Pinned: c.Images.Pinned}).Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("images.%w", err))
+	}
+	if err := c.Checkpoints.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	for name := range c.Runtimes {
 		if err := call.ValidateName("runtime", name); err != nil {

@@ -134,3 +134,40 @@ func loadTestConfig(t *testing.T, yaml string, flags []string, wantErr string) (
 	}
 	return cfg, true
 }
+
+// TestLoadConfigCheckpoints: checkpoints are off by default; the S3 keys come from the environment unless
+// the file sets them; the flag picks the store over the file; every bad value is refused with what to fix.
+func TestLoadConfigCheckpoints(t *testing.T) {
+	t.Setenv("AWS_ACCESS_KEY_ID", "env-key")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "env-secret")
+	t.Setenv("AWS_REGION", "")
+	cfg, err := load(t, "-data-dir", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := cfg.Checkpoints; c.Store != "none" || c.ChunkBytes != 4<<20 || c.Parallel != 16 || c.S3.AccessKeyID != "env-key" {
+		t.Fatalf("defaults: %+v", c)
+	}
+	cfg, err = load(t, "-data-dir", t.TempDir(), "-config", writeConfig(t,
+		"checkpoints:\n  store: jetstream\n  chunk_bytes: 1048576\n  s3: {endpoint: 'http://127.0.0.1:9000', bucket: ckpt, secret_access_key: file-secret}\n"),
+		"-checkpoints", "s3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s3 := cfg.Checkpoints.s3()
+	if cfg.Checkpoints.Store != "s3" || cfg.Checkpoints.ChunkBytes != 1<<20 || s3.AccessKeyID != "env-key" || s3.SecretAccessKey != "file-secret" || s3.Bucket != "ckpt" {
+		t.Fatalf("file and flag: %+v", cfg.Checkpoints)
+	}
+	_, err = load(t, "-data-dir", t.TempDir(), "-config", writeConfig(t, "checkpoints: {store: nfs, chunk_bytes: 1000, parallel: 0}\n"))
+	for _, want := range []string{`checkpoints.store "nfs" is none of none, jetstream or s3`, "checkpoints.chunk_bytes 1000 is outside 65536..67108864",
+		"checkpoints.parallel 0 is outside 1..256"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not say %q", err, want)
+		}
+	}
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "")
+	_, err = load(t, "-data-dir", t.TempDir(), "-checkpoints", "s3")
+	if err == nil || !strings.Contains(err.Error(), "checkpoints.s3: s3 endpoint is empty") {
+		t.Errorf("s3 without an endpoint: %v", err)
+	}
+}

@@ -27,6 +27,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/toolpool/toolpool/internal/audit"
+	"github.com/toolpool/toolpool/internal/checkpoint"
 	"github.com/toolpool/toolpool/internal/metrics"
 	"github.com/toolpool/toolpool/internal/queue/jetstream"
 	"github.com/toolpool/toolpool/internal/sandbox"
@@ -221,9 +222,19 @@ func run(args []string) (retErr error) {
 	// tracing on the runtime.
 	audited := audit.Wrap(conn.Records(), conn.Audit(), func(err error) { log.Warn("write audit event", "error", err) })
 	store := tracing.TraceWorkerStore(metrics.ObserveWorkerStore(audited, wm))
-	w, err := worker.New(cfg.workerConfig(conn, runner, gateway), tracing.TraceRuntime(metrics.ObserveRuntime(rt, wm)), store, reg, log,
-		worker.WithLeases(conn.Leases()), worker.WithOutputs(conn.Outputs()), worker.WithCreator(audited), worker.WithLive(conn.Live()),
-		worker.WithTransfers(conn.Outputs()))
+	opts := []worker.Option{worker.WithLeases(conn.Leases()), worker.WithOutputs(conn.Outputs()), worker.WithCreator(audited),
+		worker.WithLive(conn.Live()), worker.WithTransfers(conn.Outputs())}
+	cp, err := cfg.checkpointer(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if cp != nil {
+		opts = append(opts, worker.WithCheckpoints(metrics.ObserveCheckpoints(cp, wm)))
+		wm.WatchUnsaved(cp.OldestUnsaved)
+		td.Go(func() { saveUnsaved(ctx, cp, log) })
+		log.Info("workspaces are kept in object storage", "store", cfg.Checkpoints.Store)
+	}
+	w, err := worker.New(cfg.workerConfig(conn, runner, gateway), tracing.TraceRuntime(metrics.ObserveRuntime(rt, wm)), store, reg, log, opts...)
 	if err != nil {
 		return err
 	}
@@ -255,8 +266,47 @@ func run(args []string) (retErr error) {
 	err = consumeDraining(ctx, cfg.DrainTimeout, secondSignal, log, func(fetchCtx, runCtx context.Context) error {
 		return conn.Calls().ConsumeWith(fetchCtx, runCtx, cfg.Slots, handle)
 	})
+	if cp != nil {
+		// Changes a failed checkpoint left here go to object storage before the worker exits, on a fresh,
+		// bounded context: the calls are done, the connection still open.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unsavedAtStop)
+		if serr := cp.SaveUnsaved(sctx); serr != nil {
+			log.Error("workspace changes not checkpointed before the worker stopped: they stay on this node's disk", "error", serr)
+		}
+		cancel()
+	}
 	log.Info("worker stopped")
 	return err
+}
+
+// unsavedEvery is how often workspaces whose checkpoint failed are saved again; unsavedAtStop bounds the
+// last attempt as the worker stops.
+const (
+	unsavedEvery  = 30 * time.Second
+	unsavedAtStop = 30 * time.Second
+)
+
+// saveUnsaved saves again, every unsavedEvery until ctx ends, the workspaces whose checkpoint failed.
+func saveUnsaved(ctx context.Context, cp *checkpoint.Checkpointer, log *slog.Logger) {
+	every(ctx, unsavedEvery, func() {
+		if err := cp.SaveUnsaved(ctx); err != nil && ctx.Err() == nil {
+			log.Warn("checkpoint workspaces whose checkpoint failed", "error", err)
+		}
+	})
+}
+
+// every runs f each interval until ctx ends.
+func every(ctx context.Context, interval time.Duration, f func()) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		f()
+	}
 }
 
 // consumeDraining runs consume and drains it when ctx ends (SIGTERM): consume's fetch context is ctx, so it
@@ -293,15 +343,8 @@ func consumeDraining(ctx context.Context, grace time.Duration, kill <-chan struc
 }
 
 // sweepWorkspaces removes expired workspaces every interval until ctx ends.
-func sweepWorkspaces(ctx context.Context, w *worker.Worker, every time.Duration, log *slog.Logger) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+func sweepWorkspaces(ctx context.Context, w *worker.Worker, interval time.Duration, log *slog.Logger) {
+	every(ctx, interval, func() {
 		removed, err := w.SweepWorkspaces(ctx)
 		for _, name := range removed {
 			log.Info("workspace expired and removed", "workspace", name)
@@ -309,7 +352,7 @@ func sweepWorkspaces(ctx context.Context, w *worker.Worker, every time.Duration,
 		if err != nil && ctx.Err() == nil {
 			log.Warn("sweep expired workspaces", "error", err)
 		}
-	}
+	})
 }
 
 // testClockSkewEnv, when set to a duration ("90s", "-10m"), skews this worker's local clock: the cluster

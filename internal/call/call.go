@@ -66,6 +66,9 @@ const (
 	// ErrImageRefused: the call's image may not run (over the worker's size limit, a hostile layer, a
 	// reference that does not parse); nothing ran.
 	ErrImageRefused = "image_refused"
+	// ErrCheckpoint: the call's workspace could not be restored from, or its changes saved to, the object
+	// storage that keeps workspaces; the message says which, and whether the call ran.
+	ErrCheckpoint = "checkpoint_failed"
 )
 
 // Limits bound one call. Zero means "the configured default".
@@ -149,6 +152,11 @@ type Timing struct {
 	// Warm reports that the call ran in a container the worker created ahead of it (its warm pool) rather
 	// than one created for it; either way the container was fresh and served this call only.
 	Warm bool `json:"warm"`
+	// RestoreMS and CheckpointMS are the time spent bringing the call's workspace to its latest checkpoint
+	// before it ran, and checkpointing its changes after, when workspaces are kept in object storage
+	// (both within TotalMS).
+	RestoreMS    int64 `json:"restore_ms,omitempty"`
+	CheckpointMS int64 `json:"checkpoint_ms,omitempty"`
 }
 
 // Usage is what the call's container consumed.

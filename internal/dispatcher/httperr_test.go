@@ -90,6 +90,7 @@ func TestWorkspaceKind(t *testing.T) {
 	for typ, want := range map[string]int{
 		call.ErrInvalidParams: 422, call.ErrNotFound: 404, "already_exists": 409, call.ErrQuota: 409,
 		"too_large": 413, call.ErrTimeout: 504, call.ErrPolicyDenied: 403, call.ErrOOM: 500, "other": 500,
+		call.ErrCheckpoint: 503,
 	} {
 		if got := httpStatus(workspaceKind(typ)); got != want {
 			t.Errorf("type %s: HTTP %d, want %d", typ, got, want)

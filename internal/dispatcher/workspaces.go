@@ -109,6 +109,8 @@ func workspaceKind(typ string) call.Kind {
 		return call.KindTimeout
 	case call.ErrPolicyDenied:
 		return call.KindDenied
+	case call.ErrCheckpoint:
+		return call.KindUnavailable
 	}
 	return call.KindInternal
 }

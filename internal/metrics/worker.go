@@ -23,6 +23,7 @@ type WorkerMetrics struct {
 	sandboxSteps  *prometheus.HistogramVec
 	egress        *egressMetrics
 	images        *imageMetrics
+	checkpoints   *checkpointMetrics
 }
 
 // NewWorker registers a worker's metrics, the Go and process collectors and toolpool_build_info on reg.
@@ -47,6 +48,7 @@ func NewWorker(reg prometheus.Registerer, opts Options) *WorkerMetrics {
 		Buckets: stepBuckets}, []string{"step"})
 	m.egress = newEgressMetrics(reg)
 	m.images = newImageMetrics(reg)
+	m.checkpoints = newCheckpointMetrics(reg)
 	m.sandboxErrors.WithLabelValues("start")
 	m.sandboxErrors.WithLabelValues("run")
 	m.sandboxStarts.WithLabelValues("warm", "")

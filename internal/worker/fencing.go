@@ -131,7 +131,17 @@ func (w *Worker) process(ctx context.Context, c *call.Call, attempt uint64) (set
 	// The guard renews the lease until the result is recorded, not only while the container runs.
 	stopGuard := w.guard(runCtx, cancel, cl)
 	defer stopGuard()
-	x, stored, runErr := w.run(runCtx, c, cl.rev)
+	// A workspace kept in object storage is brought to its latest checkpoint first; a call whose
+	// workspace cannot be does not run.
+	var x executor.Execution
+	var stored []string
+	var runErr error
+	unrestored := w.restoreFor(runCtx, c, r)
+	if unrestored != nil {
+		x = executor.OnHost("", nil, unrestored)
+	} else {
+		x, stored, runErr = w.run(runCtx, c, cl.rev)
+	}
 	cause := context.Cause(runCtx)
 	switch {
 	case errors.Is(cause, errFenced):
@@ -151,6 +161,10 @@ func (w *Worker) process(ctx context.Context, c *call.Call, attempt uint64) (set
 		return settleRetry, nil
 	}
 	w.exec.Finish(r, c, x, runErr, cause)
+	if unrestored == nil {
+		// Durable before the result is: a recorded result's changes are in object storage.
+		w.checkpointAfter(storeCtx, c, r)
+	}
 	r.LeaseUntil = time.Time{}
 	stored = append(w.spill(storeCtx, r, cl.rev), stored...)
 	s, res := w.recordClaimed(storeCtx, r, cl)

@@ -133,6 +133,8 @@ type Worker struct {
 	wsm       *workspace.Manager
 	exec      *executor.Executor
 	transfers Transfers
+	// checkpoints keeps workspaces in object storage (checkpoints.go); nil: the workspaces directory only.
+	checkpoints Checkpoints
 }
 
 // New returns a Worker.

@@ -103,6 +103,14 @@ func (m *Manager) RecordSize(tenant, name string, bytes int64) {
 	m.sizes[tenant+"/"+name] = measuredSize{bytes: bytes, at: m.cfg.Now()}
 }
 
+// ForgetSize drops the size recorded for a workspace: its tree changed outside a call (a restore from a
+// checkpoint), so the next Prepare measures it again.
+func (m *Manager) ForgetSize(tenant, name string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.sizes, tenant+"/"+name)
+}
+
 // recorded returns a size recorded less than SizeTTL ago.
 func (m *Manager) recorded(tenant, name string) (int64, bool) {
 	m.mu.Lock()

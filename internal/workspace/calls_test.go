@@ -265,3 +265,25 @@ func TestRecordedSizeSkipsTheWalk(t *testing.T) {
 		t.Fatalf("after the TTL: %+v %v, want a fresh measurement under quota", ws, err)
 	}
 }
+
+// TestForgetSize: a workspace changed outside a call (restored from a checkpoint) is measured again by the
+// next Prepare, even within the recorded size's TTL.
+func TestForgetSize(t *testing.T) {
+	w, err := New(Config{Dir: t.TempDir(), UID: os.Getuid(), GID: os.Getgid(), Quota: 1 << 20, SizeTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, err := w.Prepare("acme", "ws")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.RecordSize("acme", "ws", 10)
+	if err := os.WriteFile(filepath.Join(ws.Dir, "restored"), make([]byte, 2<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w.ForgetSize("acme", "ws")
+	var over *Error
+	if ws, err := w.Prepare("acme", "ws"); !errors.As(err, &over) || over.Type != call.ErrQuota || ws.Bytes < 2<<20 {
+		t.Fatalf("after ForgetSize: %+v, %v; want the restored 2 MiB measured, over quota", ws, err)
+	}
+}

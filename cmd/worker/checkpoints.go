@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/toolpool/toolpool/internal/checkpoint"
+	"github.com/toolpool/toolpool/internal/checkpoint/s3store"
+	"github.com/toolpool/toolpool/internal/queue/jetstream"
+)
+
+// checkpointsConfig keeps workspaces in object storage (docs/workspaces.md#workspaces-in-object-storage):
+// the store, and how files are cut and moved.
+type checkpointsConfig struct {
+	// Store is none (the default: a workspace lives in workspaces_dir alone), jetstream (the object store
+	// of the NATS server the worker uses) or s3 (the s3 section's bucket).
+	Store      string   `yaml:"store"`
+	ChunkBytes int      `yaml:"chunk_bytes"`
+	Parallel   int      `yaml:"parallel"`
+	S3         s3Config `yaml:"s3"`
+}
+
+// s3Config is s3store.Config as the file spells it. The keys default to the environment's
+// AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_REGION (a Kubernetes Secret), which the file overrides.
+type s3Config struct {
+	Endpoint        string `yaml:"endpoint"`
+	Bucket          string `yaml:"bucket"`
+	Region          string `yaml:"region"`
+	Prefix          string `yaml:"prefix"`
+	AccessKeyID     string `yaml:"access_key_id"`
+	SecretAccessKey string `yaml:"secret_access_key"`
+}
+
+// The checkpoint stores.
+const (
+	checkpointsNone      = "none"
+	checkpointsJetStream = "jetstream"
+	checkpointsS3        = "s3"
+)
+
+func defaultCheckpoints() checkpointsConfig {
+	return checkpointsConfig{
+		Store: checkpointsNone, ChunkBytes: checkpoint.DefaultChunkBytes, Parallel: checkpoint.DefaultParallel,
+		S3: s3Config{AccessKeyID: os.Getenv("AWS_ACCESS_KEY_ID"), SecretAccessKey: os.Getenv("AWS_SECRET_ACCESS_KEY"),
+			Region: os.Getenv("AWS_REGION")},
+	}
+}
+
+func (c *checkpointsConfig) s3() s3store.Config {
+	return s3store.Config{Endpoint: c.S3.Endpoint, Bucket: c.S3.Bucket, Region: c.S3.Region, Prefix: c.S3.Prefix,
+		AccessKeyID: c.S3.AccessKeyID, SecretAccessKey: c.S3.SecretAccessKey}
+}
+
+// validate checks the section, each bad value with what to change.
+func (c *checkpointsConfig) validate() error {
+	var errs []error
+	switch c.Store {
+	case checkpointsNone, checkpointsJetStream:
+	case checkpointsS3:
+		// The keys are checked when the store is made (checkpointer): they may come from the environment
+		// of the worker's pod, which a rendering of its config file does not have.
+		s3 := c.s3()
+		s3.AccessKeyID, s3.SecretAccessKey = "-", "-"
+		if err := s3.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("checkpoints.s3: %w", err))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("checkpoints.store %q is none of none, jetstream or s3", c.Store))
+	}
+	if c.ChunkBytes < checkpoint.MinChunkBytes || c.ChunkBytes > checkpoint.MaxChunkBytes {
+		errs = append(errs, fmt.Errorf("checkpoints.chunk_bytes %d is outside %d..%d (default %d)", c.ChunkBytes,
+			checkpoint.MinChunkBytes, checkpoint.MaxChunkBytes, checkpoint.DefaultChunkBytes))
+	}
+	if c.Parallel < 1 || c.Parallel > 256 {
+		errs = append(errs, fmt.Errorf("checkpoints.parallel %d is outside 1..256 (default %d)", c.Parallel, checkpoint.DefaultParallel))
+	}
+	return errors.Join(errs...)
+}
+
+// checkpointer returns the worker's checkpointer on the configured store, or nil when workspaces are not
+// kept in object storage. An S3 bucket that is missing or refuses the keys stops the worker at start.
+func (c *config) checkpointer(ctx context.Context, conn *jetstream.Conn) (*checkpoint.Checkpointer, error) {
+	var store checkpoint.Store
+	switch c.Checkpoints.Store {
+	case checkpointsJetStream:
+		s, err := conn.Checkpoints(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("checkpoints.store jetstream: %w", err)
+		}
+		store = s
+	case checkpointsS3:
+		s, err := s3store.New(c.Checkpoints.s3(), nil)
+		if err != nil {
+			return nil, fmt.Errorf("checkpoints.s3: %w (the keys may come from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)", err)
+		}
+		if err := s.Check(ctx); err != nil {
+			return nil, fmt.Errorf("checkpoints.s3: %w", err)
+		}
+		store = s
+	default:
+		return nil, nil
+	}
+	return checkpoint.New(checkpoint.Config{Dir: c.WorkspacesDir, UID: int(c.UID), GID: int(c.GID), Worker: c.ID,
+		ChunkBytes: c.Checkpoints.ChunkBytes, Parallel: c.Checkpoints.Parallel, Now: conn.Now}, store)
+}

@@ -1,0 +1,134 @@
+package checkpoint_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/toolpool/toolpool/internal/checkpoint"
+	"github.com/toolpool/toolpool/internal/queue/jetstream/jstest"
+)
+
+// benchTree writes files files of size bytes each into root, a hundred per directory.
+func benchTree(b *testing.B, root string, files, size int) {
+	b.Helper()
+	body := []byte(noise(size))
+	for i := range files {
+		dir := filepath.Join(root, fmt.Sprintf("pkg%04d", i/100))
+		if i%100 == 0 {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				b.Fatal(err)
+			}
+		}
+		copy(body, fmt.Sprintf("%08d", i)) // every file its own content
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%03d.go", i%100)), body, 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func benchNode(b *testing.B, s checkpoint.Store, name string) (string, *checkpoint.Checkpointer) {
+	b.Helper()
+	dir := filepath.Join(b.TempDir(), name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	cp, err := checkpoint.New(checkpoint.Config{Dir: dir, Worker: name, UID: os.Getuid(), GID: os.Getgid()}, s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return dir, cp
+}
+
+func benchStore(b *testing.B) checkpoint.Store {
+	b.Helper()
+	conn, _ := jstest.Provisioned(b, nil)
+	s, err := conn.Checkpoints(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
+// BenchmarkSaveOneFileChange is what a checkpoint adds to a call that changed one file of a workspace of
+// 10 000 files (100 directories, 1 KiB each) on JetStream's object store: each iteration rewrites one
+// file and saves; p50 and p95 of the saves are reported. Issue 27's goal: p50 under 20 ms.
+func BenchmarkSaveOneFileChange(b *testing.B) {
+	s := benchStore(b)
+	dir, cp := benchNode(b, s, "a")
+	root := filepath.Join(dir, "acme", "repo")
+	benchTree(b, root, 10_000, 1024)
+	ctx := context.Background()
+	if _, err := cp.Save(ctx, "acme", "repo"); err != nil {
+		b.Fatal(err)
+	}
+	var took []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		p := filepath.Join(root, fmt.Sprintf("pkg%04d", i%100), fmt.Sprintf("f%03d.go", i%100))
+		if err := os.WriteFile(p, []byte(noise(1024)+fmt.Sprint(i)), 0o644); err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		r, err := cp.Save(ctx, "acme", "repo")
+		took = append(took, time.Since(start))
+		if err != nil || !r.Changed || r.Files != 1 {
+			b.Fatalf("save %d: %+v, %v", i, r, err)
+		}
+	}
+	b.StopTimer()
+	slices.Sort(took)
+	b.ReportMetric(float64(took[len(took)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(took[len(took)*95/100].Microseconds())/1000, "p95-ms")
+}
+
+// BenchmarkWorkspace100k checkpoints a workspace of 100 000 files (1000 directories, 1 KiB each, 98 MiB)
+// on JetStream's object store and restores it on another node: the first save (every file read and
+// stored), a save with nothing changed (the walk), a one-file change, the restore on an empty node and
+// the restore of a one-file change over an up-to-date copy. Run it once (-benchtime 1x).
+func BenchmarkWorkspace100k(b *testing.B) {
+	s := benchStore(b)
+	dirA, a := benchNode(b, s, "a")
+	_, bb := benchNode(b, s, "b")
+	root := filepath.Join(dirA, "acme", "big")
+	const files, size = 100_000, 1024
+	benchTree(b, root, files, size)
+	ctx := context.Background()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		timed := func(name string, f func() (checkpoint.Result, error)) checkpoint.Result {
+			start := time.Now()
+			r, err := f()
+			if err != nil {
+				b.Fatalf("%s: %v", name, err)
+			}
+			took := time.Since(start)
+			b.ReportMetric(took.Seconds(), name+"-s")
+			// As it goes, too: the whole benchmark takes minutes on a loaded machine.
+			fmt.Fprintf(os.Stderr, "BenchmarkWorkspace100k: %s %.2f s (%d files, %d chunks, %d bytes moved)\n", name, took.Seconds(), r.Files, r.Chunks, r.Bytes)
+			return r
+		}
+		r := timed("first-save", func() (checkpoint.Result, error) { return a.Save(ctx, "acme", "big") })
+		if i == 0 && (r.Files != files || r.Bytes != files*size) {
+			b.Fatalf("first save: %+v", r)
+		}
+		timed("unchanged-save", func() (checkpoint.Result, error) { return a.Save(ctx, "acme", "big") })
+		if err := os.WriteFile(filepath.Join(root, "pkg0500", "f050.go"), []byte(noise(size)+fmt.Sprint(i)), 0o644); err != nil {
+			b.Fatal(err)
+		}
+		timed("one-file-save", func() (checkpoint.Result, error) { return a.Save(ctx, "acme", "big") })
+		start := time.Now()
+		r = timed("restore-empty", func() (checkpoint.Result, error) { return bb.Restore(ctx, "acme", "big") })
+		b.ReportMetric(float64(r.Files)/time.Since(start).Seconds(), "restore-files/s")
+		b.ReportMetric(float64(r.Bytes)/(1<<20)/time.Since(start).Seconds(), "restore-MiB/s")
+		if err := os.WriteFile(filepath.Join(root, "pkg0999", "f099.go"), []byte(noise(size)+"x"+fmt.Sprint(i)), 0o644); err != nil {
+			b.Fatal(err)
+		}
+		timed("one-file-save-2", func() (checkpoint.Result, error) { return a.Save(ctx, "acme", "big") })
+		timed("one-file-restore", func() (checkpoint.Result, error) { return bb.Restore(ctx, "acme", "big") })
+	}
+}

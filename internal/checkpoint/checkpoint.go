@@ -1,0 +1,241 @@
+// Package checkpoint keeps tenants' workspaces in object storage, so that a workspace lives on without a
+// filesystem shared between workers: Save writes what changed in a workspace since its last checkpoint,
+// Restore brings a worker's copy of a workspace to its latest checkpoint, whichever worker wrote it.
+//
+// Checkpoints are content-addressed and incremental. A file is cut into chunks of Config.ChunkBytes, each
+// stored once per tenant under the SHA-256 of its bytes (so the chunks of a tenant's workspaces are
+// shared); a directory is a tree object listing its entries (name, type, mode, size, modification time,
+// and a file's chunks, a symlink's target or a subdirectory's tree), stored under the SHA-256 of its
+// encoding; the workspace's head names its root tree. Saving a one-file change reads that one file and
+// writes its new chunks, the trees on its path to the root and the head; the rest of the tree is known by
+// its files' stat (inode, size, modification and change times, mode) since the last Save or Restore.
+// Restore skips every subtree whose digest the local copy already has, and rewrites only the files whose
+// chunks differ.
+//
+// Object names, per tenant: <tenant>/chunks/<sha256>, <tenant>/trees/<sha256>, <tenant>/heads/<workspace>.
+//
+// Only regular files, directories and symlinks are kept (FIFOs, sockets and devices are left out);
+// permission bits are kept, and files' modification times; owners are not (everything restored is the sandbox
+// user's). Every path inside a workspace is resolved beneath it without following a symlink
+// (openat2 RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS), and every object read is checked against its digest.
+package checkpoint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Store is the object storage checkpoints live in: an object is written whole under a name and read
+// whole. Implementations: the JetStream object store (internal/queue/jetstream, the default) and an
+// S3-compatible bucket (internal/checkpoint/s3). Safe for concurrent use.
+type Store interface {
+	// Put stores what r yields under name, replacing any object of that name.
+	Put(ctx context.Context, name string, r io.Reader) error
+	// Open returns a reader of the object name, which the caller closes; an error wrapping
+	// os.ErrNotExist when there is none.
+	Open(ctx context.Context, name string) (io.ReadCloser, error)
+	// Has reports whether there is an object name.
+	Has(ctx context.Context, name string) (bool, error)
+}
+
+// Config configures a Checkpointer.
+type Config struct {
+	// Dir holds every tenant's workspaces, as Dir/<tenant>/<workspace> (the worker's workspaces directory).
+	Dir string
+	// UID and GID own everything Restore writes, when this process is root.
+	UID, GID int
+	// Worker names this worker in the heads it writes.
+	Worker string
+	// ChunkBytes is the size of the pieces files are cut into; default DefaultChunkBytes.
+	ChunkBytes int
+	// Parallel is how many files are read and stored, or fetched and written, at once; default
+	// DefaultParallel.
+	Parallel int
+	// Now is the clock of the heads' timestamps; default time.Now.
+	Now func() time.Time
+}
+
+// Defaults and bounds of Config.
+const (
+	DefaultChunkBytes = 4 << 20
+	DefaultParallel   = 16
+	// MinChunkBytes and MaxChunkBytes bound ChunkBytes; Restore reads chunks of up to MaxChunkBytes,
+	// whatever the ChunkBytes of the worker that wrote them.
+	MinChunkBytes = 64 << 10
+	MaxChunkBytes = 64 << 20
+)
+
+// Head is a workspace's latest checkpoint.
+type Head struct {
+	// Tree is the digest of the workspace's root tree.
+	Tree string `json:"tree"`
+	// Seq counts the checkpoints of the workspace, as the worker that wrote this one knew them.
+	Seq uint64 `json:"seq"`
+	// Deleted is set when the workspace was deleted: a worker that holds a copy removes it.
+	Deleted bool      `json:"deleted,omitempty"`
+	Worker  string    `json:"worker"`
+	At      time.Time `json:"at"`
+	Files   int       `json:"files"`
+	Bytes   int64     `json:"bytes"`
+}
+
+// Result says what a Save or a Restore did.
+type Result struct {
+	// Changed is false when the workspace was already at its latest checkpoint: nothing was written.
+	Changed bool
+	// Head is the workspace's latest checkpoint after the Save or Restore (zero when it has none).
+	Head Head
+	// Files is how many files were read and stored (Save) or fetched and written (Restore).
+	Files int
+	// Chunks and Bytes are how many chunks and bytes travelled to or from the store.
+	Chunks int
+	Bytes  int64
+	// Took is how long it took.
+	Took time.Duration
+}
+
+// Checkpointer saves workspaces to a Store and restores them from it. Safe for concurrent use: the Saves
+// and Restores of one workspace are serialized.
+type Checkpointer struct {
+	cfg   Config
+	store Store
+	chown bool
+
+	mu    sync.Mutex
+	ws    map[string]*wsState // by tenant/workspace
+	known map[string]struct{} // objects known to be in the store
+}
+
+// wsState is what this worker knows of its copy of a workspace.
+type wsState struct {
+	// unsavedSince is when a Save of this copy first failed since the last that succeeded (Unix
+	// nanoseconds; zero: none failed): the copy holds changes no checkpoint has.
+	unsavedSince atomic.Int64
+
+	mu sync.Mutex
+	// head is the checkpoint the local copy was at after the last Save or Restore (zero: none known).
+	head Head
+	// files are the local copy's files as of then, by slash-separated path: their stat and chunks.
+	files map[string]fileState
+	// dirs are its directories' entries and tree digests as of then, by path: a directory whose entries
+	// are the same again keeps its digest without being encoded again.
+	dirs map[string]dirState
+}
+
+// dirState is a directory as last saved or restored: its entries, sorted by name, and its tree digest.
+type dirState struct {
+	entries []entry
+	digest  string
+}
+
+// fileState is a file as last read or written: its stat, and its content's chunks.
+type fileState struct {
+	sig    statSig
+	chunks []string
+}
+
+// statSig identifies a file's content without reading it: it changes whenever the content may have.
+type statSig struct {
+	ino          uint64
+	size         int64
+	mtime, ctime int64
+	mode         uint32
+}
+
+// New returns a Checkpointer of the workspaces under cfg.Dir, keeping them in store.
+func New(cfg Config, store Store) (*Checkpointer, error) {
+	if cfg.Dir == "" || !filepath.IsAbs(cfg.Dir) {
+		return nil, fmt.Errorf("new checkpointer: workspaces dir %q must be an absolute path", cfg.Dir)
+	}
+	if store == nil {
+		return nil, errors.New("new checkpointer: no object store")
+	}
+	if cfg.ChunkBytes <= 0 {
+		cfg.ChunkBytes = DefaultChunkBytes
+	}
+	cfg.ChunkBytes = min(max(cfg.ChunkBytes, MinChunkBytes), MaxChunkBytes)
+	if cfg.Parallel <= 0 {
+		cfg.Parallel = DefaultParallel
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Checkpointer{cfg: cfg, store: store, chown: os.Geteuid() == 0, ws: map[string]*wsState{}, known: map[string]struct{}{}}, nil
+}
+
+// state returns the workspace's state, locked; the caller unlocks it.
+func (c *Checkpointer) state(tenant, name string) *wsState {
+	c.mu.Lock()
+	st, ok := c.ws[tenant+"/"+name]
+	if !ok {
+		st = &wsState{}
+		c.ws[tenant+"/"+name] = st
+	}
+	c.mu.Unlock()
+	st.mu.Lock()
+	return st
+}
+
+// OldestUnsaved returns how long ago the oldest change that no checkpoint holds was left by a failed Save
+// (zero when every Save since the last failure of each workspace succeeded).
+func (c *Checkpointer) OldestUnsaved() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var oldest int64
+	for _, st := range c.ws {
+		if t := st.unsavedSince.Load(); t != 0 && (oldest == 0 || t < oldest) {
+			oldest = t
+		}
+	}
+	if oldest == 0 {
+		return 0
+	}
+	return c.cfg.Now().Sub(time.Unix(0, oldest))
+}
+
+// SaveUnsaved saves every workspace whose last Save failed, and returns the errors of those that fail
+// again. A worker calls it from time to time, and once more when it stops, so that changes a failed Save
+// left on it reach object storage without waiting for another call.
+func (c *Checkpointer) SaveUnsaved(ctx context.Context) error {
+	c.mu.Lock()
+	var keys []string
+	for k, st := range c.ws {
+		if st.unsavedSince.Load() != 0 {
+			keys = append(keys, k)
+		}
+	}
+	c.mu.Unlock()
+	var errs []error
+	for _, k := range keys {
+		tenant, name, _ := strings.Cut(k, "/")
+		if _, err := c.Save(ctx, tenant, name); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Checkpointer) isKnown(name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.known[name]
+	return ok
+}
+
+func (c *Checkpointer) learn(name string) {
+	c.mu.Lock()
+	c.known[name] = struct{}{}
+	c.mu.Unlock()
+}
+
+func chunkName(tenant, digest string) string { return tenant + "/chunks/" + digest }
+func treeName(tenant, digest string) string  { return tenant + "/trees/" + digest }
+func headName(tenant, name string) string    { return tenant + "/heads/" + name }

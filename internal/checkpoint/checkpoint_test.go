@@ -1,0 +1,427 @@
+package checkpoint_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/toolpool/toolpool/internal/checkpoint"
+	"github.com/toolpool/toolpool/internal/checkpoint/s3store"
+	"github.com/toolpool/toolpool/internal/checkpoint/s3store/s3test"
+	"github.com/toolpool/toolpool/internal/queue/jetstream/jstest"
+)
+
+// jsStore is the real default store: a JetStream object store on an in-process server.
+func jsStore(t *testing.T) checkpoint.Store {
+	t.Helper()
+	conn, _ := jstest.Provisioned(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := conn.Checkpoints(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// s3Store is the S3 option: a bucket on a real S3 server (versitygw) the test starts.
+func s3Store(t *testing.T) checkpoint.Store {
+	t.Helper()
+	s, err := s3store.New(s3test.Server(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// eachStore runs test against each implementation of the store.
+func eachStore(t *testing.T, test func(t *testing.T, s checkpoint.Store)) {
+	for name, store := range map[string]func(*testing.T) checkpoint.Store{"jetstream": jsStore, "s3": s3Store} {
+		t.Run(name, func(t *testing.T) { test(t, store(t)) })
+	}
+}
+
+// node is one worker's side: its own workspaces directory and checkpointer, on a shared store.
+type node struct {
+	dir string
+	cp  *checkpoint.Checkpointer
+}
+
+func newNode(t *testing.T, s checkpoint.Store, name string, chunk int) node {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cp, err := checkpoint.New(checkpoint.Config{Dir: dir, Worker: name, ChunkBytes: chunk, UID: os.Getuid(), GID: os.Getgid()}, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return node{dir: dir, cp: cp}
+}
+
+func (n node) ws(tenant, name string) string { return filepath.Join(n.dir, tenant, name) }
+
+func write(t *testing.T, root, rel, content string, mode os.FileMode) {
+	t.Helper()
+	p := filepath.Join(root, rel)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// listing describes a tree: every entry's type, permission bits, content digest or target, and a file's
+// modification time.
+func listing(t *testing.T, root string) string {
+	t.Helper()
+	var lines []string
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		info, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		switch {
+		case info.Mode()&fs.ModeSymlink != 0:
+			target, _ := os.Readlink(p)
+			lines = append(lines, fmt.Sprintf("%q link %s", rel, target))
+		case info.IsDir():
+			lines = append(lines, fmt.Sprintf("%q dir %o", rel, info.Mode().Perm()))
+		default:
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			sum := sha256.Sum256(b)
+			lines = append(lines, fmt.Sprintf("%q file %o %d %s %d", rel, info.Mode().Perm(), len(b), hex.EncodeToString(sum[:8]), info.ModTime().UnixNano()))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(lines)
+	return strings.Join(lines, "\n")
+}
+
+// noise returns n bytes that repeat nowhere.
+func noise(n int) string {
+	var b strings.Builder
+	for i := 0; b.Len() < n; i++ {
+		sum := sha256.Sum256([]byte(fmt.Sprint(i)))
+		b.Write(sum[:])
+	}
+	return b.String()[:n]
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return c
+}
+
+// TestAcrossWorkspaceRoots: what one node saves, another with its own directory restores exactly (files,
+// modes, times, symlinks, empty files and directories, a name that is not UTF-8, a file of several
+// chunks), and changes travel back, deletions and type changes included. Each Save sends only the
+// chunks that changed.
+func TestAcrossWorkspaceRoots(t *testing.T) { eachStore(t, acrossWorkspaceRoots) }
+
+func acrossWorkspaceRoots(t *testing.T, s checkpoint.Store) {
+	const chunk = 64 << 10
+	a, b := newNode(t, s, "a", chunk), newNode(t, s, "b", chunk)
+	wa := a.ws("acme", "repo")
+	big := noise(3*chunk + 1600) // four chunks, the last one short
+	write(t, wa, "README.md", "hello\n", 0o644)
+	write(t, wa, "bin/run.sh", "#!/bin/sh\necho run\n", 0o755)
+	write(t, wa, "src/pkg/a.go", "package pkg\n", 0o600)
+	write(t, wa, "data/big.bin", big, 0o644)
+	write(t, wa, "empty", "", 0o644)
+	write(t, wa, "dir-then-file/x", "x", 0o644)
+	write(t, wa, "\xff\xfe-not-utf8", "raw name", 0o644)
+	if err := os.MkdirAll(filepath.Join(wa, "empty-dir"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("src/pkg/a.go", filepath.Join(wa, "link")); err != nil {
+		t.Fatal(err)
+	}
+	r, err := a.cp.Save(ctx(t), "acme", "repo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Changed || r.Files != 7 || r.Chunks != 9 || r.Head.Seq != 1 {
+		t.Fatalf("first save: %+v; want changed, 7 files read, 9 chunks stored (4 of big.bin, none of empty), seq 1", r)
+	}
+	if r, err := a.cp.Save(ctx(t), "acme", "repo"); err != nil || r.Changed || r.Files != 0 || r.Chunks != 0 {
+		t.Fatalf("save without a change: %+v, %v; want nothing read or stored", r, err)
+	}
+
+	r, err = b.cp.Restore(ctx(t), "acme", "repo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wb := b.ws("acme", "repo")
+	if !r.Changed || r.Files != 7 {
+		t.Fatalf("restore: %+v; want 7 files written", r)
+	}
+	if got, want := listing(t, wb), listing(t, wa); got != want {
+		t.Fatalf("restored tree differs:\n%s\nwant:\n%s", got, want)
+	}
+	if r, err := b.cp.Restore(ctx(t), "acme", "repo"); err != nil || r.Changed {
+		t.Fatalf("second restore: %+v, %v; want nothing to do", r, err)
+	}
+
+	// Changes on b: one byte of one chunk of the big file, a file removed, a directory replaced by a
+	// file, a file replaced by a directory, a new file, a mode change, a symlink retargeted.
+	bb := []byte(big)
+	bb[chunk+5] = 'X'
+	write(t, wb, "data/big.bin", string(bb), 0o644)
+	if err := os.Remove(filepath.Join(wb, "README.md")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(wb, "dir-then-file")); err != nil {
+		t.Fatal(err)
+	}
+	write(t, wb, "dir-then-file", "now a file", 0o644)
+	if err := os.Remove(filepath.Join(wb, "empty")); err != nil {
+		t.Fatal(err)
+	}
+	write(t, wb, "empty/inside", "now a directory", 0o644)
+	write(t, wb, "new.txt", "new\n", 0o644)
+	if err := os.Chmod(filepath.Join(wb, "src/pkg/a.go"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(wb, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("bin/run.sh", filepath.Join(wb, "link")); err != nil {
+		t.Fatal(err)
+	}
+	r, err = b.cp.Save(ctx(t), "acme", "repo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Read: big.bin, dir-then-file, empty/inside, new.txt, and a.go (its mode changed its stat). Stored:
+	// one chunk of big.bin and the three new contents (a.go's chunk is known).
+	if !r.Changed || r.Head.Seq != 2 || r.Files != 5 || r.Chunks != 4 {
+		t.Fatalf("incremental save: %+v; want seq 2, 5 files read, 4 chunks stored", r)
+	}
+	r, err = a.cp.Restore(ctx(t), "acme", "repo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := listing(t, wa), listing(t, wb); got != want {
+		t.Fatalf("tree restored over an older copy differs:\n%s\nwant:\n%s", got, want)
+	}
+	// Written: big.bin (its four chunks), dir-then-file, empty/inside, new.txt.
+	if r.Files != 4 {
+		t.Fatalf("incremental restore: %+v; want 4 files written", r)
+	}
+
+	// Deleted on a: b's copy goes.
+	if err := os.RemoveAll(wa); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := a.cp.Save(ctx(t), "acme", "repo"); err != nil || !r.Changed || !r.Head.Deleted {
+		t.Fatalf("save of a removed workspace: %+v, %v; want a deleted head", r, err)
+	}
+	if _, err := b.cp.Restore(ctx(t), "acme", "repo"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(wb); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the copy of a deleted workspace is still there: %v", err)
+	}
+}
+
+// TestChunksSharedWithinTenant: a workspace holding the same files as another of its tenant stores no
+// chunk; another tenant's does (chunks are never shared across tenants).
+func TestChunksSharedWithinTenant(t *testing.T) { eachStore(t, chunksSharedWithinTenant) }
+
+func chunksSharedWithinTenant(t *testing.T, s checkpoint.Store) {
+	a, b := newNode(t, s, "a", 0), newNode(t, s, "b", 0)
+	for _, ws := range []string{a.ws("acme", "one"), b.ws("acme", "two"), b.ws("other", "three")} {
+		write(t, ws, "go.mod", "module example.com/x\n", 0o644)
+		write(t, ws, "lib/lib.go", strings.Repeat("package lib\n", 10000), 0o644)
+	}
+	if r, err := a.cp.Save(ctx(t), "acme", "one"); err != nil || r.Chunks != 2 {
+		t.Fatalf("first workspace: %+v, %v; want 2 chunks stored", r, err)
+	}
+	if r, err := b.cp.Save(ctx(t), "acme", "two"); err != nil || !r.Changed || r.Files != 2 || r.Chunks != 0 {
+		t.Fatalf("same files, same tenant: %+v, %v; want 2 files read and no chunk stored", r, err)
+	}
+	if r, err := b.cp.Save(ctx(t), "other", "three"); err != nil || r.Chunks != 2 {
+		t.Fatalf("same files, another tenant: %+v, %v; want 2 chunks stored", r, err)
+	}
+}
+
+// failing is a store whose Puts fail once armed: the object store unreachable.
+type failing struct {
+	checkpoint.Store
+	fail atomic.Bool
+}
+
+var errUnreachable = errors.New("object store unreachable")
+
+func (f *failing) Put(ctx context.Context, name string, r io.Reader) error {
+	if f.fail.Load() {
+		return errUnreachable
+	}
+	return f.Store.Put(ctx, name, r)
+}
+
+func (f *failing) Open(ctx context.Context, name string) (io.ReadCloser, error) {
+	if f.fail.Load() {
+		return nil, errUnreachable
+	}
+	return f.Store.Open(ctx, name)
+}
+
+// TestStoreUnreachable: a Save that cannot store leaves the latest checkpoint as it was and stores the
+// changes on the next Save; a Restore that cannot read leaves the copy as it was.
+func TestStoreUnreachable(t *testing.T) {
+	s := &failing{Store: jsStore(t)}
+	a, b := newNode(t, s, "a", 0), newNode(t, s, "b", 0)
+	wa := a.ws("acme", "repo")
+	write(t, wa, "f", "one", 0o644)
+	if _, err := a.cp.Save(ctx(t), "acme", "repo"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.cp.Restore(ctx(t), "acme", "repo"); err != nil {
+		t.Fatal(err)
+	}
+	write(t, wa, "f", "two", 0o644)
+	s.fail.Store(true)
+	if _, err := a.cp.Save(ctx(t), "acme", "repo"); !errors.Is(err, errUnreachable) {
+		t.Fatalf("save with the store unreachable: %v; want its error", err)
+	}
+	if a.cp.OldestUnsaved() <= 0 {
+		t.Fatal("a failed save left no unsaved change to report")
+	}
+	before := listing(t, b.ws("acme", "repo"))
+	if _, err := b.cp.Restore(ctx(t), "acme", "repo"); !errors.Is(err, errUnreachable) {
+		t.Fatalf("restore with the store unreachable: %v; want its error", err)
+	}
+	if after := listing(t, b.ws("acme", "repo")); after != before {
+		t.Fatalf("a failed restore changed the copy:\n%s\nwas:\n%s", after, before)
+	}
+	s.fail.Store(false)
+	if r, err := a.cp.Restore(ctx(t), "acme", "repo"); err != nil || r.Changed {
+		t.Fatalf("restore on the node whose save failed: %+v, %v; want its unsaved change kept", r, err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(wa, "f")); string(got) != "two" {
+		t.Fatalf("the unsaved change was undone: f = %q", got)
+	}
+	if r, err := b.cp.Restore(ctx(t), "acme", "repo"); err != nil || r.Changed {
+		t.Fatalf("restore after a failed save: %+v, %v; want the checkpoint before it, unchanged", r, err)
+	}
+	// The worker's retry of unsaved workspaces stores the change, with no call into the workspace.
+	if err := a.cp.SaveUnsaved(ctx(t)); err != nil {
+		t.Fatalf("save the unsaved once the store is back: %v", err)
+	}
+	if age := a.cp.OldestUnsaved(); age != 0 {
+		t.Fatalf("after the retry, the oldest unsaved change is %s old; want none", age)
+	}
+	if r, err := a.cp.Save(ctx(t), "acme", "repo"); err != nil || r.Changed || r.Head.Seq != 2 {
+		t.Fatalf("save after the retry: %+v, %v; want nothing more to store, at seq 2", r, err)
+	}
+	if _, err := b.cp.Restore(ctx(t), "acme", "repo"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(b.ws("acme", "repo"), "f")); string(got) != "two" {
+		t.Fatalf("restored f = %q, want two", got)
+	}
+}
+
+// TestHostileCheckpoint: a head or tree that names a path outside the workspace, or content that does
+// not match its digest, is refused and nothing is written outside the workspace.
+func TestHostileCheckpoint(t *testing.T) {
+	s := jsStore(t)
+	b := newNode(t, s, "b", 0)
+	put := func(name string, body []byte) string {
+		sum := sha256.Sum256(body)
+		d := hex.EncodeToString(sum[:])
+		if name == "" {
+			name = "acme/trees/" + d
+		}
+		if err := s.Put(ctx(t), name, bytes.NewReader(body)); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	chunk := put("", []byte("owned")) // stored under trees/, named by its digest
+	if err := s.Put(ctx(t), "acme/chunks/"+chunk, strings.NewReader("owned")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, tree, want string }{
+		{"dot-dot", `[{"n":"..","y":"f","c":["` + chunk + `"]}]`, "bad entry name"},
+		{"slash", `[{"n":"a/../../x","y":"f","c":["` + chunk + `"]}]`, "bad entry name"},
+		{"bad chunk", `[{"n":"x","y":"f","c":["../../etc/passwd"]}]`, "bad chunk digest"},
+		{"twice", `[{"n":"x","y":"f"},{"n":"x","y":"f"}]`, "twice"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tree := put("", []byte(tc.tree))
+			put("acme/heads/evil", []byte(`{"tree":"`+tree+`","seq":1}`))
+			_, err := b.cp.Restore(ctx(t), "acme", "evil")
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("restore: %v; want an error saying %q", err, tc.want)
+			}
+			if _, err := os.Lstat(filepath.Join(b.dir, "acme", "x")); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("something was written beside the workspace: %v", err)
+			}
+		})
+	}
+	t.Run("corrupt tree", func(t *testing.T) {
+		if err := s.Put(ctx(t), "acme/trees/"+strings.Repeat("ab", 32), strings.NewReader(`[]`)); err != nil {
+			t.Fatal(err)
+		}
+		put("acme/heads/evil", []byte(`{"tree":"`+strings.Repeat("ab", 32)+`","seq":1}`))
+		if _, err := b.cp.Restore(ctx(t), "acme", "evil"); err == nil || !strings.Contains(err.Error(), "does not match its digest") {
+			t.Fatalf("restore of a corrupt tree: %v", err)
+		}
+	})
+}
+
+// TestTooDeep: a tree nested deeper than MaxDepth is refused whole, and the latest checkpoint stays.
+func TestTooDeep(t *testing.T) {
+	s := jsStore(t)
+	a := newNode(t, s, "a", 0)
+	ws := a.ws("acme", "deep")
+	write(t, ws, "f", "x", 0o644)
+	if _, err := a.cp.Save(ctx(t), "acme", "deep"); err != nil {
+		t.Fatal(err)
+	}
+	deep := ws
+	for range checkpoint.MaxDepth + 1 {
+		deep = filepath.Join(deep, "d")
+	}
+	if err := os.MkdirAll(deep, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.cp.Save(ctx(t), "acme", "deep"); !errors.Is(err, checkpoint.ErrTooDeep) {
+		t.Fatalf("save of a tree %d levels deep: %v; want ErrTooDeep", checkpoint.MaxDepth+1, err)
+	}
+	b := newNode(t, s, "b", 0)
+	if r, err := b.cp.Restore(ctx(t), "acme", "deep"); err != nil || r.Head.Seq != 1 {
+		t.Fatalf("restore after the refused save: %+v, %v; want checkpoint 1", r, err)
+	}
+}

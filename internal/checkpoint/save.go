@@ -1,0 +1,414 @@
+package checkpoint
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	"golang.org/x/sys/unix"
+)
+
+// MaxDepth bounds how deep a walk of a workspace descends.
+const MaxDepth = 256
+
+// ErrTooDeep reports a tree nested deeper than MaxDepth.
+var ErrTooDeep = fmt.Errorf("directories nest deeper than %d levels", MaxDepth)
+
+// Save checkpoints the workspace Dir/<tenant>/<name>: it stores the chunks of the files that changed
+// since this worker's last Save or Restore of it, the trees on their paths, and a new head. A workspace
+// that did not change writes nothing (Result.Changed false); a workspace that is gone is saved as
+// deleted. The head is written last: a Save that fails leaves the latest checkpoint as it was, whatever
+// it stored before failing (content-addressed objects that nothing names are harmless), and the next
+// Save stores the same changes again.
+//
+// Save reads the workspace as it stands; the caller keeps writers out, or accepts that a file written
+// meanwhile is saved as it was when read (the next Save catches up).
+func (c *Checkpointer) Save(ctx context.Context, tenant, name string) (res Result, err error) {
+	start := time.Now()
+	st := c.state(tenant, name)
+	defer st.mu.Unlock()
+	defer func() {
+		switch {
+		case err == nil:
+			st.unsavedSince.Store(0)
+		case st.unsavedSince.Load() == 0:
+			st.unsavedSince.Store(c.cfg.Now().UnixNano())
+		}
+	}()
+	root, exists, err := c.openWorkspace(tenant, name)
+	if err != nil {
+		return Result{}, fmt.Errorf("checkpoint workspace %s/%s: %w", tenant, name, err)
+	}
+	sc := &scanned{root: emptyTree, files: map[string]fileState{}}
+	if exists {
+		defer unix.Close(root)
+		if sc, err = c.scan(ctx, root, tenant, st, true); err != nil {
+			return Result{}, fmt.Errorf("checkpoint workspace %s/%s: %w", tenant, name, err)
+		}
+	}
+	res = Result{Files: sc.read, Chunks: int(sc.chunks.Load()), Bytes: sc.bytes.Load()}
+	if st.head.Tree == "" {
+		// Nothing known of this workspace's checkpoints (a new workspace, or a worker that restarted).
+		h, ok, err := c.readHead(ctx, tenant, name)
+		if err != nil {
+			return res, fmt.Errorf("checkpoint workspace %s/%s: %w", tenant, name, err)
+		}
+		if ok {
+			st.head = h
+		} else if !exists {
+			return res, nil // never saved, and gone: nothing to say
+		}
+	}
+	if st.head.Tree == sc.root && st.head.Deleted == !exists {
+		st.files, st.dirs = sc.files, sc.dirState
+		res.Head, res.Took = st.head, time.Since(start)
+		return res, nil
+	}
+	h := Head{Tree: sc.root, Seq: st.head.Seq + 1, Deleted: !exists, Worker: c.cfg.Worker, At: c.cfg.Now().UTC(), Files: len(sc.files), Bytes: sc.total}
+	b, _ := json.Marshal(h)
+	if err := c.store.Put(ctx, headName(tenant, name), bytes.NewReader(b)); err != nil {
+		return res, fmt.Errorf("checkpoint workspace %s/%s: store head: %w", tenant, name, err)
+	}
+	st.head, st.files, st.dirs = h, sc.files, sc.dirState
+	res.Changed, res.Head, res.Took = true, h, time.Since(start)
+	return res, nil
+}
+
+// scanned is a workspace as read by scan.
+type scanned struct {
+	root  string               // its root tree's digest
+	dirs  map[string]string    // every directory's tree digest, by path ("" the root)
+	files map[string]fileState // every file, by path
+	// dirState is every directory's entries and digest, for the next scan.
+	dirState map[string]dirState
+	total    int64 // the files' bytes
+	read     int   // how many files were read (not known by their stat)
+	// chunks and bytes count what was stored.
+	chunks atomic.Int64
+	bytes  atomic.Int64
+}
+
+// dirNode is a directory being scanned: its entries, and which of them are directories still to digest.
+type dirNode struct {
+	rel     string
+	entries []entry
+	subdirs map[int]*dirNode // by index in entries
+}
+
+// fileJob is a file whose content must be read: its stat did not match what was known.
+type fileJob struct {
+	rel string
+	e   *entry
+	fs  *fileState
+}
+
+// scan reads the tree under root. Files whose stat matches what st knows keep their chunks, and
+// directories whose entries are the same keep their digests; the other files are read and cut into
+// chunks, which are stored when upload is set, as are the new trees.
+func (c *Checkpointer) scan(ctx context.Context, root int, tenant string, st *wsState, upload bool) (*scanned, error) {
+	sc := &scanned{dirs: map[string]string{}, files: map[string]fileState{}, dirState: map[string]dirState{}}
+	w := &walker{c: c, root: root, known: st.files, sc: sc}
+	top, err := w.run()
+	if err != nil {
+		return sc, err
+	}
+	jobs := w.jobs
+	sc.read = len(jobs)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(c.cfg.Parallel)
+	for _, j := range jobs {
+		g.Go(func() error { return c.readFile(gctx, root, tenant, j, upload, sc) })
+	}
+	if err := g.Wait(); err != nil {
+		return sc, err
+	}
+	for _, j := range jobs {
+		sc.files[j.rel] = *j.fs
+	}
+	var trees []tree
+	sc.root = c.digest(top, st.dirs, sc, &trees)
+	if upload {
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(c.cfg.Parallel)
+		for _, t := range trees {
+			g.Go(func() error { return c.putObject(gctx, treeName(tenant, t.digest), t.body) })
+		}
+		if err := g.Wait(); err != nil {
+			return sc, err
+		}
+	}
+	return sc, nil
+}
+
+// tree is a tree object to store.
+type tree struct {
+	digest string
+	body   []byte
+}
+
+// walker walks a tree's directories in parallel: Parallel goroutines take directories off a queue, stat
+// their entries and queue their subdirectories. Each directory is opened from the root, beneath it.
+type walker struct {
+	c     *Checkpointer
+	root  int
+	known map[string]fileState
+	sc    *scanned
+
+	mu      sync.Mutex
+	more    *sync.Cond
+	queue   []*dirNode
+	depth   map[*dirNode]int
+	pending int // directories queued or being read
+	err     error
+	jobs    []fileJob
+}
+
+// run walks the tree and returns its root directory.
+func (w *walker) run() (*dirNode, error) {
+	w.more = sync.NewCond(&w.mu)
+	top := &dirNode{rel: "", subdirs: map[int]*dirNode{}}
+	w.queue, w.depth, w.pending = []*dirNode{top}, map[*dirNode]int{top: 0}, 1
+	var wg sync.WaitGroup
+	for range w.c.cfg.Parallel {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				w.mu.Lock()
+				for len(w.queue) == 0 && w.pending > 0 {
+					w.more.Wait()
+				}
+				if w.pending == 0 {
+					w.mu.Unlock()
+					return
+				}
+				n := w.queue[len(w.queue)-1]
+				w.queue = w.queue[:len(w.queue)-1]
+				depth, failed := w.depth[n], w.err != nil
+				w.mu.Unlock()
+				var err error
+				if !failed {
+					err = w.dir(n, depth)
+				}
+				w.mu.Lock()
+				if err != nil && w.err == nil {
+					w.err = err
+				}
+				w.pending--
+				w.more.Broadcast()
+				w.mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return top, w.err
+}
+
+// dir reads directory n: its entries, with the files whose stat is known and those to read.
+func (w *walker) dir(n *dirNode, depth int) error {
+	if depth > MaxDepth {
+		return ErrTooDeep
+	}
+	fd, err := openDir(w.root, n.rel)
+	if errors.Is(err, unix.ENOENT) {
+		return nil // removed while we looked: empty
+	}
+	if err != nil {
+		return fmt.Errorf("open directory %q: %w", n.rel, err)
+	}
+	defer unix.Close(fd)
+	dup, err := openDir(fd, "") // the os.File owns this one
+	if err != nil {
+		return fmt.Errorf("read directory %q: %w", n.rel, err)
+	}
+	d := os.NewFile(uintptr(dup), n.rel)
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return fmt.Errorf("read directory %q: %w", n.rel, err)
+	}
+	n.entries = make([]entry, 0, len(names))
+	type pending struct {
+		rel string
+		i   int
+		sig statSig
+	}
+	var reads []pending
+	var subdirs []*dirNode
+	var total int64
+	reused := map[string]fileState{}
+	for _, name := range names {
+		var s unix.Stat_t
+		if err := unix.Fstatat(fd, name, &s, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				continue // removed while we looked
+			}
+			return fmt.Errorf("stat %q: %w", join(n.rel, name), err)
+		}
+		p := join(n.rel, name)
+		e := entry{Name: name, Mode: s.Mode & 0o777, MTime: s.Mtim.Nano()}
+		switch s.Mode & unix.S_IFMT {
+		case unix.S_IFREG:
+			e.Type, e.Size = typeFile, s.Size
+			sig := sigOf(&s)
+			total += s.Size
+			if k, ok := w.known[p]; ok && k.sig == sig {
+				e.Chunks = k.chunks
+				reused[p] = k
+			} else {
+				reads = append(reads, pending{p, len(n.entries), sig})
+			}
+		case unix.S_IFDIR:
+			e.Type, e.MTime = typeDir, 0
+			child := &dirNode{rel: p, subdirs: map[int]*dirNode{}}
+			n.subdirs[len(n.entries)] = child
+			subdirs = append(subdirs, child)
+		case unix.S_IFLNK:
+			target := make([]byte, unix.PathMax)
+			k, err := unix.Readlinkat(fd, name, target)
+			if errors.Is(err, unix.ENOENT) {
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("read symlink %q: %w", p, err)
+			}
+			e.Type, e.Mode, e.MTime, e.Target = typeSymlink, 0, 0, string(target[:k])
+		default:
+			continue // FIFOs, sockets, devices are not kept
+		}
+		n.entries = append(n.entries, e)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, r := range reads {
+		w.jobs = append(w.jobs, fileJob{rel: r.rel, e: &n.entries[r.i], fs: &fileState{sig: r.sig}})
+	}
+	for p, k := range reused {
+		w.sc.files[p] = k
+	}
+	w.sc.total += total
+	for _, child := range subdirs {
+		w.depth[child] = depth + 1
+		w.queue = append(w.queue, child)
+		w.pending++
+	}
+	return nil
+}
+
+// readFile reads one file of a scan, cuts it into chunks and stores those the store may not have.
+func (c *Checkpointer) readFile(ctx context.Context, root int, tenant string, j fileJob, upload bool, sc *scanned) error {
+	fd, err := openAt(root, j.rel, unix.O_RDONLY)
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) {
+		// Removed, or replaced by a symlink, since the walk: saved as it was seen, empty; the next Save
+		// sees what is there.
+		j.e.Size, j.e.Chunks = 0, nil
+		j.fs.sig = statSig{}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("open %q: %w", j.rel, err)
+	}
+	f := os.NewFile(uintptr(fd), j.rel)
+	defer f.Close()
+	var s unix.Stat_t
+	if err := unix.Fstat(fd, &s); err != nil {
+		return fmt.Errorf("stat %q: %w", j.rel, err)
+	}
+	j.fs.sig = sigOf(&s) // the stat of the content read, for the next Save
+	j.e.MTime, j.e.Mode = s.Mtim.Nano(), s.Mode&0o777
+	buf := make([]byte, min(int64(c.cfg.ChunkBytes), max(s.Size, 1)))
+	var size int64
+	for {
+		n, err := io.ReadFull(f, buf)
+		if n > 0 {
+			sum := sha256.Sum256(buf[:n])
+			d := hex.EncodeToString(sum[:])
+			j.fs.chunks = append(j.fs.chunks, d)
+			size += int64(n)
+			if upload {
+				if err := c.putChunk(ctx, tenant, d, buf[:n], sc); err != nil {
+					return err
+				}
+			}
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("read %q: %w", j.rel, err)
+		}
+		if n == len(buf) && len(buf) < c.cfg.ChunkBytes {
+			buf = make([]byte, c.cfg.ChunkBytes) // grew since the stat
+		}
+	}
+	j.e.Size, j.e.Chunks = size, j.fs.chunks
+	return nil
+}
+
+// putChunk stores a chunk unless this worker knows the store has it, or the store says it has (another
+// workspace of the tenant, or another worker, stored it).
+func (c *Checkpointer) putChunk(ctx context.Context, tenant, digest string, b []byte, sc *scanned) error {
+	name := chunkName(tenant, digest)
+	if c.isKnown(name) {
+		return nil
+	}
+	has, err := c.store.Has(ctx, name)
+	if err != nil {
+		return fmt.Errorf("look up chunk %s: %w", name, err)
+	}
+	if has {
+		c.learn(name)
+		return nil
+	}
+	if err := c.store.Put(ctx, name, bytes.NewReader(b)); err != nil {
+		return fmt.Errorf("store chunk %s: %w", name, err)
+	}
+	c.learn(name)
+	sc.chunks.Add(1)
+	sc.bytes.Add(int64(len(b)))
+	return nil
+}
+
+// digest computes the tree digests of n and its subdirectories. A directory whose entries are those
+// prev has for it keeps its digest; the others are encoded and added to trees, to store.
+func (c *Checkpointer) digest(n *dirNode, prev map[string]dirState, sc *scanned, trees *[]tree) string {
+	for i, sub := range n.subdirs {
+		n.entries[i].Tree = c.digest(sub, prev, sc, trees)
+	}
+	sort.Slice(n.entries, func(i, j int) bool { return n.entries[i].Name < n.entries[j].Name })
+	var d string
+	if p, ok := prev[n.rel]; ok && slices.EqualFunc(p.entries, n.entries, sameEntry) {
+		d = p.digest
+	} else {
+		var b []byte
+		b, d = encodeTree(n.entries)
+		if d != emptyTree {
+			*trees = append(*trees, tree{digest: d, body: b})
+		}
+	}
+	sc.dirs[n.rel] = d
+	sc.dirState[n.rel] = dirState{entries: n.entries, digest: d}
+	return d
+}
+
+// sameEntry reports whether two entries encode the same.
+func sameEntry(a, b entry) bool {
+	return a.Name == b.Name && a.Type == b.Type && a.Mode == b.Mode && a.Size == b.Size && a.MTime == b.MTime &&
+		a.Tree == b.Tree && a.Target == b.Target && slices.Equal(a.Chunks, b.Chunks)
+}
+
+func sigOf(s *unix.Stat_t) statSig {
+	return statSig{ino: s.Ino, size: s.Size, mtime: s.Mtim.Nano(), ctime: s.Ctim.Nano(), mode: s.Mode}
+}

@@ -1,0 +1,146 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/toolpool/toolpool/internal/call"
+	"github.com/toolpool/toolpool/internal/checkpoint"
+	"github.com/toolpool/toolpool/internal/queue/jetstream/jstest"
+	"github.com/toolpool/toolpool/internal/queue/queuetest"
+	"github.com/toolpool/toolpool/internal/sandbox"
+)
+
+// shellRuntime stands in for a container that runs a shell line in its workspace: "write NAME TEXT"
+// writes a file, "cat NAME" prints one; a worker test needs no more of a command than its effect.
+func shellRuntime(t *testing.T) runtimeFunc {
+	return func(_ context.Context, spec sandbox.Spec) (sandbox.Outcome, error) {
+		out := sandbox.Outcome{SandboxTime: time.Millisecond, RunTime: time.Millisecond, WorkspaceBytes: -1}
+		line := spec.Argv[len(spec.Argv)-1]
+		f := strings.SplitN(line, " ", 3)
+		w := sandbox.NewCapWriter(1 << 10)
+		switch f[0] {
+		case "write":
+			if err := os.WriteFile(filepath.Join(spec.WorkspaceDir, f[1]), []byte(f[2]), 0o644); err != nil {
+				t.Error(err)
+			}
+		case "cat":
+			b, err := os.ReadFile(filepath.Join(spec.WorkspaceDir, f[1]))
+			if err != nil {
+				out.ExitCode = 1
+				io.WriteString(w, err.Error())
+			}
+			w.Write(b)
+		}
+		out.Stdout = w.Captured()
+		return out, nil
+	}
+}
+
+// checkingStore is the real checkpoint store, which also notes, when a head is written, whether the
+// call's record was final already; and which fails when armed.
+type checkingStore struct {
+	checkpoint.Store
+	records   *queuetest.Store
+	callID    atomic.Value // string: the call whose record a head's write must precede
+	finalSeen atomic.Bool
+	failPut   atomic.Bool
+	failOpen  atomic.Bool
+}
+
+func (s *checkingStore) Put(ctx context.Context, name string, r io.Reader) error {
+	if s.failPut.Load() {
+		return errors.New("object store unreachable")
+	}
+	if id, _ := s.callID.Load().(string); id != "" && strings.Contains(name, "/heads/") {
+		if res := s.records.Result(id); res != nil && res.Status.Terminal() {
+			s.finalSeen.Store(true)
+		}
+	}
+	return s.Store.Put(ctx, name, r)
+}
+
+func (s *checkingStore) Open(ctx context.Context, name string) (io.ReadCloser, error) {
+	if s.failOpen.Load() {
+		return nil, errors.New("object store unreachable")
+	}
+	return s.Store.Open(ctx, name)
+}
+
+// TestWorkspaceAcrossWorkersWithoutSharedDir: two workers, each with its own workspaces directory, on one
+// JetStream. A call on one writes a file; a call on the other reads it. The checkpoint is written before
+// the writing call's result is recorded. With the object store unreachable, a call that wrote says its
+// changes were not checkpointed, and a call on the other worker does not run on an old copy.
+func TestWorkspaceAcrossWorkersWithoutSharedDir(t *testing.T) {
+	conn, _ := jstest.Provisioned(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	js, err := conn.Checkpoints(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	records := queuetest.NewStore()
+	store := &checkingStore{Store: js, records: records}
+	worker := func(id string) *Worker {
+		cfg := testConfig(t)
+		cfg.ID = id
+		cp, err := checkpoint.New(checkpoint.Config{Dir: cfg.WorkspacesDir, UID: testUID, GID: testGID, Worker: id}, store)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return newTestWorkerWith(t, cfg, shellRuntime(t), records, WithLeases(newFakeLeases()), WithCheckpoints(cp))
+	}
+	a, b := worker("a"), worker("b")
+	run := func(w *Worker, command string) *call.Result {
+		t.Helper()
+		c := newCall("run_shell", `{"command":"`+command+`"}`)
+		records.Put(call.NewResult(c, call.StatusQueued))
+		store.callID.Store(c.ID)
+		w.Handle(ctx, &fakeDelivery{c: c})
+		return records.Result(c.ID)
+	}
+
+	if r := run(a, "write notes.txt from a"); r.Status != call.StatusOK {
+		t.Fatalf("write on a: %s %+v", r.Status, r.Error)
+	}
+	if store.finalSeen.Load() {
+		t.Fatal("the checkpoint's head was written after the call's result was recorded")
+	}
+	if r := run(b, "cat notes.txt"); r.Status != call.StatusOK || r.Stdout != "from a" {
+		t.Fatalf("read on b: %s %q %+v; want a's file", r.Status, r.Stdout, r.Error)
+	}
+	if r := run(b, "write notes.txt from b"); r.Status != call.StatusOK || r.Timing.CheckpointMS < 0 {
+		t.Fatalf("write on b: %s %+v", r.Status, r.Error)
+	}
+	if r := run(a, "cat notes.txt"); r.Status != call.StatusOK || r.Stdout != "from b" {
+		t.Fatalf("read on a: %s %q %+v; want b's change over a's older copy", r.Status, r.Stdout, r.Error)
+	}
+
+	store.failPut.Store(true) // reads still work, writes fail
+	r := run(a, "write notes.txt lost?")
+	if r.Status != call.StatusError || r.Error == nil || r.Error.Type != call.ErrCheckpoint ||
+		!strings.Contains(r.Error.Message, "the call ran, but the changes it made to workspace \"ws\" could not be checkpointed") {
+		t.Fatalf("write with the store unreachable: %s %+v; want checkpoint_failed saying the call ran", r.Status, r.Error)
+	}
+	store.failOpen.Store(true)
+	r = run(b, "cat notes.txt")
+	if r.Status != call.StatusError || r.Error == nil || r.Error.Type != call.ErrCheckpoint || !strings.Contains(r.Error.Message, "did not run") {
+		t.Fatalf("read on b with the store unreachable: %s %+v; want checkpoint_failed saying nothing ran", r.Status, r.Error)
+	}
+	store.failPut.Store(false)
+	store.failOpen.Store(false)
+	// a's unsaved change is kept, and saved by a's next call that may write.
+	if r := run(a, "write other.txt x"); r.Status != call.StatusOK {
+		t.Fatalf("write on a once the store is back: %s %+v", r.Status, r.Error)
+	}
+	if r := run(b, "cat notes.txt"); r.Status != call.StatusOK || r.Stdout != "lost?" {
+		t.Fatalf("read on b: %q %+v; want the change whose checkpoint failed, saved by the next call", r.Stdout, r.Error)
+	}
+}
