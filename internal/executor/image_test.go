@@ -63,3 +63,35 @@ func TestImageFailuresEndTheCall(t *testing.T) {
 		t.Log(r.Error.Message)
 	}
 }
+
+// TestImageOrder: a call runs on the first of its own image, its workspace's default, its tenant's
+// default and the worker's default.
+func TestImageOrder(t *testing.T) {
+	rt := &imageRuntime{}
+	e, wsm := newTestExecutor(t, rt, 0, nil)
+	e.cfg.Image = "reg.example/worker/default:1"
+	const own, wsImage, tenant = "reg.example/own:1", "reg.example/workspace:1", "reg.example/tenant:1"
+	if _, err := wsm.Create(context.Background(), "t", "ws", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wsm.SetImage(context.Background(), "t", "ws", wsImage); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		workspace, image, tenant, want string
+	}{
+		{"ws", own, tenant, own},
+		{"ws", "", tenant, wsImage},
+		{"other", "", tenant, tenant},
+		{"other", "", "", e.cfg.Image},
+	} {
+		c := newCall("run_shell", shellArgs)
+		c.Workspace, c.Image, c.TenantImage = tt.workspace, tt.image, tt.tenant
+		if r := runCall(e, c); r.Status != call.StatusOK {
+			t.Fatalf("%+v: status %s %+v", tt, r.Status, r.Error)
+		}
+		if got := rt.specs[len(rt.specs)-1].Image; got != tt.want {
+			t.Errorf("workspace %s, call image %q, tenant image %q: spec image %q, want %q", tt.workspace, tt.image, tt.tenant, got, tt.want)
+		}
+	}
+}
