@@ -64,7 +64,7 @@ tenants:
 	}{
 		{"no git", map[string]any{}, "names no git source"},
 		{"unknown field", map[string]any{"git": map[string]string{"url": "https://git.example.com/r.git"}, "branch": "x"}, `unknown field "branch"`},
-		{"not JSON", "tar?", "is not a git source"},
+		{"not JSON", "tar?", "is not a workspace source"},
 		{"credentials", git("https://u:secret@git.example.com/r.git", ""), "egress.credentials"},
 		{"ssh", git("git@git.example.com:o/r.git", ""), "ssh address"},
 		{"option ref", git("https://git.example.com/r.git", "--upload-pack=x"), "read as an option"},

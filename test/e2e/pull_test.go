@@ -15,7 +15,8 @@ import (
 
 // TestCallsOnPulledImages: calls name images in a private registry; the worker pulls them with the
 // credentials of its config, each call sees its image's toolchain and the shared workspace, the result
-// names the image by digest, policy refuses an image it does not list (403), and a pull that fails or an
+// names the image by digest, a workspace created with an image runs its calls on it unless they ask for
+// another, policy refuses an image it does not list (403), and a pull that fails or an
 // image with a hostile layer ends the call with image_pull_failed or image_refused.
 func TestCallsOnPulledImages(t *testing.T) {
 	ctrtest.Require(t)
@@ -49,6 +50,25 @@ func TestCallsOnPulledImages(t *testing.T) {
 	host := s.shell(t, "dev-token", "img", "cat from-shell", nil).result(t)
 	if host.Status != call.StatusOK || host.Image != "" || host.Stdout != "shell 65532\n" {
 		t.Fatalf("host view: %s %q image %q", host.Status, host.Stdout, host.Image)
+	}
+
+	// A workspace's default image: its calls run on it unless they ask for another; the workspace is
+	// still shared with calls on other images.
+	put, _ := s.send(t, http.MethodPut, "/v1/workspaces/pyws", "dev-token", map[string]any{"image": pythonImage}, map[string]string{"Content-Type": "application/json"})
+	if inf := wsInfo(t, put); put.code != http.StatusCreated || inf.Image != pythonImage {
+		t.Fatalf("create a workspace with an image: HTTP %d %s", put.code, put.body)
+	}
+	onDefault := s.shell(t, "dev-token", "pyws", `python3 -c 'open("out", "w").write("py %d\n" % (6*7)); print(open("out").read(), end="")'`, nil).result(t)
+	if onDefault.Status != call.StatusOK || onDefault.Stdout != "py 42\n" || !strings.HasPrefix(onDefault.Image, reg.Host+"/tools/python@sha256:") {
+		t.Fatalf("a call in the workspace without an image: %s %q %q image %q %+v", onDefault.Status, onDefault.Stdout, onDefault.Stderr, onDefault.Image, onDefault.Error)
+	}
+	if own := s.shell(t, "dev-token", "pyws", "cat out; command -v python3 || echo no python", map[string]any{"image": shellImage}).result(t); own.Status != call.StatusOK ||
+		own.Stdout != "py 42\nno python\n" || !strings.HasPrefix(own.Image, reg.Host+"/tools/shell@sha256:") {
+		t.Fatalf("a call's own image over its workspace's: %s %q image %q", own.Status, own.Stdout, own.Image)
+	}
+	refusedWS, _ := s.send(t, http.MethodPut, "/v1/workspaces/nodews", "dev-token", map[string]any{"image": "docker.io/library/node:22"}, map[string]string{"Content-Type": "application/json"})
+	if e := refusedWS.errorInfo(t); refusedWS.code != http.StatusForbidden || e.Type != call.ErrPolicyDenied || !strings.Contains(e.Message, reg.Host+"/tools/") {
+		t.Errorf("a workspace image policy does not list: HTTP %d %+v", refusedWS.code, e)
 	}
 
 	denied := s.shell(t, "dev-token", "img", "true", map[string]any{"image": "docker.io/library/python:3.12"})
