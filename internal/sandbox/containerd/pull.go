@@ -117,9 +117,10 @@ type imagePuller struct {
 	pinned []string // cfg.Pinned by full name
 
 	mu       sync.Mutex
-	inUse    map[string]int       // calls running on each image, by full name
-	lastUsed map[string]time.Time // when a call of this process last used each image
-	evicted  int                  // images evicted, for tests
+	pulls    map[string]*pullProgress // pulls under way, by full name (pullprogress.go)
+	inUse    map[string]int           // calls running on each image, by full name
+	lastUsed map[string]time.Time     // when a call of this process last used each image
+	evicted  int                      // images evicted, for tests
 }
 
 func newImagePuller(client *containerd.Client, cfg PullConfig) (*imagePuller, error) {
@@ -136,7 +137,7 @@ func newImagePuller(client *containerd.Client, cfg PullConfig) (*imagePuller, er
 	}
 	cfg.MaxBytes = cmpOr(cfg.MaxBytes, DefaultPullMaxBytes)
 	cfg.Timeout = cmpOr(cfg.Timeout, DefaultPullTimeout)
-	p := &imagePuller{client: client, cfg: cfg, inUse: map[string]int{}, lastUsed: map[string]time.Time{}}
+	p := &imagePuller{client: client, cfg: cfg, pulls: map[string]*pullProgress{}, inUse: map[string]int{}, lastUsed: map[string]time.Time{}}
 	for _, ref := range cfg.Pinned {
 		if name, err := ParseImageRef(ref); err == nil {
 			p.pinned = append(p.pinned, name)
@@ -204,8 +205,8 @@ func ParseImageRef(ref string) (string, error) {
 // ensure returns the image ref names from the store, pulling and unpacking it first when the store lacks
 // it, marked in use (never evicted) until the caller calls release; on an error there is nothing to
 // release. ctx ending stops this caller's wait, not a pull other callers share; the pull has its own time
-// limit.
-func (p *imagePuller) ensure(ctx context.Context, ref string) (_ containerd.Image, release func(), retErr error) {
+// limit. While it waits for a pull, onPull (when not nil) is told how it goes (sandbox.Spec's OnPull).
+func (p *imagePuller) ensure(ctx context.Context, ref string, onPull func(sandbox.PullProgress)) (_ containerd.Image, release func(), retErr error) {
 	name, err := ParseImageRef(ref)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", sandbox.ErrImageRefused, err)
@@ -216,12 +217,13 @@ func (p *imagePuller) ensure(ctx context.Context, ref string) (_ containerd.Imag
 			release()
 		}
 	}()
-	img, err := p.get(ctx, name)
+	img, err := p.get(ctx, name, onPull)
 	return img, release, err
 }
 
-// get returns image name from the store, pulling it (once for all concurrent callers) when it is absent.
-func (p *imagePuller) get(ctx context.Context, name string) (containerd.Image, error) {
+// get returns image name from the store, pulling it (once for all concurrent callers) when it is absent;
+// each caller waiting for the pull is told of its progress through its own onPull.
+func (p *imagePuller) get(ctx context.Context, name string, onPull func(sandbox.PullProgress)) (containerd.Image, error) {
 	if img, err := p.unpacked(ctx, name); err == nil || !errdefs.IsNotFound(err) {
 		if err == nil && p.cfg.OnLookup != nil {
 			p.cfg.OnLookup(true)
@@ -231,26 +233,38 @@ func (p *imagePuller) get(ctx context.Context, name string) (containerd.Image, e
 	if p.cfg.OnLookup != nil {
 		p.cfg.OnLookup(false)
 	}
+	st, leave := p.progressOf(name)
+	defer leave()
 	ch := p.flight.DoChan(name, func() (any, error) {
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.Timeout)
 		defer cancel()
 		began := time.Now()
 		var size int64
-		img, err := p.pull(pctx, name, &size)
+		img, err := p.pull(pctx, name, &size, st)
 		if p.cfg.OnPull != nil {
 			p.cfg.OnPull(size, time.Since(began), err)
 		}
 		return img, err
 	})
-	select {
-	case res := <-ch:
-		if res.Err != nil {
-			return nil, res.Err
+	rep := progressReporter{onPull: onPull}
+	rep.report(st.sample(name))
+	tick := time.NewTicker(sandbox.PullReportEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case res := <-ch:
+			if res.Err != nil {
+				return nil, res.Err
+			}
+			total := st.total.Load()
+			rep.report(sandbox.PullProgress{Image: name, Done: total, Total: total, Phase: sandbox.PullDone})
+			return res.Val.(containerd.Image), nil
+		case <-tick.C:
+			rep.report(st.sample(name))
+		case <-ctx.Done():
+			// The call ended (cancelled, or its worker stopping), not the pull: others may still get it.
+			return nil, fmt.Errorf("wait for the pull of %s: %w", name, ctx.Err())
 		}
-		return res.Val.(containerd.Image), nil
-	case <-ctx.Done():
-		// The call ended (cancelled, or its worker stopping), not the pull: others may still get it.
-		return nil, fmt.Errorf("wait for the pull of %s: %w", name, ctx.Err())
 	}
 }
 
@@ -274,7 +288,7 @@ func (p *imagePuller) unpacked(ctx context.Context, name string) (containerd.Ima
 // pull fetches name, checks its layers and unpacks it. On any failure it deletes what it stored of the
 // image, so that nothing half-pulled is ever run; an image record that was there before (imported by
 // hand, not unpacked) is left alone.
-func (p *imagePuller) pull(ctx context.Context, name string, size *int64) (_ containerd.Image, retErr error) {
+func (p *imagePuller) pull(ctx context.Context, name string, size *int64, st *pullProgress) (_ containerd.Image, retErr error) {
 	_, err := p.client.ImageService().Get(ctx, name)
 	existed := err == nil
 	host := reference.Domain(mustNamed(name))
@@ -282,9 +296,14 @@ func (p *imagePuller) pull(ctx context.Context, name string, size *int64) (_ con
 	limit := func(h images.Handler) images.Handler {
 		return images.HandlerFunc(func(ctx context.Context, desc ocispec.Descriptor) ([]ocispec.Descriptor, error) {
 			children, err := h.Handle(ctx, desc)
-			if err != nil || !images.IsManifestType(desc.MediaType) {
+			if err != nil {
 				return children, err
 			}
+			if !images.IsManifestType(desc.MediaType) {
+				st.complete(desc) // fetched, when it is a manifest's config or layer
+				return children, nil
+			}
+			st.expect(children)
 			sum := desc.Size
 			for _, c := range children {
 				sum += c.Size
@@ -304,6 +323,9 @@ func (p *imagePuller) pull(ctx context.Context, name string, size *int64) (_ con
 			_ = p.client.ImageService().Delete(delCtx, name, images.SynchronousDelete())
 		}
 	}()
+	sctx, stopSampling := context.WithCancel(ctx)
+	defer stopSampling()
+	go st.sampleIngests(sctx, p.client.ContentStore())
 	resolver := docker.NewResolver(docker.ResolverOptions{Hosts: p.hosts()})
 	img, err := p.client.Pull(ctx, name, containerd.WithResolver(resolver), containerd.WithImageHandlerWrapper(limit),
 		containerd.WithPullLabel(labelPulled, "1"))
@@ -313,6 +335,8 @@ func (p *imagePuller) pull(ctx context.Context, name string, size *int64) (_ con
 	if err := checkLayers(ctx, p.client.ContentStore(), img.Target()); err != nil {
 		return nil, fmt.Errorf("%w: image %s: %w", sandbox.ErrImageRefused, name, err)
 	}
+	stopSampling()
+	st.unpacking.Store(true)
 	if err := img.Unpack(ctx, snapshotter); err != nil {
 		return nil, fmt.Errorf("%w: unpack image %s: %w", sandbox.ErrImagePull, name, err)
 	}
