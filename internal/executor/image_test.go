@@ -95,3 +95,35 @@ func TestImageOrder(t *testing.T) {
 		}
 	}
 }
+
+// pullingRuntime reports a pull of the spec's image before it runs it, as a runtime that lacks it does.
+type pullingRuntime struct{ imageRuntime }
+
+func (f *pullingRuntime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Outcome, error) {
+	if spec.OnPull != nil {
+		spec.OnPull(sandbox.PullProgress{Image: spec.Image, Done: 10, Total: 40, Phase: sandbox.PullFetching})
+		spec.OnPull(sandbox.PullProgress{Image: spec.Image, Done: 40, Total: 40, Phase: sandbox.PullDone})
+	}
+	return f.imageRuntime.Run(ctx, spec)
+}
+
+// TestPullProgressReachesTheCaller: the runtime's pull reports reach Run's onPull as the call's
+// PullProgress; a call on the host view has no image and nothing to pull.
+func TestPullProgressReachesTheCaller(t *testing.T) {
+	rt := &pullingRuntime{}
+	e, _ := newTestExecutor(t, rt, 0, nil)
+	var got []call.PullProgress
+	onPull := func(p call.PullProgress) { got = append(got, p) }
+	c := newCall("run_shell", shellArgs)
+	c.Image = "reg.example/tools/python:3.12"
+	x, err := e.Run(context.Background(), c, nil, onPull)
+	e.Finish(call.NewResult(c, call.StatusRunning), c, x, err, nil)
+	want := []call.PullProgress{{Image: c.Image, BytesDone: 10, BytesTotal: 40, Phase: "fetching"}, {Image: c.Image, BytesDone: 40, BytesTotal: 40, Phase: "done"}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("onPull heard %+v, want %+v", got, want)
+	}
+	got = nil
+	if _, err := e.Run(context.Background(), newCall("run_shell", shellArgs), nil, onPull); err != nil || got != nil || rt.specs[1].OnPull != nil {
+		t.Errorf("a host-view call: err %v, heard %+v", err, got)
+	}
+}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"archive/tar"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -39,7 +40,42 @@ func TestCallsOnPulledImages(t *testing.T) {
 		return r.result(t), string(r.body)
 	}
 
-	sh, _ := run(shellImage, `echo "$TOOLPOOL_IMAGE_MARK $(id -u)" > from-shell; cat from-shell; command -v python3 || echo no python`)
+	// The first call pulls its image: its event stream shows the pull's progress as status events.
+	var sh *call.Result
+	var pulls []call.PullProgress
+	body := map[string]any{"tool": "run_shell", "workspace": "img", "image": shellImage,
+		"args": map[string]any{"command": `echo "$TOOLPOOL_IMAGE_MARK $(id -u)" > from-shell; cat from-shell; command -v python3 || echo no python`}}
+	events(t, s.request(t, http.MethodPost, "/v1/calls", "dev-token", body), func(ev sseEvent) bool {
+		switch ev.name {
+		case "status":
+			var st struct {
+				Pull *call.PullProgress `json:"pull"`
+			}
+			if err := json.Unmarshal(ev.data, &st); err != nil {
+				t.Fatalf("status event %s: %v", ev.data, err)
+			}
+			if st.Pull != nil {
+				pulls = append(pulls, *st.Pull)
+			}
+		case "result":
+			sh = new(call.Result)
+			if err := json.Unmarshal(ev.data, sh); err != nil {
+				t.Fatalf("result event %s: %v", ev.data, err)
+			}
+			return false
+		}
+		return true
+	})
+	t.Logf("pull reports on the event stream: %+v", pulls)
+	if sh == nil {
+		t.Fatal("the event stream ended without the result")
+	}
+	if len(pulls) == 0 {
+		t.Fatal("the first call on an image showed no pull on its event stream")
+	}
+	if last := pulls[len(pulls)-1]; last.Phase != "done" || last.BytesTotal == 0 || last.BytesDone != last.BytesTotal || !strings.HasPrefix(last.Image, reg.Host+"/tools/shell:") {
+		t.Errorf("last pull report %+v: want done, with the image's bytes", last)
+	}
 	if sh.Status != call.StatusOK || sh.Stdout != "shell 65532\nno python\n" || !strings.HasPrefix(sh.Image, reg.Host+"/tools/shell@sha256:") {
 		t.Fatalf("shell image: %s %q %q image %q %+v", sh.Status, sh.Stdout, sh.Stderr, sh.Image, sh.Error)
 	}
