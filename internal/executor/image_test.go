@@ -32,8 +32,8 @@ func TestCallImageReachesTheSpecAndTheResult(t *testing.T) {
 	c := newCall("run_shell", shellArgs)
 	c.Image = "reg.example/tools/python:3.12"
 	r := runCall(e, c)
-	if got := rt.specs[0].Image; got != c.Image {
-		t.Errorf("spec image %q, want the call's %q", got, c.Image)
+	if got := rt.specs[0].Image; got != c.Image || rt.specs[0].Tenant != c.Tenant {
+		t.Errorf("spec image %q of tenant %q, want the call's %q of %q (whose registry credentials pull it)", got, rt.specs[0].Tenant, c.Image, c.Tenant)
 	}
 	if r.Status != call.StatusOK || r.Image != "reg.example/tools/python@sha256:abc" {
 		t.Errorf("result status %s image %q, want ok on the image by digest", r.Status, r.Image)

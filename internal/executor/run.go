@@ -149,7 +149,7 @@ func (e *Executor) plan(c *call.Call, tool *tools.Tool, inv tools.Invocation, ws
 	}
 	spec := sandbox.Spec{
 		ID: c.ID, Argv: inv.Argv, Env: inv.Env, Cwd: inv.Cwd, Stdin: inv.Stdin, WorkspaceDir: ws.Dir, Image: cmp.Or(inv.Image, c.Image, ws.Image, c.TenantImage, e.cfg.Image),
-		Runtime: c.Limits.Runtime, WorkspaceReadOnly: c.Limits.ReadOnlyWorkspace,
+		Tenant: c.Tenant, Runtime: c.Limits.Runtime, WorkspaceReadOnly: c.Limits.ReadOnlyWorkspace,
 		Limits: sandbox.Limits{
 			Timeout: timeout, OutputBytes: max(c.Limits.OutputBytes, e.cfg.CaptureBytes), MemoryBytes: c.Limits.MemoryBytes,
 			PIDs: c.Limits.PIDs, CPUMillis: c.Limits.CPUMillis, Network: c.Limits.Network, WorkspaceBytes: quota,

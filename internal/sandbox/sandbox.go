@@ -77,6 +77,9 @@ type Spec struct {
 	// filesystem instead of the read-only view of the host's system directories. A runtime that pulls
 	// images brings it in from its registry when its store lacks it.
 	Image string
+	// Tenant is the tenant whose call this is: a runtime that pulls Image uses the registry credentials
+	// bound to it (docs/images.md). Empty is a call of no tenant (the worker's own).
+	Tenant string
 	// OnPull, when set, is told how a pull of Image is going while the call waits for it: from one
 	// goroutine, at most every PullReportEvery and when the phase changes, with Done never going back,
 	// and a last report of phase PullDone when the image is ready. It is never called for an image the

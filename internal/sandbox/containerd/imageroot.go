@@ -21,7 +21,7 @@ import (
 // StopSignal, Healthcheck and Labels are ignored: the call runs its own argv as the sandbox user in
 // /workspace with no capabilities, exactly as on the host view.
 func (r *Runtime) prepareImage(ctx context.Context, spec *sandbox.Spec) (digest string, release func(), err error) {
-	img, release, err := r.images.ensure(ctx, spec.Image, spec.OnPull)
+	img, release, err := r.images.ensure(ctx, spec.Image, spec.Tenant, spec.OnPull)
 	if err != nil {
 		return "", nil, err
 	}

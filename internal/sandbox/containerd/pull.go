@@ -38,6 +38,11 @@ type RegistryConfig struct {
 	PasswordFile string `yaml:"password_file"`
 	// PlainHTTP talks to the registry over plain HTTP instead of HTTPS (a registry on loopback).
 	PlainHTTP bool `yaml:"plain_http"`
+	// Tenants, when set, binds the entry's credentials to these tenants' calls; empty means every
+	// tenant's. A host may have one entry for every tenant and entries bound to tenants, no tenant in
+	// two of them. A tenant's call uses the entry that lists it, else the host's entry for every tenant;
+	// with neither, while the host has entries bound to others, its image is refused.
+	Tenants []string `yaml:"tenants"`
 }
 
 // PullConfig configures how a Runtime brings in images that its store lacks.
@@ -75,22 +80,34 @@ const (
 	DefaultPullTimeout  = 10 * time.Minute
 )
 
-// Validate checks the configuration: each registry host once, without a scheme or path, with both
-// credentials or neither; no negative bound.
+// Validate checks the configuration: each registry host without a scheme or path, with one entry for
+// every tenant at most and no tenant in two of its entries; each entry with both credentials or neither;
+// no negative bound.
 func (c *PullConfig) Validate() error {
-	seen := map[string]bool{}
+	seen := map[string]bool{} // host, and host + "\x00" + tenant
 	for i, r := range c.Registries {
 		switch {
 		case r.Host == "" || strings.ContainsAny(r.Host, "/ "):
 			return fmt.Errorf("registries[%d]: host %q must be a registry host[:port], without a scheme or path", i, r.Host)
-		case seen[r.Host]:
-			return fmt.Errorf("registries[%d]: host %s is listed twice", i, r.Host)
+		case len(r.Tenants) == 0 && seen[r.Host]:
+			return fmt.Errorf("registries[%d]: host %s has two entries for every tenant: keep one, or bind the others to tenants (tenants: [...])", i, r.Host)
 		case r.Password != "" && r.PasswordFile != "":
 			return fmt.Errorf("registries[%d] (%s): set password or password_file, not both", i, r.Host)
 		case (r.Username == "") != (r.Password == "" && r.PasswordFile == ""):
 			return fmt.Errorf("registries[%d] (%s): set both username and password (or password_file), or neither", i, r.Host)
 		}
-		seen[r.Host] = true
+		if len(r.Tenants) == 0 {
+			seen[r.Host] = true
+		}
+		for _, t := range r.Tenants {
+			switch {
+			case t == "" || strings.ContainsAny(t, "/ \x00"):
+				return fmt.Errorf("registries[%d] (%s): tenants: %q is not a tenant name", i, r.Host, t)
+			case seen[r.Host+"\x00"+t]:
+				return fmt.Errorf("registries[%d]: tenant %s has two entries for host %s: keep one", i, t, r.Host)
+			}
+			seen[r.Host+"\x00"+t] = true
+		}
 	}
 	switch {
 	case c.MaxBytes < 0:
@@ -117,6 +134,7 @@ type imagePuller struct {
 	pinned []string // cfg.Pinned by full name
 
 	mu       sync.Mutex
+	verified map[string]time.Time     // when a tenant last showed its access to an image (verify)
 	pulls    map[string]*pullProgress // pulls under way, by full name (pullprogress.go)
 	inUse    map[string]int           // calls running on each image, by full name
 	lastUsed map[string]time.Time     // when a call of this process last used each image
@@ -137,7 +155,7 @@ func newImagePuller(client *containerd.Client, cfg PullConfig) (*imagePuller, er
 	}
 	cfg.MaxBytes = cmpOr(cfg.MaxBytes, DefaultPullMaxBytes)
 	cfg.Timeout = cmpOr(cfg.Timeout, DefaultPullTimeout)
-	p := &imagePuller{client: client, cfg: cfg, pulls: map[string]*pullProgress{}, inUse: map[string]int{}, lastUsed: map[string]time.Time{}}
+	p := &imagePuller{client: client, cfg: cfg, verified: map[string]time.Time{}, pulls: map[string]*pullProgress{}, inUse: map[string]int{}, lastUsed: map[string]time.Time{}}
 	for _, ref := range cfg.Pinned {
 		if name, err := ParseImageRef(ref); err == nil {
 			p.pinned = append(p.pinned, name)
@@ -160,18 +178,73 @@ func cmpOr[T comparable](v, def T) T {
 	return v
 }
 
-// registry returns the configuration of host, and whether it has one.
-func (p *imagePuller) registry(host string) (RegistryConfig, bool) {
-	for _, r := range p.cfg.Registries {
-		if r.Host == host {
-			return r, true
+// registry returns the entry whose credentials tenant's calls use at host: the one that lists tenant,
+// else the host's entry for every tenant, else none (anonymous, over HTTPS). scoped reports that the host
+// has entries bound to tenants: then a tenant shows its own access to an image that is stored already
+// (verify). It refuses (sandbox.ErrImageRefused) a tenant with neither entry on a host with entries
+// bound to others.
+func (p *imagePuller) registry(host, tenant string) (r RegistryConfig, scoped bool, err error) {
+	var every, bound *RegistryConfig
+	for i, e := range p.cfg.Registries {
+		if e.Host != host {
+			continue
+		}
+		switch {
+		case len(e.Tenants) == 0:
+			every = &p.cfg.Registries[i]
+		case slices.Contains(e.Tenants, tenant):
+			scoped, bound = true, &p.cfg.Registries[i]
+		default:
+			scoped = true
 		}
 	}
-	return RegistryConfig{Host: host}, false
+	switch {
+	case bound != nil:
+		return *bound, scoped, nil
+	case every != nil:
+		return *every, scoped, nil
+	case scoped:
+		who := "tenant " + tenant
+		if tenant == "" {
+			who = "a call of no tenant (the worker's own)"
+		}
+		return RegistryConfig{Host: host}, true, fmt.Errorf("%w: registry %s's credentials on this worker are bound to other tenants, and %s has none: "+
+			"an operator adds the tenant to the tenants of an images.registries entry for %s (or adds an entry for every tenant), or the call uses another image",
+			sandbox.ErrImageRefused, host, who, host)
+	}
+	return RegistryConfig{Host: host}, false, nil
 }
 
-// hosts returns the registry hosts of the resolver: each with its scheme and credentials from the config.
-func (p *imagePuller) hosts() docker.RegistryHosts {
+// verifyEvery is how long a tenant's shown access to an image of a registry with credentials bound to
+// tenants stands, before its next call on the stored image asks the registry again.
+const verifyEvery = 5 * time.Minute
+
+// verify checks that tenant's credentials at the registry of image name give it the image (a resolve of
+// its manifest), unless they did within verifyEvery: an image pulled with one tenant's credentials is
+// run by another only when the registry would give it to that tenant too.
+func (p *imagePuller) verify(ctx context.Context, name, tenant string) error {
+	key := tenant + "\x00" + name
+	p.mu.Lock()
+	at, ok := p.verified[key]
+	p.mu.Unlock()
+	if ok && time.Since(at) < verifyEvery {
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, min(p.cfg.Timeout, time.Minute))
+	defer cancel()
+	resolver := docker.NewResolver(docker.ResolverOptions{Hosts: p.hosts(tenant)})
+	if _, _, err := resolver.Resolve(rctx, name); err != nil {
+		return pullError(name, reference.Domain(mustNamed(name)), err)
+	}
+	p.mu.Lock()
+	p.verified[key] = time.Now()
+	p.mu.Unlock()
+	return nil
+}
+
+// hosts returns the registry hosts of tenant's resolver: each with its scheme and the credentials bound
+// to tenant (registry) from the config.
+func (p *imagePuller) hosts(tenant string) docker.RegistryHosts {
 	client := &http.Client{Transport: &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment, // the worker's own proxy settings, never a call's egress proxy
 		DialContext:           (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
@@ -179,14 +252,14 @@ func (p *imagePuller) hosts() docker.RegistryHosts {
 		ResponseHeaderTimeout: 30 * time.Second,
 	}}
 	creds := func(host string) (string, string, error) {
-		r, _ := p.registry(host)
-		return r.Username, r.Password, nil
+		r, _, err := p.registry(host, tenant)
+		return r.Username, r.Password, err
 	}
 	return docker.ConfigureDefaultRegistries(
 		docker.WithClient(client),
 		docker.WithAuthorizer(docker.NewDockerAuthorizer(docker.WithAuthClient(client), docker.WithAuthCreds(creds))),
 		docker.WithPlainHTTP(func(host string) (bool, error) {
-			r, _ := p.registry(host)
+			r, _, _ := p.registry(host, tenant)
 			return r.PlainHTTP, nil
 		}),
 	)
@@ -206,7 +279,8 @@ func ParseImageRef(ref string) (string, error) {
 // it, marked in use (never evicted) until the caller calls release; on an error there is nothing to
 // release. ctx ending stops this caller's wait, not a pull other callers share; the pull has its own time
 // limit. While it waits for a pull, onPull (when not nil) is told how it goes (sandbox.Spec's OnPull).
-func (p *imagePuller) ensure(ctx context.Context, ref string, onPull func(sandbox.PullProgress)) (_ containerd.Image, release func(), retErr error) {
+// The registry's credentials are those bound to tenant (registry).
+func (p *imagePuller) ensure(ctx context.Context, ref, tenant string, onPull func(sandbox.PullProgress)) (_ containerd.Image, release func(), retErr error) {
 	name, err := ParseImageRef(ref)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", sandbox.ErrImageRefused, err)
@@ -217,13 +291,24 @@ func (p *imagePuller) ensure(ctx context.Context, ref string, onPull func(sandbo
 			release()
 		}
 	}()
-	img, err := p.get(ctx, name, onPull)
+	img, err := p.get(ctx, name, tenant, onPull)
 	return img, release, err
 }
 
 // get returns image name from the store, pulling it (once for all concurrent callers) when it is absent;
-// each caller waiting for the pull is told of its progress through its own onPull.
-func (p *imagePuller) get(ctx context.Context, name string, onPull func(sandbox.PullProgress)) (containerd.Image, error) {
+// each caller waiting for the pull is told of its progress through its own onPull. On a registry with
+// credentials bound to tenants, tenant must have an entry, and its credentials must give it the image
+// (verify) before it runs a stored one or joins a pull.
+func (p *imagePuller) get(ctx context.Context, name, tenant string, onPull func(sandbox.PullProgress)) (containerd.Image, error) {
+	_, scoped, err := p.registry(reference.Domain(mustNamed(name)), tenant)
+	if err != nil {
+		return nil, err
+	}
+	if scoped {
+		if err := p.verify(ctx, name, tenant); err != nil {
+			return nil, err
+		}
+	}
 	if img, err := p.unpacked(ctx, name); err == nil || !errdefs.IsNotFound(err) {
 		if err == nil && p.cfg.OnLookup != nil {
 			p.cfg.OnLookup(true)
@@ -240,7 +325,7 @@ func (p *imagePuller) get(ctx context.Context, name string, onPull func(sandbox.
 		defer cancel()
 		began := time.Now()
 		var size int64
-		img, err := p.pull(pctx, name, &size, st)
+		img, err := p.pull(pctx, name, tenant, &size, st)
 		if p.cfg.OnPull != nil {
 			p.cfg.OnPull(size, time.Since(began), err)
 		}
@@ -288,7 +373,7 @@ func (p *imagePuller) unpacked(ctx context.Context, name string) (containerd.Ima
 // pull fetches name, checks its layers and unpacks it. On any failure it deletes what it stored of the
 // image, so that nothing half-pulled is ever run; an image record that was there before (imported by
 // hand, not unpacked) is left alone.
-func (p *imagePuller) pull(ctx context.Context, name string, size *int64, st *pullProgress) (_ containerd.Image, retErr error) {
+func (p *imagePuller) pull(ctx context.Context, name, tenant string, size *int64, st *pullProgress) (_ containerd.Image, retErr error) {
 	_, err := p.client.ImageService().Get(ctx, name)
 	existed := err == nil
 	host := reference.Domain(mustNamed(name))
@@ -326,7 +411,7 @@ func (p *imagePuller) pull(ctx context.Context, name string, size *int64, st *pu
 	sctx, stopSampling := context.WithCancel(ctx)
 	defer stopSampling()
 	go st.sampleIngests(sctx, p.client.ContentStore())
-	resolver := docker.NewResolver(docker.ResolverOptions{Hosts: p.hosts()})
+	resolver := docker.NewResolver(docker.ResolverOptions{Hosts: p.hosts(tenant)})
 	img, err := p.client.Pull(ctx, name, containerd.WithResolver(resolver), containerd.WithImageHandlerWrapper(limit),
 		containerd.WithPullLabel(labelPulled, "1"))
 	if err != nil {
