@@ -26,7 +26,7 @@ func (r *Runtime) prepareImage(ctx context.Context, spec *sandbox.Spec) (digest 
 		return "", nil, err
 	}
 	spec.Image = img.Name()
-	env, err := imageEnv(ctx, img)
+	env, err := r.images.env(ctx, img)
 	if err != nil {
 		release()
 		return "", nil, fmt.Errorf("%w: %w", sandbox.ErrImagePull, err)

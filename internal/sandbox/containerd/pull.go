@@ -135,6 +135,7 @@ type imagePuller struct {
 
 	mu       sync.Mutex
 	verified map[string]time.Time     // when a tenant last showed its access to an image (verify)
+	seen     map[string]seenImage     // what is known of stored images, by their manifest's digest (unpacked)
 	pulls    map[string]*pullProgress // pulls under way, by full name (pullprogress.go)
 	inUse    map[string]int           // calls running on each image, by full name
 	lastUsed map[string]time.Time     // when a call of this process last used each image
@@ -155,7 +156,7 @@ func newImagePuller(client *containerd.Client, cfg PullConfig) (*imagePuller, er
 	}
 	cfg.MaxBytes = cmpOr(cfg.MaxBytes, DefaultPullMaxBytes)
 	cfg.Timeout = cmpOr(cfg.Timeout, DefaultPullTimeout)
-	p := &imagePuller{client: client, cfg: cfg, verified: map[string]time.Time{}, pulls: map[string]*pullProgress{}, inUse: map[string]int{}, lastUsed: map[string]time.Time{}}
+	p := &imagePuller{client: client, cfg: cfg, verified: map[string]time.Time{}, seen: map[string]seenImage{}, pulls: map[string]*pullProgress{}, inUse: map[string]int{}, lastUsed: map[string]time.Time{}}
 	for _, ref := range cfg.Pinned {
 		if name, err := ParseImageRef(ref); err == nil {
 			p.pinned = append(p.pinned, name)
@@ -353,8 +354,21 @@ func (p *imagePuller) get(ctx context.Context, name, tenant string, onPull func(
 	}
 }
 
+// seenUnpacked is how long an image found unpacked is taken to stay so, by its manifest's digest, before
+// a call on it checks its snapshots again: the name is looked up for every call, its content is not.
+const seenUnpacked = time.Minute
+
+// seenImage is what is known of a stored image by its manifest's digest (content that cannot change):
+// when it was last found unpacked, and its environment (imageEnv), once read.
+type seenImage struct {
+	unpackedAt time.Time
+	env        []string
+	envRead    bool
+}
+
 // unpacked returns the stored image name when it is unpacked for the snapshotter; a NotFound error when it
-// is absent or only partly there.
+// is absent or only partly there. The name is looked up every time (an image deleted or imported again
+// is seen at once); its snapshots are checked at most every seenUnpacked for one manifest.
 func (p *imagePuller) unpacked(ctx context.Context, name string) (containerd.Image, error) {
 	img, err := p.client.GetImage(ctx, name)
 	if err != nil {
@@ -363,11 +377,44 @@ func (p *imagePuller) unpacked(ctx context.Context, name string) (containerd.Ima
 		}
 		return nil, fmt.Errorf("%w: get image %s: %w", sandbox.ErrImagePull, name, err)
 	}
+	dg := img.Target().Digest.String()
+	p.mu.Lock()
+	known := time.Since(p.seen[dg].unpackedAt) < seenUnpacked
+	p.mu.Unlock()
+	if known {
+		return img, nil
+	}
 	ok, err := img.IsUnpacked(ctx, snapshotter)
 	if err != nil || !ok {
 		return nil, fmt.Errorf("image %s is not unpacked: %w", name, errdefs.ErrNotFound)
 	}
+	p.mu.Lock()
+	si := p.seen[dg]
+	si.unpackedAt = time.Now()
+	p.seen[dg] = si
+	p.mu.Unlock()
 	return img, nil
+}
+
+// env returns the environment a call inherits from img (imageEnv), read once per manifest.
+func (p *imagePuller) env(ctx context.Context, img containerd.Image) ([]string, error) {
+	dg := img.Target().Digest.String()
+	p.mu.Lock()
+	si := p.seen[dg]
+	p.mu.Unlock()
+	if si.envRead {
+		return slices.Clone(si.env), nil
+	}
+	env, err := imageEnv(ctx, img)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	si = p.seen[dg]
+	si.env, si.envRead = env, true
+	p.seen[dg] = si
+	p.mu.Unlock()
+	return slices.Clone(env), nil
 }
 
 // pull fetches name, checks its layers and unpacks it. On any failure it deletes what it stored of the

@@ -7,6 +7,11 @@ import (
 	"testing"
 	"time"
 
+	ctdclient "github.com/containerd/containerd"
+	"github.com/containerd/containerd/images"
+	"github.com/containerd/containerd/namespaces"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
 	"github.com/toolpool/toolpool/internal/sandbox"
 	"github.com/toolpool/toolpool/internal/sandbox/containerd"
 	"github.com/toolpool/toolpool/internal/sandbox/containerd/ctrtest"
@@ -86,6 +91,35 @@ func TestRegistryBindingsValidate(t *testing.T) {
 		err := c.Validate()
 		if (tt.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.want)) {
 			t.Errorf("%+v: %v, want %q", tt.regs, err, tt.want)
+		}
+	}
+}
+
+// TestImageReplacedUnderItsName: what a call learns of a stored image (its snapshots, its environment) is
+// kept by the image's manifest, never by its name: an image deleted and pulled again under the same name
+// with other content serves the next call with the new content and environment.
+func TestImageReplacedUnderItsName(t *testing.T) {
+	rt, d, reg := pullRuntime(t, nil)
+	client, err := ctdclient.New(d.Address())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	ctx := namespaces.WithNamespace(context.Background(), "toolpool-test")
+	base := ctrtest.BaseLayer(t)
+	for _, mark := range []string{"first", "second"} {
+		ref := ctrtest.PushImage(t, reg, "tools/replaced:1", v1.Config{Env: []string{"MARK=" + mark}}, base, randomLayer(t))
+		out, err := rt.Run(ctx, imageCall(ref, workspace(t), "/bin/sh", "-c", `echo "$MARK"`))
+		if err != nil || out.Stdout.String() != mark+"\n" {
+			t.Fatalf("call on the %s image: %v, stdout %q (stderr %q)", mark, err, out.Stdout.String(), out.Stderr.String())
+		}
+		rt.WaitCleanups()
+		name, err := containerd.ParseImageRef(ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := client.ImageService().Delete(ctx, name, images.SynchronousDelete()); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
