@@ -1,11 +1,9 @@
 package dispatcher
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"testing"
-	"time"
 
 	"github.com/toolpool/toolpool/internal/call"
 	"github.com/toolpool/toolpool/internal/policy"
@@ -24,25 +22,12 @@ func TestCreateWorkspaceWithImage(t *testing.T) {
 	const img = "registry.example.com/tools/python:3.12"
 	h := newHarness(t, setup{})
 	h.pol.images = images
-	h.pub.onPublish = func(c *call.Call) { // a worker that creates: the workspace's description
+	h.answerWorkspaceOps(t, func(c *call.Call) string { // a worker that creates: the workspace's description
 		var a workspace.Args
 		json.Unmarshal(c.Args, &a)
-		go func() {
-			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-				rec, err := h.store.Get(context.Background(), c.ID)
-				if err != nil {
-					continue
-				}
-				r := rec.Result
-				out, _ := json.Marshal(workspace.Output{Workspace: &workspace.Info{Name: c.Workspace, Image: a.Image}})
-				r.Status, r.Output = call.StatusOK, string(out)
-				if _, err := h.store.Update(context.Background(), r, rec.Revision); err == nil {
-					return
-				}
-			}
-			t.Errorf("worker: call %s never recorded", c.ID)
-		}()
-	}
+		out, _ := json.Marshal(workspace.Output{Workspace: &workspace.Info{Name: c.Workspace, Image: a.Image}})
+		return string(out)
+	})
 	putJSON := func(path string, body any) reply {
 		return h.do(http.MethodPut, path, acmeCaller, body, "Content-Type", "application/json")
 	}
