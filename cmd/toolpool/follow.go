@@ -61,6 +61,7 @@ type follower struct {
 	result         *call.Result
 	raw            json.RawMessage
 	streamed       bool
+	pulled         string // the last pull report shown: image, phase and tenth of the bytes
 }
 
 // resumeFrom sets where a follower starts: after event id last ("<stdout bytes>.<stderr bytes>"), whose
@@ -75,6 +76,21 @@ func (f *follower) resumeFrom(last string) {
 	}
 }
 
+// showPull prints a report of the call's image pull on stderr, when its phase changed or its bytes
+// passed another tenth of the image's.
+func (f *follower) showPull(p call.PullProgress) {
+	tenth := int64(-1)
+	if p.BytesTotal > 0 {
+		tenth = p.BytesDone * 10 / p.BytesTotal
+	}
+	key := p.Image + " " + p.Phase + " " + strconv.FormatInt(tenth, 10)
+	if key == f.pulled {
+		return
+	}
+	f.pulled = key
+	fmt.Fprintf(f.stderr, "[toolpool: %s]\n", p)
+}
+
 func (f *follower) handle(ev event) bool {
 	if ev.id != "" {
 		f.last = ev.id
@@ -82,10 +98,14 @@ func (f *follower) handle(ev event) bool {
 	switch ev.name {
 	case "status":
 		var st struct {
-			ID string `json:"id"`
+			ID   string             `json:"id"`
+			Pull *call.PullProgress `json:"pull"`
 		}
 		if json.Unmarshal(ev.data, &st) == nil && st.ID != "" {
 			f.id = st.ID
+		}
+		if st.Pull != nil {
+			f.showPull(*st.Pull)
 		}
 	case "stdout", "stderr":
 		var o struct {

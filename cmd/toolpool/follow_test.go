@@ -93,3 +93,32 @@ func TestFollowResumesAfterEachCut(t *testing.T) {
 		}
 	}
 }
+
+// TestFollowShowsPullProgress: status events that carry the pull of the call's image are shown on stderr,
+// once per phase and tenth of the image's bytes (a resumed stream's repeats are not shown again); the
+// output and the result are as without them.
+func TestFollowShowsPullProgress(t *testing.T) {
+	serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		pull := func(done int, phase string) {
+			fmt.Fprintf(w, "id: 0.0\nevent: status\ndata: {\"id\":\"c_1\",\"status\":\"running\",\"pull\":{\"image\":\"r/py:3\",\"bytes_done\":%d,\"bytes_total\":4000000,\"phase\":%q}}\n\n", done, phase)
+		}
+		fmt.Fprint(w, "id: 0.0\nevent: status\ndata: {\"id\":\"c_1\",\"status\":\"running\"}\n\n")
+		pull(0, "fetching")
+		pull(2000000, "fetching")
+		pull(2100000, "fetching") // the same tenth: not shown
+		pull(2000000, "fetching")
+		pull(4000000, "unpacking")
+		pull(4000000, "done")
+		fmt.Fprint(w, "id: 3.0\nevent: stdout\ndata: {\"offset\":0,\"text\":\"hi\\n\"}\n\n")
+		fmt.Fprintf(w, "id: 3.0\nevent: result\ndata: %s\n\n", strings.ReplaceAll(okResult, "\n", ""))
+	}))
+	code, stdout, stderr := cli("follow", "c_1")
+	want := "[toolpool: pulling image r/py:3: 0.0 MB of 4.0 MB (0%)]\n" +
+		"[toolpool: pulling image r/py:3: 2.0 MB of 4.0 MB (50%)]\n" +
+		"[toolpool: unpacking image r/py:3: 4.0 MB]\n" +
+		"[toolpool: pulled image r/py:3: 4.0 MB]\n"
+	if code != 0 || stdout != "hi\n" || !strings.HasPrefix(stderr, want+"[ok · exit 0") {
+		t.Errorf("exit %d, stdout %q, stderr:\n%s\nwant it to start with:\n%s", code, stdout, stderr, want)
+	}
+}

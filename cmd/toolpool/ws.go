@@ -23,6 +23,7 @@ import (
 const wsUsage = `usage:
   toolpool ws create NAME [--from DIR|ARCHIVE]   a new workspace, empty or seeded (tar, tar.gz, zip)
   toolpool ws create NAME --git URL [--ref REF]  a new workspace cloned from git (https; default branch)
+      create's --image REF                       the workspace's default image: its calls that name none run on it
   toolpool ws ls                                 your workspaces: size, files, last use, expiry
   toolpool ws info NAME                          one workspace, with its snapshots
   toolpool ws push NAME DIR|ARCHIVE [--path P]   upload a directory or an archive into path P
@@ -48,6 +49,7 @@ func cmdWorkspace(c *client, args []string, stdout io.Writer) error {
 	snap := fs.String("snapshot", "", "fork this snapshot")
 	gitURL := fs.String("git", "", "clone this git repository (https URL)")
 	ref := fs.String("ref", "", "the branch, tag or commit to clone (default: the default branch)")
+	image := fs.String("image", "", "create: the workspace's default image (an OCI reference policy admits)")
 	if err := parseFlags(fs, flags); err != nil {
 		return err
 	}
@@ -62,6 +64,10 @@ func cmdWorkspace(c *client, args []string, stdout io.Writer) error {
 		if err := need(1, "NAME"); err != nil {
 			return err
 		}
+		path := "/v1/workspaces/" + url.PathEscape(pos[0])
+		if *image != "" {
+			path += "?image=" + url.QueryEscape(*image)
+		}
 		switch {
 		case *from != "" && *gitURL != "":
 			return fmt.Errorf("%w: give --from or --git, not both\n%s", errUsage, wsUsage)
@@ -72,12 +78,12 @@ func cmdWorkspace(c *client, args []string, stdout io.Writer) error {
 			if _, err := src.Check(); err != nil {
 				return fmt.Errorf("%w: %w", errUsage, err)
 			}
-			return c.wsDo(ctx, http.MethodPut, "/v1/workspaces/"+url.PathEscape(pos[0]), map[string]any{"git": src}, stdout)
+			return c.wsDo(ctx, http.MethodPut, path, map[string]any{"git": src}, stdout)
 		}
 		if *from == "" {
-			return c.wsDo(ctx, http.MethodPut, "/v1/workspaces/"+url.PathEscape(pos[0]), nil, stdout)
+			return c.wsDo(ctx, http.MethodPut, path, nil, stdout)
 		}
-		return c.upload(ctx, http.MethodPut, "/v1/workspaces/"+url.PathEscape(pos[0]), *from, stdout)
+		return c.upload(ctx, http.MethodPut, path, *from, stdout)
 	case "push":
 		if err := need(2, "NAME DIR|ARCHIVE"); err != nil {
 			return err

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -83,11 +84,11 @@ func TestLoadConfigImages(t *testing.T) {
 				t.Errorf("image %q pull %+v", cfg.Image, pull)
 			}
 		}},
-		{name: "file", yaml: "image: python:3.12\nimages:\n  max_bytes: 1000\n  pull_timeout: 30s\n  cache_bytes: 5000\n  pinned: [python:3.12]\n  registries:\n  - {host: reg.example:5000, username: u, password: p, plain_http: true}\n",
+		{name: "file", yaml: "image: python:3.12\nimages:\n  max_bytes: 1000\n  pull_timeout: 30s\n  cache_bytes: 5000\n  pinned: [python:3.12]\n  registries:\n  - {host: reg.example:5000, username: u, password: p, plain_http: true, tenants: [acme]}\n",
 			check: func(t *testing.T, cfg config) {
 				pull := cfg.sandboxConfig("/run/c.sock", "/r", "/i").Pull
-				want := containerd.RegistryConfig{Host: "reg.example:5000", Username: "u", Password: "p", PlainHTTP: true}
-				if cfg.Image != "docker.io/library/python:3.12" || pull.MaxBytes != 1000 || pull.Timeout != 30*time.Second || len(pull.Registries) != 1 || pull.Registries[0] != want ||
+				want := containerd.RegistryConfig{Host: "reg.example:5000", Username: "u", Password: "p", PlainHTTP: true, Tenants: []string{"acme"}}
+				if cfg.Image != "docker.io/library/python:3.12" || pull.MaxBytes != 1000 || pull.Timeout != 30*time.Second || len(pull.Registries) != 1 || !reflect.DeepEqual(pull.Registries[0], want) ||
 					pull.CacheBytes != 5000 || len(pull.Pinned) != 1 || pull.Pinned[0] != "python:3.12" {
 					t.Errorf("image %q pull %+v", cfg.Image, pull)
 				}

@@ -130,10 +130,14 @@ type Call struct {
 	ArgsDigest string `json:"args_digest,omitempty"`
 	// TraceParent carries the W3C trace context of the request that accepted the call.
 	TraceParent string `json:"traceparent,omitempty"`
-	// Image is the OCI image reference the call's container runs on, as the dispatcher chose it (the
-	// request's image, else the tenant's default); empty means the worker's default image, or else the
-	// host view. A custom tool's own image comes first.
+	// Image is the OCI image reference the request asked for, admitted by policy. The call's container
+	// runs on the first of: a custom tool's own image, Image, the workspace's default image (kept with
+	// the workspace on the workers' side), TenantImage, the worker's default image; with none, the host
+	// view.
 	Image string `json:"image,omitempty"`
+	// TenantImage is the tenant's default image as the dispatcher's config gave it, for a call whose
+	// request and workspace name none.
+	TenantImage string `json:"tenant_image,omitempty"`
 }
 
 // ErrorInfo is a machine-readable error type and a message written for the model.

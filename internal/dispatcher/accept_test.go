@@ -140,3 +140,18 @@ func TestSharedRulesKeepEveryReplicasRule(t *testing.T) {
 		t.Fatal("an invalid rule (run_shell without a prefix) was stored")
 	}
 }
+
+// TestWorkerRecordedFirst: when the worker that took a call records it before the dispatcher does (its
+// Create finds the id taken), the answer is the worker's record, not "queued, not recorded yet".
+func TestWorkerRecordedFirst(t *testing.T) {
+	h := newHarness(t, setup{})
+	h.pub.onPublish = func(c *call.Call) {
+		r := call.NewResult(c, call.StatusRunning)
+		r.Worker = "w1"
+		h.store.Put(r)
+	}
+	r := h.do(http.MethodPost, "/v1/calls", acmeCaller, map[string]any{"tool": "run_shell", "args": map[string]string{"command": "true"}, "wait": false})
+	if res := r.result(t); res.Status != call.StatusRunning || res.Worker != "w1" || res.Output != "" {
+		t.Fatalf("HTTP %d %s: want the worker's record, running on w1", r.code, r.body)
+	}
+}

@@ -122,11 +122,13 @@ func (e *sse) ping() error {
 	return e.flush()
 }
 
-// statusEvent is the data of a "status" event.
+// statusEvent is the data of a "status" event. Pull, while a running call waits for its image, says how
+// far the pull is.
 type statusEvent struct {
-	ID     string      `json:"id"`
-	Status call.Status `json:"status"`
-	Worker string      `json:"worker,omitempty"`
+	ID     string             `json:"id"`
+	Status call.Status        `json:"status"`
+	Worker string             `json:"worker,omitempty"`
+	Pull   *call.PullProgress `json:"pull,omitempty"`
 }
 
 // lagEvent says that live output of a stream has a gap at this reader's position: Missing bytes from
@@ -213,6 +215,10 @@ func (s *api) follow(w http.ResponseWriter, r *http.Request, tenant, id string, 
 				chunks = nil
 				continue
 			}
+			if ch.Stream == call.StreamPull {
+				err = sendPull(ev, pos, res, ch)
+				break
+			}
 			err = s.sendChunk(ev, &pos, live, ch)
 			if !live[ch.Stream] {
 				stopLive() // the rest comes from the store: stop reading (and paying for) the live stream
@@ -268,6 +274,21 @@ func (s *api) sendChunk(ev *sse, pos *position, live map[string]bool, ch queue.C
 	off := *at
 	*at = ch.End()
 	return ev.send(pos.String(), ch.Stream, newOutputEvent(off, data))
+}
+
+// sendPull sends a status event for each report of the pull of running call res's image in ch (one JSON
+// call.PullProgress a line); a line that does not decode is skipped.
+func sendPull(ev *sse, pos position, res *call.Result, ch queue.Chunk) error {
+	for line := range strings.Lines(string(ch.Data)) {
+		var p call.PullProgress
+		if json.Unmarshal([]byte(line), &p) != nil {
+			continue
+		}
+		if err := ev.send(pos.String(), "status", statusEvent{ID: res.ID, Status: res.Status, Worker: res.Worker, Pull: &p}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // catchUp sends the stored stream from where this follower is to the end of what was kept.

@@ -81,7 +81,7 @@ func (l *fakeLive) FollowOutput(ctx context.Context, _ string, from queue.Offset
 }
 
 // TestEventsLiveThenGap: GET /v1/calls/{id}/events of a running call follows the live output from the
-// position of Last-Event-ID; at a gap (bytes the live stream does not have) it says exactly which bytes
+// position of Last-Event-ID, with its image's pull as status events; at a gap (bytes the live stream does not have) it says exactly which bytes
 // are missing, stops reading the live output while the call still runs, and ends with the result once
 // the call does.
 func TestEventsLiveThenGap(t *testing.T) {
@@ -128,6 +128,14 @@ func TestEventsLiveThenGap(t *testing.T) {
 	live.chunks <- queue.Chunk{Stream: call.StreamStdout, Offset: 2, Data: []byte("cd")}
 	if id, name, data := next(); id != "4.0" || name != "stdout" || data != `{"offset":2,"text":"cd"}` {
 		t.Fatalf("event %s %s %s, want stdout cd at 2 with id 4.0", id, name, data)
+	}
+	// The image's pull, reported on the live stream: a status event per report, the position unchanged.
+	live.chunks <- queue.Chunk{Stream: call.StreamPull, Offset: 0, Data: []byte(`{"image":"r/x:1","bytes_done":10,"bytes_total":40,"phase":"fetching"}` + "\n" +
+		`{"image":"r/x:1","bytes_done":40,"bytes_total":40,"phase":"done"}` + "\n")}
+	for _, want := range []string{`"pull":{"image":"r/x:1","bytes_done":10,"bytes_total":40,"phase":"fetching"}`, `"pull":{"image":"r/x:1","bytes_done":40,"bytes_total":40,"phase":"done"}`} {
+		if id, name, data := next(); id != "4.0" || name != "status" || !strings.Contains(data, `"status":"running"`) || !strings.Contains(data, want) {
+			t.Fatalf("event %s %s %s, want a running status with %s at 4.0", id, name, data, want)
+		}
 	}
 	live.chunks <- queue.Chunk{Stream: call.StreamStdout, Offset: 10, Data: []byte("xyz")}
 	_, name, data := next()

@@ -102,26 +102,43 @@ func (s *api) simpleWorkspaceOp(op string) http.HandlerFunc {
 }
 
 // createWorkspace: PUT /v1/workspaces/{name}, with no body (empty), an archive (tar, tar.gz, zip), or
-// with Content-Type application/json a git source, {"git": {"url": URL, "ref": REF}} (workspace_clone).
+// with Content-Type application/json a git source, {"git": {"url": URL, "ref": REF}} (workspace_clone),
+// and/or a default image, {"image": REF}. An archive or empty body takes the image as ?image=REF. The
+// image is checked against policy's images sections here, before anything is queued.
 func (s *api) createWorkspace(w http.ResponseWriter, r *http.Request) {
 	name, ok := workspaceName(w, r)
 	if !ok {
 		return
 	}
 	op := workspace.OpCreate
-	var args workspace.Args
+	args := workspace.Args{Image: r.URL.Query().Get("image")}
+	if !s.imageAllowed(w, r, args.Image) {
+		return
+	}
 	switch mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); {
 	case r.ContentLength == 0:
 	case mt == "application/json":
-		g, ok := s.gitSource(w, r)
+		src, ok := s.jsonSource(w, r)
 		if !ok {
 			return
 		}
-		op, args.Git = workspace.OpClone, g
+		if src.Image != "" {
+			if args.Image != "" {
+				writeErr(w, invalid(`the image is given twice, in the body and as ?image=: give it once`))
+				return
+			}
+			if !s.imageAllowed(w, r, src.Image) {
+				return
+			}
+			args.Image = src.Image
+		}
+		if src.Git != nil {
+			op, args.Git = workspace.OpClone, src.Git
+		}
 	default:
 		body := bufio.NewReader(r.Body)
 		if b, err := body.Peek(1); err == nil && b[0] == '{' {
-			writeErr(w, call.Reject(call.KindUnsupportedMedia, call.ErrInvalidRequest, `the body looks like JSON: to seed from git, send {"git": {"url": ..., "ref": ...}} with Content-Type: application/json; to seed from an archive, send a tar, tar.gz or zip`))
+			writeErr(w, call.Reject(call.KindUnsupportedMedia, call.ErrInvalidRequest, `the body looks like JSON: to seed from git or set the image, send {"git": {"url": ..., "ref": ...}, "image": ...} with Content-Type: application/json; to seed from an archive, send a tar, tar.gz or zip`))
 			return
 		}
 		obj, ok := s.storeUpload(w, r, body)
@@ -138,12 +155,28 @@ func (s *api) createWorkspace(w http.ResponseWriter, r *http.Request) {
 	writeWorkspace(w, http.StatusCreated, res, out)
 }
 
-// gitSource reads and checks the JSON body of a create from git; it answers the refusal itself when bad.
-func (s *api) gitSource(w http.ResponseWriter, r *http.Request) (*workspace.Git, bool) {
-	const shape = `{"git": {"url": "https://host/owner/repo.git", "ref": "main"}} (ref optional: the default branch)`
-	var body struct {
-		Git *workspace.Git `json:"git"`
+// imageAllowed checks a workspace's default image ref against policy's images sections of the layers
+// and the tenant (a tool's own section governs only the images calls ask for); it answers the refusal
+// itself (403, 422) when policy does not admit it.
+func (s *api) imageAllowed(w http.ResponseWriter, r *http.Request, ref string) bool {
+	if err := s.checkImage(principalFrom(r.Context()).tenant, "", `"image"`, ref); err != nil {
+		writeErr(w, err)
+		return false
 	}
+	return true
+}
+
+// workspaceSource is the JSON body of PUT /v1/workspaces/{name}: a git source, a default image, or both.
+type workspaceSource struct {
+	Git   *workspace.Git `json:"git"`
+	Image string         `json:"image"`
+}
+
+// jsonSource reads and checks the JSON body of a create from git or with an image; it answers the refusal
+// itself when bad.
+func (s *api) jsonSource(w http.ResponseWriter, r *http.Request) (workspaceSource, bool) {
+	const shape = `{"git": {"url": "https://host/owner/repo.git", "ref": "main"}, "image": "registry/repository:tag"} (ref optional: the default branch; git, image or both)`
+	var body workspaceSource
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&body); err != nil {
@@ -151,22 +184,24 @@ func (s *api) gitSource(w http.ResponseWriter, r *http.Request) (*workspace.Git,
 		if msg, unknown := strings.CutPrefix(err.Error(), "json: "); unknown && strings.HasPrefix(msg, "unknown field") {
 			why = msg
 		}
-		writeErr(w, invalid("the body is not a git source: %s; send %s", why, shape))
-		return nil, false
+		writeErr(w, invalid("the body is not a workspace source: %s; send %s", why, shape))
+		return body, false
 	}
 	if dec.More() {
 		writeErr(w, invalid("the body has data after the JSON object: send exactly %s", shape))
-		return nil, false
+		return body, false
 	}
-	if body.Git == nil {
-		writeErr(w, invalid("the JSON body names no git source: send %s", shape))
-		return nil, false
+	if body.Git == nil && body.Image == "" {
+		writeErr(w, invalid("the JSON body names no git source and no image: send %s", shape))
+		return body, false
 	}
-	if _, err := body.Git.Check(); err != nil {
-		writeErr(w, invalid("%v", err))
-		return nil, false
+	if body.Git != nil {
+		if _, err := body.Git.Check(); err != nil {
+			writeErr(w, invalid("%v", err))
+			return body, false
+		}
 	}
-	return body.Git, true
+	return body, true
 }
 
 // uploadArchive: POST /v1/workspaces/{name}/files?path=DIR with an archive as the body.

@@ -38,8 +38,9 @@ func TestCallImage(t *testing.T) {
 		if r := post(h, ""); r.code != http.StatusAccepted {
 			t.Fatalf("HTTP %d: %s", r.code, r.body)
 		}
-		if got := h.pub.calls()[0].Image; got != "registry.example.com/base:1" {
-			t.Errorf("published image %q, want the tenant's default", got)
+		// The worker runs it on the workspace's default image first, else on this one.
+		if c := h.pub.calls()[0]; c.Image != "" || c.TenantImage != "registry.example.com/base:1" {
+			t.Errorf("published image %q, tenant image %q: want none, and the tenant's default", c.Image, c.TenantImage)
 		}
 	})
 	t.Run("no image without a default", func(t *testing.T) {

@@ -110,9 +110,10 @@ func (s *Server) admit(ctx context.Context, p principal, req *call.Request) (*ca
 		queueTimeout = min(queueTimeout, time.Duration(*req.DeadlineMS)*time.Millisecond)
 	}
 	c.Deadline = c.CreatedAt.Add(queueTimeout)
-	if c.Image, err = s.image(p, req, tool.Name); err != nil {
+	if err = s.checkImage(p.tenant, tool.Name, `"image"`, req.Image); err != nil {
 		return nil, none, err
 	}
+	c.Image, c.TenantImage = req.Image, p.image
 	c.Limits, c.Decision.Clamped = s.limits(p.tenant, req, tool, dec.Limits)
 	c.Limits.Runtime = p.runtime
 	c.Limits.ReadOnlyWorkspace = dec.Limits.ReadOnlyWorkspace

@@ -13,6 +13,28 @@ import (
 	"github.com/toolpool/toolpool/internal/workspace"
 )
 
+// answerWorkspaceOps makes every published call end ok with the output out gives it, as a worker that
+// ran it records it.
+func (h *harness) answerWorkspaceOps(t *testing.T, out func(c *call.Call) string) {
+	h.pub.onPublish = func(c *call.Call) {
+		output := out(c)
+		go func() {
+			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+				rec, err := h.store.Get(context.Background(), c.ID)
+				if err != nil {
+					continue
+				}
+				r := rec.Result
+				r.Status, r.Output = call.StatusOK, output
+				if _, err := h.store.Update(context.Background(), r, rec.Revision); err == nil {
+					return
+				}
+			}
+			t.Errorf("worker: call %s never recorded", c.ID)
+		}()
+	}
+}
+
 // TestCreateWorkspaceFromGit: PUT /v1/workspaces/{name} with a JSON git source becomes a workspace_clone
 // call judged by policy like a command granted network, carrying the policy's egress limits and the
 // tenant's runtime; a bad source is refused with 400 and a denied host with 403, neither queued.
@@ -34,22 +56,9 @@ tenants:
 		t.Fatal(err)
 	}
 	h := newHarness(t, setup{engine: policy.NewStore(pol), config: func(c *Config) { c.Tenants[0].Runtime = "gvisor" }})
-	h.pub.onPublish = func(c *call.Call) { // a worker that clones: the workspace's description
-		go func() {
-			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-				rec, err := h.store.Get(context.Background(), c.ID)
-				if err != nil {
-					continue
-				}
-				r := rec.Result
-				r.Status, r.Output = call.StatusOK, `{"workspace":{"name":"`+c.Workspace+`","files":2}}`
-				if _, err := h.store.Update(context.Background(), r, rec.Revision); err == nil {
-					return
-				}
-			}
-			t.Errorf("worker: call %s never recorded", c.ID)
-		}()
-	}
+	h.answerWorkspaceOps(t, func(c *call.Call) string { // a worker that clones: the workspace's description
+		return `{"workspace":{"name":"` + c.Workspace + `","files":2}}`
+	})
 	put := func(token, name string, body any, header ...string) reply {
 		return h.do(http.MethodPut, "/v1/workspaces/"+name, token, body, append([]string{"Content-Type", "application/json"}, header...)...)
 	}
@@ -64,7 +73,7 @@ tenants:
 	}{
 		{"no git", map[string]any{}, "names no git source"},
 		{"unknown field", map[string]any{"git": map[string]string{"url": "https://git.example.com/r.git"}, "branch": "x"}, `unknown field "branch"`},
-		{"not JSON", "tar?", "is not a git source"},
+		{"not JSON", "tar?", "is not a workspace source"},
 		{"credentials", git("https://u:secret@git.example.com/r.git", ""), "egress.credentials"},
 		{"ssh", git("git@git.example.com:o/r.git", ""), "ssh address"},
 		{"option ref", git("https://git.example.com/r.git", "--upload-pack=x"), "read as an option"},

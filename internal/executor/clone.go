@@ -69,7 +69,7 @@ func (e *Executor) Clone(ctx context.Context, c *call.Call, g workspace.Git, dir
 		timeout = min(timeout, time.Until(deadline)-cloneMargin)
 	}
 	spec := sandbox.Spec{
-		ID: c.ID, Argv: cloneArgv(g), Env: cloneEnv, WorkspaceDir: dir, Image: e.cfg.Image, Runtime: c.Limits.Runtime,
+		ID: c.ID, Argv: cloneArgv(g), Env: cloneEnv, WorkspaceDir: dir, Image: e.cfg.Image, Tenant: c.Tenant, Runtime: c.Limits.Runtime,
 		Limits: sandbox.Limits{Timeout: timeout, OutputBytes: 64 << 10, WorkspaceBytes: lim.Bytes, Network: true},
 	}
 	finish, err := e.withEgress(ctx, &narrowed, tools.Invocation{}, &spec)

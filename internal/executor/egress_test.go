@@ -137,7 +137,7 @@ func TestEgressStoppedWhenNoCapture(t *testing.T) {
 	e.cfg.EgressDir, e.cfg.Egress, e.cfg.RunnerBinary = filepath.Join(t.TempDir(), "egress"), gw, "/host/worker"
 	c := newCall("run_shell", shellArgs)
 	c.Limits.Network = true
-	_, err = e.Run(context.Background(), c, func() (Capture, error) { return nil, errors.New("create spool: no space left on device") })
+	_, err = e.Run(context.Background(), c, func() (Capture, error) { return nil, errors.New("create spool: no space left on device") }, nil)
 	if !errors.Is(err, sandbox.ErrNotStarted) {
 		t.Fatalf("Run = %v, want an error wrapping sandbox.ErrNotStarted", err)
 	}

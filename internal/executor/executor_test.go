@@ -74,7 +74,7 @@ const shellArgs = `{"command":"echo hi"}`
 // runCall runs c and returns its result as Finish makes it.
 func runCall(e *Executor, c *call.Call) *call.Result {
 	r := call.NewResult(c, call.StatusRunning)
-	x, err := e.Run(context.Background(), c, nil)
+	x, err := e.Run(context.Background(), c, nil, nil)
 	e.Finish(r, c, x, err, nil)
 	return r
 }

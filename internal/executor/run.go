@@ -18,13 +18,15 @@ import (
 // Run plans call c's process and runs it in a fresh container, holding the call's workspace shared
 // (workspace.Manager.Hold) meanwhile. It blocks until the container is gone; cancelling ctx kills it (see
 // ErrCancelRequested for the cause). newCapture, called once for a tool that streams its output (a
-// command), gathers that output; the capture is finished before Run returns.
+// command), gathers that output; the capture is finished before Run returns. onPull, when not nil, is told
+// how the pull of the call's image goes while the call waits for it (sandbox.Spec's OnPull), from one
+// goroutine; it must return at once.
 //
 // A call the executor refuses (an unknown tool, arguments that do not plan, a workspace over its quota, a
 // program or a runtime this worker does not have) comes back as an Execution that Finish turns into the
 // call's error, with a nil error. An error wrapping sandbox.ErrNotStarted means nothing ran and the call
 // may be offered again; any other error is the runtime's, for Finish.
-func (e *Executor) Run(ctx context.Context, c *call.Call, newCapture func() (Capture, error)) (Execution, error) {
+func (e *Executor) Run(ctx context.Context, c *call.Call, newCapture func() (Capture, error), onPull func(call.PullProgress)) (Execution, error) {
 	tool, ok := e.tools.Lookup(c.Tool)
 	if !ok {
 		return Execution{failed: &call.ErrorInfo{Type: call.ErrNotFound, Message: fmt.Sprintf("unknown tool %q", c.Tool)}}, nil
@@ -72,6 +74,11 @@ func (e *Executor) Run(ctx context.Context, c *call.Call, newCapture func() (Cap
 	finishEgress, err := e.withEgress(ctx, c, inv, &spec)
 	if err != nil {
 		return Execution{}, fmt.Errorf("%w: %w", sandbox.ErrNotStarted, err)
+	}
+	if onPull != nil && spec.Image != "" {
+		spec.OnPull = func(p sandbox.PullProgress) {
+			onPull(call.PullProgress{Image: p.Image, BytesDone: p.Done, BytesTotal: p.Total, Phase: p.Phase})
+		}
 	}
 	var capt Capture
 	if tool.Streams() && newCapture != nil {
@@ -142,8 +149,8 @@ func (e *Executor) plan(c *call.Call, tool *tools.Tool, inv tools.Invocation, ws
 		timeout = tool.DefaultTimeout
 	}
 	spec := sandbox.Spec{
-		ID: c.ID, Argv: inv.Argv, Env: inv.Env, Cwd: inv.Cwd, Stdin: inv.Stdin, WorkspaceDir: ws.Dir, Image: cmp.Or(inv.Image, c.Image, e.cfg.Image),
-		Runtime: c.Limits.Runtime, WorkspaceReadOnly: c.Limits.ReadOnlyWorkspace,
+		ID: c.ID, Argv: inv.Argv, Env: inv.Env, Cwd: inv.Cwd, Stdin: inv.Stdin, WorkspaceDir: ws.Dir, Image: cmp.Or(inv.Image, c.Image, ws.Image, c.TenantImage, e.cfg.Image),
+		Tenant: c.Tenant, Runtime: c.Limits.Runtime, WorkspaceReadOnly: c.Limits.ReadOnlyWorkspace,
 		Limits: sandbox.Limits{
 			Timeout: timeout, OutputBytes: max(c.Limits.OutputBytes, e.cfg.CaptureBytes), MemoryBytes: c.Limits.MemoryBytes,
 			PIDs: c.Limits.PIDs, CPUMillis: c.Limits.CPUMillis, Network: c.Limits.Network, WorkspaceBytes: quota,

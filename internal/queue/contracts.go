@@ -154,7 +154,9 @@ type Live interface {
 	FollowOutput(ctx context.Context, callID string, from Offsets, buffer int) (<-chan Chunk, error)
 	// Follow calls emit with the bytes of each chunk of call callID's output, from its first byte retained
 	// to the chunks published later, in order and from one goroutine; it blocks until ctx ends and then
-	// returns nil. Bytes not retained are replaced by a note that says how many are missing.
+	// returns nil. Bytes not retained are replaced by a note that says how many are missing; the reports
+	// of the call's image pull (stream call.StreamPull) come as lines for people (call.PullProgress's
+	// String).
 	Follow(ctx context.Context, callID string, emit func(chunk string)) error
 	// EndOutput drops call callID's retained chunks. The worker calls it once the call's output is in
 	// Outputs and its final record is written, so that a reader who sees the call ended reads Outputs, and

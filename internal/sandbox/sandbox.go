@@ -77,6 +77,14 @@ type Spec struct {
 	// filesystem instead of the read-only view of the host's system directories. A runtime that pulls
 	// images brings it in from its registry when its store lacks it.
 	Image string
+	// Tenant is the tenant whose call this is: a runtime that pulls Image uses the registry credentials
+	// bound to it (docs/images.md). Empty is a call of no tenant (the worker's own).
+	Tenant string
+	// OnPull, when set, is told how a pull of Image is going while the call waits for it: from one
+	// goroutine, at most every PullReportEvery and when the phase changes, with Done never going back,
+	// and a last report of phase PullDone when the image is ready. It is never called for an image the
+	// runtime has already. It must return at once.
+	OnPull func(PullProgress)
 	// Runtime names the sandbox runtime the process must run under ("runc", "gvisor"); empty means the
 	// sandbox's default. A name the sandbox does not offer is refused with ErrNoRuntime, never replaced by
 	// another runtime. The hardened defaults are the same under every runtime.
@@ -92,6 +100,25 @@ type Spec struct {
 	// one that blocks holds up the process's output, so they must return at once and never fail.
 	Stdout, Stderr io.Writer
 }
+
+// PullProgress is how far a pull of a call's image is: Done of Total bytes of its content (the config
+// and layers, compressed, as the manifest gives them) are in the runtime's store. Total is zero until the
+// manifest is read.
+type PullProgress struct {
+	Image       string
+	Done, Total int64
+	Phase       string // PullFetching, PullUnpacking or PullDone
+}
+
+// The phases of a pull.
+const (
+	PullFetching  = "fetching"
+	PullUnpacking = "unpacking"
+	PullDone      = "done"
+)
+
+// PullReportEvery is how often, at most, Spec.OnPull is told of a pull's bytes.
+const PullReportEvery = 250 * time.Millisecond
 
 // Limits bound the container. Zero values mean the runtime's configured default.
 type Limits struct {

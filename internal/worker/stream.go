@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -44,6 +45,25 @@ func (w *Worker) endLive(ctx context.Context, id string) {
 // WithLive makes the worker publish the output of commands (run_shell, custom tools) live as it is
 // printed; without it only the final result and the stored full output are seen.
 func WithLive(l Live) Option { return func(w *Worker) { w.live = l } }
+
+// pullReporter returns what tells call id's live readers how the pull of its image goes: each report is
+// one JSON line (call.PullProgress) on the live stream call.StreamPull, which the event stream shows as
+// status events. Best effort, like the output: a report the server does not take is missed. Nil without
+// a live stream.
+func (w *Worker) pullReporter(ctx context.Context, id string) func(call.PullProgress) {
+	if w.live == nil {
+		return nil
+	}
+	var offset int64
+	return func(p call.PullProgress) {
+		line, _ := json.Marshal(p)
+		line = append(line, '\n')
+		if err := w.live.PublishChunk(ctx, id, queue.Chunk{Stream: call.StreamPull, Offset: offset, Data: line}); err != nil {
+			w.log.DebugContext(ctx, "publish pull progress", "call_id", id, "error", err)
+		}
+		offset += int64(len(line))
+	}
+}
 
 const (
 	// liveChunkBytes bounds one published chunk.

@@ -233,3 +233,43 @@ func TestRuneCut(t *testing.T) {
 		})
 	}
 }
+
+// pullingRuntime reports a pull of the spec's image, then prints as printRuntime does.
+type pullingRuntime struct{ printRuntime }
+
+func (r pullingRuntime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Outcome, error) {
+	if spec.OnPull != nil {
+		spec.OnPull(sandbox.PullProgress{Image: spec.Image, Done: 1, Total: 3, Phase: sandbox.PullFetching})
+		spec.OnPull(sandbox.PullProgress{Image: spec.Image, Done: 3, Total: 3, Phase: sandbox.PullDone})
+	}
+	return r.printRuntime.Run(ctx, spec)
+}
+
+// TestPullProgressPublishedLive: the reports of a call's image pull go to its live output as the pull
+// stream, one JSON line each at contiguous offsets, before its output; all are dropped with the output.
+func TestPullProgressPublishedLive(t *testing.T) {
+	st := queuetest.NewStore()
+	live := &chunkLog{}
+	w := newTestWorkerWith(t, slowConfig(t), pullingRuntime{printRuntime{data: []byte("hi\n"), piece: 3}}, st,
+		WithLeases(newFakeLeases()), WithOutputs(&memOutputs{objs: map[string][]byte{}}), WithLive(live))
+	c := newCall("run_shell", shellArgs)
+	c.Image = "reg.example/x:1"
+	st.Put(call.NewResult(c, call.StatusQueued))
+	w.Handle(context.Background(), &fakeDelivery{c: c})
+	live.mu.Lock()
+	defer live.mu.Unlock()
+	var pulls []queue.Chunk
+	for _, ch := range live.chunks {
+		if ch.Stream == call.StreamPull {
+			pulls = append(pulls, ch)
+		}
+	}
+	first := `{"image":"reg.example/x:1","bytes_done":1,"bytes_total":3,"phase":"fetching"}` + "\n"
+	if len(pulls) != 2 || string(pulls[0].Data) != first || pulls[0].Offset != 0 || pulls[1].Offset != int64(len(first)) ||
+		!strings.HasSuffix(string(pulls[1].Data), `"phase":"done"}`+"\n") || live.chunks[0].Stream != call.StreamPull {
+		t.Fatalf("live chunks %+v, want two pull lines first, at contiguous offsets", live.chunks)
+	}
+	if len(live.ended) != 1 || live.ended[0] != c.ID {
+		t.Errorf("live output dropped for %v, want the call's once", live.ended)
+	}
+}

@@ -188,7 +188,7 @@ func (w *Worker) run(ctx context.Context, c *call.Call, claim uint64) (x executo
 			return queue.OutputName(c.ID, claim, "full-"+stream)
 		}}
 		return capt, nil
-	})
+	}, w.pullReporter(ctx, c.ID))
 	if capt != nil {
 		stored = capt.stored
 	}

@@ -77,23 +77,23 @@ func (w *Worker) workspaceOp(ctx context.Context, c *call.Call, a workspace.Args
 	switch c.Tool {
 	case workspace.OpCreate:
 		if a.Archive == "" {
-			return one(w.wsm.Create(ctx, c.Tenant, c.Workspace, nil))
+			return one(w.withImage(ctx, c, a.Image)(w.wsm.Create(ctx, c.Tenant, c.Workspace, nil)))
 		}
 		f, err := w.fetchArchive(ctx, a.Archive)
 		if err != nil {
 			return out, err
 		}
 		defer cleanupTemp(f)
-		return one(w.wsm.Create(ctx, c.Tenant, c.Workspace, f))
+		return one(w.withImage(ctx, c, a.Image)(w.wsm.Create(ctx, c.Tenant, c.Workspace, f)))
 	case workspace.OpClone:
 		if a.Git == nil {
 			return out, &workspace.Error{Type: call.ErrInvalidParams, Msg: `no git source: send {"git": {"url": "https://...", "ref": "..."}}`}
 		}
-		return one(w.wsm.CreateFrom(ctx, c.Tenant, c.Workspace, func(ctx context.Context, dir string, lim workspace.Limits) error {
+		return one(w.withImage(ctx, c, a.Image)(w.wsm.CreateFrom(ctx, c.Tenant, c.Workspace, func(ctx context.Context, dir string, lim workspace.Limits) error {
 			var err error
 			*conns, err = w.exec.Clone(ctx, c, *a.Git, dir, lim)
 			return err
-		}))
+		})))
 	case workspace.OpUpload:
 		f, err := w.fetchArchive(ctx, a.Archive)
 		if err != nil {
@@ -144,6 +144,25 @@ func (w *Worker) workspaceOp(ctx context.Context, c *call.Call, a workspace.Args
 		return out, err
 	}
 	return out, &workspace.Error{Type: call.ErrNotFound, Msg: fmt.Sprintf("unknown workspace operation %q", c.Tool)}
+}
+
+// withImage gives the workspace that create call c made the default image (none: it is done). When that
+// fails, it deletes the workspace again: a create either makes the workspace as asked or nothing.
+func (w *Worker) withImage(ctx context.Context, c *call.Call, image string) func(workspace.Info, error) (workspace.Info, error) {
+	return func(inf workspace.Info, err error) (workspace.Info, error) {
+		if err != nil || image == "" {
+			return inf, err
+		}
+		if inf, err = w.wsm.SetImage(ctx, c.Tenant, c.Workspace, image); err != nil {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			if derr := w.wsm.Delete(dctx, c.Tenant, c.Workspace); derr != nil {
+				err = errors.Join(err, fmt.Errorf("delete the workspace again: %w", derr))
+			}
+			return inf, fmt.Errorf("set workspace image: %w", err)
+		}
+		return inf, nil
+	}
 }
 
 // fetchArchive copies the uploaded object name to a temporary file, which the caller removes.

@@ -27,6 +27,9 @@ type Prepared struct {
 	Dir string
 	// Bytes is its size on disk when it was prepared, or -1 when there is no quota to measure it for.
 	Bytes int64
+	// Image is the workspace's default image (SetImage), empty when it has none: the call runs on it
+	// unless it asked for an image of its own.
+	Image string
 }
 
 // measuredSize is a workspace's size as last measured, and when.
@@ -36,7 +39,8 @@ type measuredSize struct {
 }
 
 // Prepare creates Dir/<tenant>/<name> if needed (mode 0755, owned by the sandbox user when this process is
-// root) for a call to mount and, when there is a quota, measures it. A workspace over its quota returns
+// root) for a call to mount, reads its default image (SetImage) and, when there is a quota, measures it;
+// metadata that cannot be read is an error, never a call on another image. A workspace over its quota returns
 // the Prepared workspace together with an *Error of type quota_exceeded, so that a caller may still let
 // through a call that only frees space. Names are checked with call.ValidateTenant and
 // call.ValidateName; a tenant or workspace entry that is a symlink or not a directory is refused, never
@@ -49,6 +53,11 @@ func (m *Manager) Prepare(tenant, name string) (Prepared, error) {
 	}
 	defer dir.Close()
 	ws.Dir = path.Join(m.cfg.Dir, tenant, name)
+	md, err := m.readMeta(tenant, name)
+	if err != nil {
+		return ws, fmt.Errorf("prepare workspace: %w", err)
+	}
+	ws.Image = md.Image
 	if m.own.chown {
 		// On the open descriptor: no path to race.
 		if err := dir.Chown(m.cfg.UID, m.cfg.GID); err != nil {

@@ -36,6 +36,9 @@ type Args struct {
 	Snapshot string `json:"snapshot,omitempty"`
 	// Git is the repository a clone seeds the new workspace from.
 	Git *Git `json:"git,omitempty"`
+	// Image is the default image of the workspace a create or clone makes (Manager.SetImage), as the
+	// dispatcher admitted it.
+	Image string `json:"image,omitempty"`
 	// To names the new workspace of a fork.
 	To string `json:"to,omitempty"`
 	// Offset and Length select bytes of a file read; Length < 0 reads to the end; Offset < 0 reads the last -Offset bytes.

@@ -4,7 +4,6 @@ package workspace
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -38,11 +37,11 @@ func (m *Manager) info(tenant, name string) (Info, error) {
 		inf.CreatedAt = time.Unix(st.Mtim.Unix()).UTC()
 		inf.LastUsedAt = inf.CreatedAt
 	}
-	if b, err := os.ReadFile(m.metaPath(tenant, name)); err == nil {
-		var md meta
-		if json.Unmarshal(b, &md) == nil && !md.CreatedAt.IsZero() {
+	if md, err := m.readMeta(tenant, name); err == nil {
+		if !md.CreatedAt.IsZero() {
 			inf.CreatedAt = md.CreatedAt
 		}
+		inf.Image = md.Image
 	}
 	if lst, err := os.Lstat(m.lockPath(tenant, name)); err == nil {
 		inf.LastUsedAt = lst.ModTime().UTC()

@@ -74,7 +74,8 @@ func (m *Manager) openSnapshot(tenant, name, snap string) (int, error) {
 	return fd, err
 }
 
-// Fork copies workspace name (or its snapshot snap, when not empty) to the new workspace to.
+// Fork copies workspace name (or its snapshot snap, when not empty) to the new workspace to, which has
+// name's default image.
 func (m *Manager) Fork(ctx context.Context, tenant, name, snap, to string) (Info, error) {
 	if err := checkNames(tenant, name, to); err != nil {
 		return Info{}, err
@@ -133,7 +134,12 @@ func (m *Manager) Fork(ctx context.Context, tenant, name, snap, to string) (Info
 	if err != nil {
 		return Info{}, fmt.Errorf("fork workspace %s: %w", name, err)
 	}
-	if err := m.writeMeta(tenant, to, meta{CreatedAt: m.cfg.Now().UTC()}); err != nil {
+	md, err := m.readMeta(tenant, name)
+	if err != nil {
+		return Info{}, err
+	}
+	// The fork keeps its source's default image.
+	if err := m.writeMeta(tenant, to, meta{CreatedAt: m.cfg.Now().UTC(), Image: md.Image}); err != nil {
 		return Info{}, err
 	}
 	inf, err := m.info(tenant, to)

@@ -103,6 +103,9 @@ type Info struct {
 	// Reflinked, after a snapshot, fork or restore, reports whether every file was shared by reflink
 	// rather than copied.
 	Reflinked *bool `json:"reflinked,omitempty"`
+	// Image is the workspace's default image (SetImage): the OCI image reference its calls run on when
+	// they ask for none. Empty when it has none.
+	Image string `json:"image,omitempty"`
 }
 
 // Snapshot is a saved copy of a workspace.
@@ -155,6 +158,8 @@ func (m *Manager) trashDir(t string) string       { return filepath.Join(m.cfg.D
 // meta is what a workspace's .json file keeps.
 type meta struct {
 	CreatedAt time.Time `json:"created_at"`
+	// Image is the workspace's default image (SetImage), empty for none.
+	Image string `json:"image,omitempty"`
 }
 
 func checkNames(tenant string, names ...string) error {

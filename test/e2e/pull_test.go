@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"archive/tar"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -15,7 +16,8 @@ import (
 
 // TestCallsOnPulledImages: calls name images in a private registry; the worker pulls them with the
 // credentials of its config, each call sees its image's toolchain and the shared workspace, the result
-// names the image by digest, policy refuses an image it does not list (403), and a pull that fails or an
+// names the image by digest, a workspace created with an image runs its calls on it unless they ask for
+// another, policy refuses an image it does not list (403), and a pull that fails or an
 // image with a hostile layer ends the call with image_pull_failed or image_refused.
 func TestCallsOnPulledImages(t *testing.T) {
 	ctrtest.Require(t)
@@ -38,7 +40,42 @@ func TestCallsOnPulledImages(t *testing.T) {
 		return r.result(t), string(r.body)
 	}
 
-	sh, _ := run(shellImage, `echo "$TOOLPOOL_IMAGE_MARK $(id -u)" > from-shell; cat from-shell; command -v python3 || echo no python`)
+	// The first call pulls its image: its event stream shows the pull's progress as status events.
+	var sh *call.Result
+	var pulls []call.PullProgress
+	body := map[string]any{"tool": "run_shell", "workspace": "img", "image": shellImage,
+		"args": map[string]any{"command": `echo "$TOOLPOOL_IMAGE_MARK $(id -u)" > from-shell; cat from-shell; command -v python3 || echo no python`}}
+	events(t, s.request(t, http.MethodPost, "/v1/calls", "dev-token", body), func(ev sseEvent) bool {
+		switch ev.name {
+		case "status":
+			var st struct {
+				Pull *call.PullProgress `json:"pull"`
+			}
+			if err := json.Unmarshal(ev.data, &st); err != nil {
+				t.Fatalf("status event %s: %v", ev.data, err)
+			}
+			if st.Pull != nil {
+				pulls = append(pulls, *st.Pull)
+			}
+		case "result":
+			sh = new(call.Result)
+			if err := json.Unmarshal(ev.data, sh); err != nil {
+				t.Fatalf("result event %s: %v", ev.data, err)
+			}
+			return false
+		}
+		return true
+	})
+	t.Logf("pull reports on the event stream: %+v", pulls)
+	if sh == nil {
+		t.Fatal("the event stream ended without the result")
+	}
+	if len(pulls) == 0 {
+		t.Fatal("the first call on an image showed no pull on its event stream")
+	}
+	if last := pulls[len(pulls)-1]; last.Phase != "done" || last.BytesTotal == 0 || last.BytesDone != last.BytesTotal || !strings.HasPrefix(last.Image, reg.Host+"/tools/shell:") {
+		t.Errorf("last pull report %+v: want done, with the image's bytes", last)
+	}
 	if sh.Status != call.StatusOK || sh.Stdout != "shell 65532\nno python\n" || !strings.HasPrefix(sh.Image, reg.Host+"/tools/shell@sha256:") {
 		t.Fatalf("shell image: %s %q %q image %q %+v", sh.Status, sh.Stdout, sh.Stderr, sh.Image, sh.Error)
 	}
@@ -49,6 +86,25 @@ func TestCallsOnPulledImages(t *testing.T) {
 	host := s.shell(t, "dev-token", "img", "cat from-shell", nil).result(t)
 	if host.Status != call.StatusOK || host.Image != "" || host.Stdout != "shell 65532\n" {
 		t.Fatalf("host view: %s %q image %q", host.Status, host.Stdout, host.Image)
+	}
+
+	// A workspace's default image: its calls run on it unless they ask for another; the workspace is
+	// still shared with calls on other images.
+	put, _ := s.send(t, http.MethodPut, "/v1/workspaces/pyws", "dev-token", map[string]any{"image": pythonImage}, map[string]string{"Content-Type": "application/json"})
+	if inf := wsInfo(t, put); put.code != http.StatusCreated || inf.Image != pythonImage {
+		t.Fatalf("create a workspace with an image: HTTP %d %s", put.code, put.body)
+	}
+	onDefault := s.shell(t, "dev-token", "pyws", `python3 -c 'open("out", "w").write("py %d\n" % (6*7)); print(open("out").read(), end="")'`, nil).result(t)
+	if onDefault.Status != call.StatusOK || onDefault.Stdout != "py 42\n" || !strings.HasPrefix(onDefault.Image, reg.Host+"/tools/python@sha256:") {
+		t.Fatalf("a call in the workspace without an image: %s %q %q image %q %+v", onDefault.Status, onDefault.Stdout, onDefault.Stderr, onDefault.Image, onDefault.Error)
+	}
+	if own := s.shell(t, "dev-token", "pyws", "cat out; command -v python3 || echo no python", map[string]any{"image": shellImage}).result(t); own.Status != call.StatusOK ||
+		own.Stdout != "py 42\nno python\n" || !strings.HasPrefix(own.Image, reg.Host+"/tools/shell@sha256:") {
+		t.Fatalf("a call's own image over its workspace's: %s %q image %q", own.Status, own.Stdout, own.Image)
+	}
+	refusedWS, _ := s.send(t, http.MethodPut, "/v1/workspaces/nodews", "dev-token", map[string]any{"image": "docker.io/library/node:22"}, map[string]string{"Content-Type": "application/json"})
+	if e := refusedWS.errorInfo(t); refusedWS.code != http.StatusForbidden || e.Type != call.ErrPolicyDenied || !strings.Contains(e.Message, reg.Host+"/tools/") {
+		t.Errorf("a workspace image policy does not list: HTTP %d %+v", refusedWS.code, e)
 	}
 
 	denied := s.shell(t, "dev-token", "img", "true", map[string]any{"image": "docker.io/library/python:3.12"})

@@ -259,7 +259,7 @@ func runEffect(t *testing.T, ex *executor.Executor, wsm *workspace.Manager, tpl 
 		Limits: call.Limits{TimeoutMS: timeout.Milliseconds(), PIDs: 128, Network: d.Limits.Network, DeniedGlobs: d.Limits.DeniedGlobs,
 			ReadOnlyWorkspace: d.Limits.ReadOnlyWorkspace, WriteGitControl: d.Limits.WriteGitControl}}
 	began := time.Now()
-	x, err := ex.Run(context.Background(), c, nil)
+	x, err := ex.Run(context.Background(), c, nil, nil)
 	r := call.NewResult(c, call.StatusRunning)
 	ex.Finish(r, c, x, err, nil)
 	took := time.Since(began)

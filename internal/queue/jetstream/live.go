@@ -2,15 +2,18 @@ package jetstream
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolpool/toolpool/internal/call"
 	"github.com/toolpool/toolpool/internal/queue"
 )
 
@@ -198,6 +201,15 @@ func (c *Live) Follow(ctx context.Context, callID string, emit func(chunk string
 	}
 	at := map[string]int64{}
 	for ch := range chunks {
+		if ch.Stream == call.StreamPull { // the image's pull, as lines for people
+			for line := range strings.Lines(string(ch.Data)) {
+				var p call.PullProgress
+				if json.Unmarshal([]byte(line), &p) == nil {
+					emit(p.String() + "\n")
+				}
+			}
+			continue
+		}
 		if gap := ch.Offset - at[ch.Stream]; gap > 0 {
 			emit(fmt.Sprintf("[... %d bytes of %s not kept live ...]\n", gap, ch.Stream))
 		}

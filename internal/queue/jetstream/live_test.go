@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,15 +19,21 @@ import (
 	"github.com/toolpool/toolpool/internal/queue/jetstream/jstest"
 )
 
+// dispatcherAndWorker connects to a fresh provisioned JetStream as a dispatcher (c) and as a worker.
+func dispatcherAndWorker(t *testing.T) (c, worker *jetstream.Conn) {
+	t.Helper()
+	var url string
+	c = connectWith(t, func(cfg *jetstream.Config) { url = cfg.URL })
+	return c, jstest.Connect(t, url, "worker", false)
+}
+
 // TestLiveOutput: a reader that starts following a call after it printed replays what was printed, then
 // gets each later chunk live, bytes unchanged (binary included), in order, none twice; a reader that asks
 // from an offset gets the bytes from there exactly (a chunk cut where it asks); a reader that does not
 // read holds up no one and loses nothing; other calls' chunks never reach a reader; a reader's channel
 // closes when its context ends; once the call's output is dropped (EndOutput), a new reader gets nothing.
 func TestLiveOutput(t *testing.T) {
-	var url string
-	c := connectWith(t, func(cfg *jetstream.Config) { url = cfg.URL })
-	worker := jstest.Connect(t, url, "worker", false)
+	c, worker := dispatcherAndWorker(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	id := call.NewID()
@@ -96,6 +103,31 @@ func TestLiveOutput(t *testing.T) {
 	}
 	for ch := range after {
 		t.Fatalf("a reader after EndOutput got a chunk at %d", ch.Offset)
+	}
+}
+
+// TestFollowShowsPulls: Follow (MCP's progress) shows the reports of a call's image pull as lines for
+// people, and the output as printed.
+func TestFollowShowsPulls(t *testing.T) {
+	c, worker := dispatcherAndWorker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	id := call.NewID()
+	line := `{"image":"r/x:1","bytes_done":2000000,"bytes_total":4000000,"phase":"fetching"}` + "\n"
+	for _, ch := range []queue.Chunk{{Stream: call.StreamPull, Data: []byte(line)}, {Stream: call.StreamStdout, Data: []byte("hi\n")}} {
+		if err := worker.Live().PublishChunk(ctx, id, ch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fctx, stop := context.WithCancel(ctx)
+	var got []string
+	err := c.Live().Follow(fctx, id, func(chunk string) {
+		if got = append(got, chunk); len(got) == 2 {
+			stop()
+		}
+	})
+	if want := []string{"pulling image r/x:1: 2.0 MB of 4.0 MB (50%)\n", "hi\n"}; err != nil || !slices.Equal(got, want) {
+		t.Fatalf("Follow emitted %q (%v), want %q", got, err, want)
 	}
 }
 

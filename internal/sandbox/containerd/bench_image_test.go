@@ -2,6 +2,7 @@ package containerd_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -78,5 +79,106 @@ func BenchmarkImageFirstCall(b *testing.B) {
 			}
 			reportPercentiles(b, ms)
 		})
+	}
+}
+
+// BenchmarkWarmImageCall is the warm pool on a pulled image against the host view, in one run: `sh -c :`
+// (the probe mounted as the pool's init) on each root, paced (each call waits, untimed, until the pool
+// has a container ready for it: an agent's pace, a model's turn between two calls) with its p50/p95, and
+// back to back at concurrency 8 with its calls/s; both with the share of calls that ran warm. The goals
+// (issue 26): a warm call on the image within 1.2 times the host view's p50, and calls/s at concurrency 8
+// within 10% of the host view's.
+func BenchmarkWarmImageCall(b *testing.B) {
+	reg := ctrtest.StartRegistry(b)
+	ref := ctrtest.PushShellImage(b, reg, "bench/shell:1")
+	probe := buildProbe(b)
+	rt, _ := ctrtest.NewRuntime(b, containerd.Config{
+		Pull: containerd.PullConfig{Registries: []containerd.RegistryConfig{{Host: reg.Host, PlainHTTP: true}}},
+		Pool: containerd.PoolConfig{MaxSize: 16, InitBinary: probe, InitPath: probePath}})
+	ws := workspace(b)
+	for _, root := range []struct{ name, image string }{{"host", ""}, {"image", ref}} {
+		spec := func() sandbox.Spec {
+			return sandbox.Spec{ID: newID("bench"), Image: root.image, Argv: []string{"/bin/sh", "-c", ":"}, WorkspaceDir: ws,
+				Mounts: []sandbox.Mount{{Source: probe, Destination: probePath}}, Limits: sandbox.Limits{Timeout: time.Minute}}
+		}
+		var mu sync.Mutex
+		var ms []float64
+		steps := map[string][]float64{}
+		warm := 0
+		one := func() {
+			began := time.Now()
+			out, err := rt.Run(context.Background(), spec())
+			if err != nil || out.ExitCode != 0 {
+				b.Errorf("Run: %v, exit %d", err, out.ExitCode)
+			}
+			mu.Lock()
+			ms = append(ms, float64(time.Since(began).Microseconds())/1000)
+			if out.Warm {
+				warm++
+			}
+			for _, s := range out.Steps {
+				steps[s.Name] = append(steps[s.Name], float64(s.Took.Microseconds())/1000)
+			}
+			mu.Unlock()
+		}
+		waitWarm := func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			if err := rt.WaitWarm(ctx, spec()); err != nil {
+				b.Fatal(err)
+			}
+		}
+		report := func(b *testing.B) {
+			reportPercentiles(b, ms)
+			b.ReportMetric(float64(warm)/float64(max(len(ms), 1)), "warm-share")
+			for name, took := range steps {
+				b.ReportMetric(percentile(took, 50), name+"-p50-ms")
+			}
+			ms, warm = nil, 0
+			clear(steps)
+		}
+		one() // the image's pull, and paging in runc and the shim
+		ms, warm = nil, 0
+		clear(steps)
+		b.Run(root.name+"/paced", func(b *testing.B) {
+			for range b.N {
+				b.StopTimer()
+				waitWarm()
+				b.StartTimer()
+				one()
+			}
+			b.StopTimer()
+			report(b)
+		})
+		b.Run(root.name+"/c8", func(b *testing.B) {
+			for range 8 {
+				rt.Prewarm(spec())
+			}
+			waitWarm()
+			ms, warm = nil, 0
+			clear(steps)
+			next := make(chan struct{})
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			began := time.Now()
+			for range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range next {
+						one()
+					}
+				}()
+			}
+			for range b.N {
+				next <- struct{}{}
+			}
+			close(next)
+			wg.Wait()
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/time.Since(began).Seconds(), "calls/s")
+			report(b)
+		})
+		rt.WaitCleanups()
 	}
 }

@@ -93,6 +93,7 @@ func (p *imagePuller) evict(ctx context.Context, keep string) error {
 		}
 		p.mu.Lock()
 		delete(p.lastUsed, victim.Name)
+		delete(p.seen, victim.Target.Digest.String())
 		p.evicted++
 		p.mu.Unlock()
 	}

@@ -21,12 +21,12 @@ import (
 // StopSignal, Healthcheck and Labels are ignored: the call runs its own argv as the sandbox user in
 // /workspace with no capabilities, exactly as on the host view.
 func (r *Runtime) prepareImage(ctx context.Context, spec *sandbox.Spec) (digest string, release func(), err error) {
-	img, release, err := r.images.ensure(ctx, spec.Image)
+	img, release, err := r.images.ensure(ctx, spec.Image, spec.Tenant, spec.OnPull)
 	if err != nil {
 		return "", nil, err
 	}
 	spec.Image = img.Name()
-	env, err := imageEnv(ctx, img)
+	env, err := r.images.env(ctx, img)
 	if err != nil {
 		release()
 		return "", nil, fmt.Errorf("%w: %w", sandbox.ErrImagePull, err)

@@ -110,8 +110,9 @@ func TestPulledImagesRunTheirOwnToolchain(t *testing.T) {
 }
 
 // TestConcurrentPullsOfOneImageAreCoalesced runs four calls in an image the worker lacks, at once: the
-// image is pulled once (one resolve at the registry, one pull heard by the hooks) and every call runs; a
-// fifth call finds it in the store.
+// image is pulled once (one resolve at the registry, one pull heard by the hooks) and every call runs,
+// each told of the shared pull's progress (bytes never going back, ending done with the image's size); a
+// fifth call finds it in the store and hears of no pull.
 func TestConcurrentPullsOfOneImageAreCoalesced(t *testing.T) {
 	var hooks struct {
 		sync.Mutex
@@ -144,11 +145,14 @@ func TestConcurrentPullsOfOneImageAreCoalesced(t *testing.T) {
 	defer cancel()
 	var wg sync.WaitGroup
 	errs := make([]error, 4)
+	progress := make([][]sandbox.PullProgress, len(errs))
 	for i := range errs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out, err := rt.Run(ctx, imageCall(ref, workspace(t), "/usr/bin/id", "-u"))
+			spec := imageCall(ref, workspace(t), "/usr/bin/id", "-u")
+			spec.OnPull = func(pp sandbox.PullProgress) { progress[i] = append(progress[i], pp) }
+			out, err := rt.Run(ctx, spec)
 			if err == nil && out.ExitCode != 0 {
 				err = errors.New("exit " + out.Stderr.String())
 			}
@@ -164,10 +168,27 @@ func TestConcurrentPullsOfOneImageAreCoalesced(t *testing.T) {
 	if n := reg.ManifestResolves() - before; n != 1 {
 		t.Errorf("the image was resolved %d times for 4 concurrent calls, want once: one pull serves them all", n)
 	}
-	if _, err := rt.Run(ctx, imageCall(ref, workspace(t), "/usr/bin/id", "-u")); err != nil {
+	cached := imageCall(ref, workspace(t), "/usr/bin/id", "-u")
+	cached.OnPull = func(pp sandbox.PullProgress) { t.Errorf("a call on a stored image heard of a pull: %+v", pp) }
+	if _, err := rt.Run(ctx, cached); err != nil {
 		t.Fatal(err)
 	}
 	base, shellOwn, _ := ctrtest.ToolchainLayerBytes(t)
+	for i, pps := range progress {
+		if len(pps) == 0 {
+			t.Errorf("call %d heard nothing of the pull it waited for", i)
+			continue
+		}
+		for j, pp := range pps {
+			if pp.Done > pp.Total || (j > 0 && pp.Done < pps[j-1].Done) || !strings.HasPrefix(pp.Image, reg.Host+"/tools/shell:") {
+				t.Errorf("call %d: report %d %+v after %+v: bytes must stay within the total and never go back", i, j, pp, pps[max(j-1, 0)])
+			}
+		}
+		t.Logf("call %d heard %v", i, pps)
+		if last := pps[len(pps)-1]; last.Phase != sandbox.PullDone || last.Done != last.Total || last.Total < base+shellOwn {
+			t.Errorf("call %d: last report %+v, want done with the image's config and layers (at least %d bytes)", i, last, base+shellOwn)
+		}
+	}
 	hooks.Lock()
 	defer hooks.Unlock()
 	if hooks.pulls != 1 || hooks.bytes < base+shellOwn || hooks.cache != hooks.bytes || hooks.hits+hooks.misses != 5 || hooks.hits < 1 {

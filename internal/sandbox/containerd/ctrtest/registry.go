@@ -1,6 +1,7 @@
 package ctrtest
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -9,7 +10,10 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/distribution/distribution/v3/configuration"
+	"github.com/distribution/distribution/v3/registry/handlers"
+	_ "github.com/distribution/distribution/v3/registry/storage/driver/inmemory" // the registry's storage
+	"github.com/sirupsen/logrus"
 )
 
 // Fault is how a test Registry misbehaves when serving image content.
@@ -20,7 +24,7 @@ const (
 	// NoFault serves the registry as it is.
 	NoFault Fault = iota
 	// CutBlobs sends half of every layer blob and then drops the connection, as a registry or proxy that
-	// fails midway does.
+	// fails midway does; a client that resumes the transfer (a range request) gets nothing of it.
 	CutBlobs
 	// CorruptBlobs sends every layer blob in full with one byte changed, so that its digest no longer
 	// matches the manifest's.
@@ -31,8 +35,9 @@ const (
 )
 
 // Registry is an OCI distribution (API v2) registry on a loopback port, holding its content in memory,
-// optionally behind HTTP basic auth. It is go-containerregistry's registry, the same code ggcr's own
-// clients test against.
+// optionally behind HTTP basic auth. It is CNCF distribution's registry (the code of Docker Hub's and
+// most private registries), from the Go module proxy, served in the test's process: its API handlers on
+// the in-memory storage driver, with blobs served directly (no redirect).
 type Registry struct {
 	// Host is the registry's host:port, as an image reference names it (127.0.0.1:PORT).
 	Host string
@@ -65,7 +70,7 @@ func StartPrivateRegistry(t testing.TB, user, password string) *Registry {
 
 func startRegistry(t testing.TB, user, password string) *Registry {
 	r := &Registry{Username: user, Password: password, closed: make(chan struct{})}
-	inner := registry.New(registry.Logger(discardLogger()))
+	inner := newDistribution(t)
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if user != "" {
 			u, p, ok := req.BasicAuth()
@@ -93,10 +98,29 @@ func startRegistry(t testing.TB, user, password string) *Registry {
 	return r
 }
 
+// newDistribution returns CNCF distribution's registry API on in-memory storage, quiet but for errors.
+func newDistribution(t testing.TB) http.Handler {
+	logrus.SetLevel(logrus.ErrorLevel) // distribution logs every request through logrus
+	cfg := &configuration.Configuration{Storage: configuration.Storage{
+		"inmemory":    configuration.Parameters{},
+		"redirect":    configuration.Parameters{"disable": true},
+		"delete":      configuration.Parameters{"enabled": true},
+		"maintenance": configuration.Parameters{"uploadpurging": map[any]any{"enabled": false}},
+	}}
+	cfg.Log.AccessLog.Disabled = true
+	cfg.HTTP.Secret = "toolpool-test-registry"
+	app := handlers.NewApp(context.Background(), cfg)
+	t.Cleanup(func() { _ = app.Shutdown() })
+	return app
+}
+
 // serveFaulty writes the recorded answer rec to a blob request as fault f has it.
 func (r *Registry) serveFaulty(w http.ResponseWriter, req *http.Request, rec *httptest.ResponseRecorder, f Fault) {
 	body := rec.Body.Bytes()
-	if rec.Code != http.StatusOK || len(body) < 1024 { // the config blob stays whole: faults hit layers
+	// The config blob stays whole: faults hit layers. A range of a blob (206: a client resuming a cut
+	// transfer, which distribution serves) is hit whatever its size, so that a faulty registry stays
+	// faulty.
+	if !(rec.Code == http.StatusOK && len(body) >= 1024 || rec.Code == http.StatusPartialContent && len(body) >= 2) {
 		for k, v := range rec.Header() {
 			w.Header()[k] = v
 		}
@@ -123,8 +147,14 @@ func (r *Registry) serveFaulty(w http.ResponseWriter, req *http.Request, rec *ht
 		case <-r.closed:
 		}
 	case CutBlobs:
-		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write(body[:len(body)/2])
+		// Half a blob, or nothing of a range of one (a client resuming the cut transfer makes no
+		// progress), then the connection drops.
+		cut := len(body) / 2
+		if rec.Code == http.StatusPartialContent {
+			cut = 0
+		}
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(body[:cut])
 		if fl, ok := w.(http.Flusher); ok {
 			fl.Flush()
 		}
