@@ -258,6 +258,16 @@ def test_workspace_clone_denied_by_policy_raises_call_denied(tp):
     assert e.value.result.denied and e.value.result.decision.rule
 
 
+def test_workspace_image_reaches_policy(tp):
+    # The test policy has no images section: it admits no image, and says so; a reference that does not
+    # parse is refused before policy.
+    with pytest.raises(Forbidden) as e:
+        tp.create_workspace("img-" + uuid.uuid4().hex[:6], image="registry.test/tools/python:3.12")
+    assert "image" in str(e.value)
+    with pytest.raises(InvalidParams):
+        tp.create_workspace("img-" + uuid.uuid4().hex[:6], archive=b"", image="Not A Reference!")
+
+
 def test_async_client(url, tp):
     async def main():
         a = AsyncClient(url, tp.token)

@@ -114,12 +114,14 @@ export declare class Client {
     /**
      * Create a workspace: empty, from an archive (tar, tar.gz or zip bytes; tarDirectory from
      * "toolpool/node" makes one of a local directory), or from a git URL and ref (cloned through egress,
-     * under policy). Rejects with Conflict when it exists, CallNotFinished when it waits for approval.
+     * under policy); image is the OCI image its calls run on when they ask for none (checked by policy).
+     * Rejects with Conflict when it exists, CallNotFinished when it waits for approval.
      */
     createWorkspace(name: string, from?: {
         archive?: Uint8Array;
         git?: string;
         ref?: string;
+        image?: string;
     }): Promise<Workspace>;
     workspaces(): Promise<Workspace[]>;
     workspaceInfo(name: string): Promise<Workspace>;

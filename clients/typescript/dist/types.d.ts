@@ -113,6 +113,8 @@ export interface Workspace {
     expires_at?: string;
     snapshots?: Snapshot[];
     reflinked?: boolean;
+    /** The workspace's default image, when it has one. */
+    image?: string;
     /** The id of the call that ran the operation. */
     call_id?: string;
 }

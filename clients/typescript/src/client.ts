@@ -390,11 +390,18 @@ export class Client {
   /**
    * Create a workspace: empty, from an archive (tar, tar.gz or zip bytes; tarDirectory from
    * "toolpool/node" makes one of a local directory), or from a git URL and ref (cloned through egress,
-   * under policy). Rejects with Conflict when it exists, CallNotFinished when it waits for approval.
+   * under policy); image is the OCI image its calls run on when they ask for none (checked by policy).
+   * Rejects with Conflict when it exists, CallNotFinished when it waits for approval.
    */
-  createWorkspace(name: string, from: { archive?: Uint8Array; git?: string; ref?: string } = {}): Promise<Workspace> {
+  createWorkspace(name: string, from: { archive?: Uint8Array; git?: string; ref?: string; image?: string } = {}): Promise<Workspace> {
     if (from.archive && from.git) throw new TypeError("give archive or git, not both");
-    const body = from.archive ?? (from.git ? { git: { url: from.git, ...(from.ref ? { ref: from.ref } : {}) } } : undefined);
+    if (from.archive) {
+      return this.workspaceAnswer("PUT", `/v1/workspaces/${seg(name)}`, [201], { body: from.archive, query: { image: from.image }, retry: false });
+    }
+    const json: Record<string, unknown> = {};
+    if (from.git) json.git = { url: from.git, ...(from.ref ? { ref: from.ref } : {}) };
+    if (from.image) json.image = from.image;
+    const body = Object.keys(json).length ? json : undefined;
     return this.workspaceAnswer("PUT", `/v1/workspaces/${seg(name)}`, [201], { body, retry: false });
   }
 

@@ -57,6 +57,8 @@ export interface Snapshot { name: string; created_at: string }
 export interface Workspace {
   name: string; bytes: number; files: number; created_at: string; last_used_at: string; expires_at?: string;
   snapshots?: Snapshot[]; reflinked?: boolean;
+  /** The workspace's default image, when it has one. */
+  image?: string;
   /** The id of the call that ran the operation. */
   call_id?: string;
 }

@@ -250,6 +250,11 @@ test("tools in model shapes, policy check, audit", async () => {
   await audited((e) => e.call_id === res.id && e.event === "finished");
 });
 
+test("workspaces: a default image goes to policy, which here admits none", async () => {
+  await rejects(tp.createWorkspace(`img-${randomUUID().slice(0, 6)}`, { image: "registry.test/tools/python:3.12" }), Forbidden);
+  await rejects(tp.createWorkspace(`img-${randomUUID().slice(0, 6)}`, { archive: new Uint8Array(), image: "Not A Reference!" }), InvalidParams);
+});
+
 test("workspaces: from a directory, files, ranges, archive, snapshot, fork, restore, delete", async () => {
   const dir = mkdtempSync(join(tmpdir(), "tp-ts-"));
   mkdirSync(join(dir, "src"));

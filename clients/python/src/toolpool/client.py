@@ -323,20 +323,28 @@ class Client:
         return r.json()
 
     def create_workspace(self, name: str, *, archive: Optional[bytes] = None, directory: Optional[str] = None,
-                         git: Optional[str] = None, ref: Optional[str] = None) -> Workspace:
+                         git: Optional[str] = None, ref: Optional[str] = None, image: Optional[str] = None) -> Workspace:
         """Create a workspace: empty, or seeded from ``archive`` (tar, tar.gz or zip bytes), a local
-        ``directory`` (sent as tar.gz), or a ``git`` URL and ``ref`` (cloned through egress, under policy).
+        ``directory`` (sent as tar.gz), or a ``git`` URL and ``ref`` (cloned through egress, under policy);
+        ``image``, the OCI image its calls run on when they ask for none (checked by policy).
         Raises ``Conflict`` when it exists, ``CallNotFinished`` when it waits for approval."""
         if sum(x is not None for x in (archive, directory, git)) > 1:
             raise ValueError("give at most one of archive, directory and git")
         body: Any = None
+        path = f"/v1/workspaces/{_seg(name)}"
         if directory is not None:
             body = tar_directory(directory)
         elif archive is not None:
             body = archive
         elif git is not None:
             body = {"git": {"url": git, **({"ref": ref} if ref else {})}}
-        d = self._workspace("PUT", f"/v1/workspaces/{_seg(name)}", (201,), body=body, retry=False)
+        if image is not None and isinstance(body, dict):
+            body["image"] = image
+        elif image is not None and body is None:
+            body = {"image": image}
+        elif image is not None:
+            path += "?" + urlencode({"image": image})
+        d = self._workspace("PUT", path, (201,), body=body, retry=False)
         return Workspace.from_dict(d["workspace"], d.get("call_id", ""))
 
     def workspaces(self) -> List[Workspace]:

@@ -223,6 +223,7 @@ class Workspace:
     expires_at: str = ""
     snapshots: List[Snapshot] = field(default_factory=list)
     reflinked: Optional[bool] = None
+    image: str = ""
     call_id: str = ""
     extra: Dict[str, Any] = field(default_factory=dict)
 
