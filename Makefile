@@ -36,7 +36,7 @@ CONTAINER_PKGS := ./internal/sandbox/containerd/... ./test/e2e/... ./test/cluste
 # FUZZTIME is how long make test (and make fuzz) runs each fuzz target.
 FUZZTIME ?= 20s
 
-.PHONY: all deps gvisor gvisor-for-test build run soak test test-gvisor test-unit test-escape fuzz mutants bench lint helm fmt clean
+.PHONY: all deps gvisor gvisor-for-test build images run soak test test-gvisor test-unit test-escape fuzz mutants bench lint helm fmt clean
 
 all: build
 
@@ -47,6 +47,11 @@ deps:
 ## build: static binaries in bin/ (the worker mounts toolpool-runner and toolpool-init, found beside it, into the calls' containers)
 build:
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $(BIN)/ ./cmd/dispatcher ./cmd/worker ./cmd/toolpool-runner ./cmd/toolpool-init ./cmd/toolpool
+
+## images: the dispatcher, worker and nats images as reproducible OCI archives in bin/images, without a Docker
+## engine or a public base image (scripts/images.sh; root and apt-get; IMAGES_CHECK=1 builds twice and compares)
+images:
+	@bash scripts/images.sh $(if $(IMAGES_CHECK),--check)
 
 ## gvisor: build gVisor's runsc and its shim from the Go module proxy into /usr/local, unless installed (a few minutes)
 gvisor:
