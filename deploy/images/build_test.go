@@ -64,15 +64,8 @@ func TestReproducible(t *testing.T) {
 	b := tree(t, time.Now(), reversed)
 	out := t.TempDir()
 
-	d1, err := build(opts(filepath.Join(out, "a.tar"), a))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d2, err := build(opts(filepath.Join(out, "b.tar"), b))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d1 != d2 {
+	d1 := mustBuild(t, opts(filepath.Join(out, "a.tar"), a))
+	if d2 := mustBuild(t, opts(filepath.Join(out, "b.tar"), b)); d1 != d2 {
 		t.Errorf("same tree, different digests: %s and %s", d1, d2)
 	}
 	if s1, s2 := sum(t, filepath.Join(out, "a.tar")), sum(t, filepath.Join(out, "b.tar")); s1 != s2 {
@@ -82,23 +75,24 @@ func TestReproducible(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(b, "usr/local/bin/x"), []byte("binarY"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	d3, err := build(opts(filepath.Join(out, "c.tar"), b))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d3 == d1 {
+	if d3 := mustBuild(t, opts(filepath.Join(out, "c.tar"), b)); d3 == d1 {
 		t.Errorf("a changed file kept the digest %s", d1)
 	}
 	if err := os.Chmod(filepath.Join(a, "usr/local/bin/x"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	d4, err := build(opts(filepath.Join(out, "d.tar"), a))
+	if d4 := mustBuild(t, opts(filepath.Join(out, "d.tar"), a)); d4 == d1 {
+		t.Errorf("a changed mode kept the digest %s", d1)
+	}
+}
+
+func mustBuild(t *testing.T, o options) string {
+	t.Helper()
+	digest, err := build(o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d4 == d1 {
-		t.Errorf("a changed mode kept the digest %s", d1)
-	}
+	return digest
 }
 
 // The archive is an OCI layout whose one image has the digest build returned, the name given, the config
@@ -107,10 +101,7 @@ func TestArchiveIsAnOCILayout(t *testing.T) {
 	base := tree(t, time.Now(), [][2]string{{"etc/passwd", "root"}, {"bin", "->usr/bin"}})
 	top := tree(t, time.Now(), [][2]string{{"usr/local/bin/x", "binary"}})
 	archive := filepath.Join(t.TempDir(), "img.tar")
-	digest, err := build(opts(archive, base, top))
-	if err != nil {
-		t.Fatal(err)
-	}
+	digest := mustBuild(t, opts(archive, base, top))
 	dir := t.TempDir()
 	untar(t, archive, dir)
 	idx, err := layout.ImageIndexFromPath(dir)
