@@ -192,7 +192,7 @@ start kube-scheduler "$KBIN/kube-scheduler" --kubeconfig "$KUBECONFIG" \
   --leader-elect=false --bind-address 127.0.0.1 --secure-port "$(free_port)" --v=1
 
 # --- the node: containerd, CNI, kubelet, kube-proxy, CoreDNS -------------------------------------------------
-step "the node's containerd ($(containerd --version | awk '{print $3}')), with the images imported"
+step "the node's containerd ($(containerd --version | awk '{print $3}')), with the images (built twice, compared) imported"
 CTRD=$WORK/containerd
 mkdir -p "$CTRD"
 # The kubelet asks for negative oom_score_adj values (-998 for a pod's sandbox), which only a process with
@@ -229,7 +229,10 @@ wait_for 30 "containerd socket" test -S "$CTRD/containerd.sock"
 CTR=(ctr --address "$CTRD/containerd.sock" -n k8s.io)
 
 IMAGES=$WORK/images
-IMAGES_OUT=$IMAGES bash scripts/images.sh 2>&1 | grep '^images: ' >&2
+# --check builds every image twice and fails unless both builds are identical: the images the cluster runs
+# are reproducible ones.
+IMAGES_OUT=$IMAGES bash scripts/images.sh --check >"$WORK/logs/images.log" 2>&1 || { cat "$WORK/logs/images.log" >&2; die "make images failed"; }
+grep -E "^images: .*($IMAGES/|reproducible)" "$WORK/logs/images.log" | sed 's/^/   /' >&2
 mkdir -p "$WORK/pause-root/usr/local/bin"
 CGO_ENABLED=0 $GO -C deploy/images build -trimpath -ldflags "-s -w" -o "$WORK/pause-root/usr/local/bin/pause" ./pause
 $GO -C deploy/images build -o "$WORK/images-tool" .
