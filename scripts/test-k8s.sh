@@ -322,9 +322,18 @@ step "cluster up: $("$KUBECTL" version -o json | jq -r .serverVersion.gitVersion
 
 # --- the chart ---------------------------------------------------------------------------------------------
 # The built-in NATS asks for three 1 GiB ReadWriteOnce claims; a bare cluster has no provisioner, so the
-# test makes three hostPath volumes for them. hostPath volumes get no fsGroup ownership: they are made
+# test makes three hostPath volumes for them, of a class that binds when a pod is scheduled
+# (WaitForFirstConsumer, as local volumes should: with immediate binding the scheduler saw a claim still
+# unbound and left its pod Pending for minutes). hostPath volumes get no fsGroup ownership: they are made
 # owned by the NATS user (1000), as a provisioner that honours fsGroup would leave them.
-step "three hostPath PersistentVolumes for the built-in NATS's claims"
+step "three hostPath PersistentVolumes of class toolpool-k8s-local for the built-in NATS's claims"
+"$KUBECTL" apply -f - >/dev/null <<YAML
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: toolpool-k8s-local}
+provisioner: kubernetes.io/no-provisioner
+volumeBindingMode: WaitForFirstConsumer
+YAML
 for i in 0 1 2; do
   install -d -o 1000 -g 1000 -m 0770 "$WORK/pv/nats-$i"
   "$KUBECTL" apply -f - >/dev/null <<YAML
@@ -334,6 +343,7 @@ metadata: {name: toolpool-k8s-nats-$i}
 spec:
   capacity: {storage: 1Gi}
   accessModes: [ReadWriteOnce]
+  storageClassName: toolpool-k8s-local
   persistentVolumeReclaimPolicy: Retain
   hostPath: {path: $WORK/pv/nats-$i, type: Directory}
 YAML
@@ -506,6 +516,77 @@ left=$("$KUBECTL" -n "$NS" get "$("$KUBECTL" api-resources --namespaced --verbs 
 echo "$left" | sed 's/^/   left: /' >&2
 want=$(printf 'PersistentVolumeClaim/data-%s-nats-%s\n' "$RELEASE" 0 "$RELEASE" 1 "$RELEASE" 2; echo "Secret/$RELEASE-bootstrap-token")
 [ "$left" = "$(sort <<<"$want")" ] || die "after helm uninstall, want only the NATS claims and the bootstrap token Secret (docs/deploy.md), got: $left"
+
+# --- once more, with the production shape ------------------------------------------------------------------
+# ci/production-values.yaml as far as one node allows; $WORK/one-node.yaml says what is changed, and why.
+step "production shape: helm install with ci/production-values.yaml and the one-node changes"
+"$KUBECTL" label node "$NODE" toolpool.io/sandbox=true >/dev/null
+"$KUBECTL" create namespace monitoring >/dev/null   # the Grafana dashboard's ConfigMap goes there
+"$KUBECTL" -n "$NS" create secret tls toolpool-tls --cert "$pki/apiserver.crt" --key "$pki/apiserver.key" >/dev/null
+"$KUBECTL" -n "$NS" create secret generic toolpool-registry --from-literal password=unused >/dev/null
+# The shared workspaces claim (ReadWriteMany, class efs-sc): a hostPath volume of that class stands in for EFS.
+install -d -m 0755 "$WORK/pv/workspaces"
+"$KUBECTL" apply -f - >/dev/null <<YAML
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: efs-sc}
+provisioner: kubernetes.io/no-provisioner
+volumeBindingMode: WaitForFirstConsumer
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: toolpool-k8s-workspaces}
+spec:
+  capacity: {storage: 1Ti}
+  accessModes: [ReadWriteMany]
+  storageClassName: efs-sc
+  persistentVolumeReclaimPolicy: Retain
+  hostPath: {path: $WORK/pv/workspaces, type: Directory}
+YAML
+cat >"$WORK/one-node.yaml" <<'YAML'
+# What one 2-core node without registries, Prometheus Operator or gVisor in the image cannot take:
+dispatcher:
+  image: {repository: toolpool.local/dispatcher, tag: dev, pullPolicy: Never}
+  resources: {requests: {cpu: 50m, memory: 64Mi}, limits: {memory: 1Gi}}      # 3 x 250m does not fit
+worker:
+  image: {repository: toolpool.local/worker, tag: dev, pullPolicy: Never}
+  resources: {requests: {cpu: 200m, memory: 256Mi}, limits: {memory: 4Gi}}    # 2 CPUs, 4 GiB do not fit
+  images: {pinned: [], registries: []}   # registry.example.com does not exist
+  gvisor: {disabled: true}               # the image has no runsc
+  drainTimeoutSeconds: 60
+jetstream:
+  builtin:
+    image: {repository: toolpool.local/nats, tag: dev, pullPolicy: Never}
+    resources: {requests: {cpu: 50m, memory: 64Mi}, limits: {memory: 1Gi}}
+metrics:
+  serviceMonitor: {enabled: false}       # no Prometheus Operator CRDs here
+  prometheusRule: {enabled: false}
+YAML
+if ! "$HELM" install "$RELEASE" deploy/helm/toolpool -n "$NS" -f deploy/helm/toolpool/ci/production-values.yaml \
+  -f "$WORK/one-node.yaml" --wait --timeout 10m >"$WORK/logs/helm-install-production.log" 2>&1; then
+  cat "$WORK/logs/helm-install-production.log" >&2
+  "$KUBECTL" -n "$NS" get pods,pvc -o wide >&2
+  "$KUBECTL" -n "$NS" get events --field-selector type=Warning >&2
+  die "helm install with the production values did not become Ready"
+fi
+"$KUBECTL" -n "$NS" get pods -o wide >&2
+# Tenant acme's approver token is "test" (its sha256 is in the values). The Service is a new one.
+TOKEN=test
+API=http://$("$KUBECTL" -n "$NS" get svc "$RELEASE-dispatcher" -o jsonpath='{.spec.clusterIP}'):8080
+# The production policy allows only its read-only list; everything else of kind execute asks.
+r=$(call '{"tool":"run_shell","args":{"command":"ls -d /workspace"},"workspace":"prod"}')
+expect "acme's ls (on the allow list) through the ClusterIP" '.status == "ok" and .stdout == "/workspace\n"' "$r"
+r=$(call '{"tool":"run_shell","args":{"command":"echo hi"},"workspace":"prod","wait":false}')
+id=$(field .id "$r")
+expect "acme's echo (on no list) waits for approval" '.status == "pending_approval"' "$(api "$API/v1/calls/$id")"
+api -X POST "$API/v1/approvals/$id" -H 'Content-Type: application/json' -d '{"decision":"approve"}' >/dev/null
+await "$id" >/dev/null
+expect "approved, then run, on the shared workspaces claim" '.status == "ok" and .stdout == "hi\n"' "$(api "$API/v1/calls/$id")"
+"$HELM" uninstall "$RELEASE" -n "$NS" --wait --timeout 5m >"$WORK/logs/helm-uninstall-production.log" 2>&1 \
+  || { cat "$WORK/logs/helm-uninstall-production.log" >&2; die "helm uninstall (production values) failed"; }
+"$KUBECTL" -n monitoring get configmaps -o name | grep -q dashboard && die "the Grafana dashboard ConfigMap outlived helm uninstall"
+"$KUBECTL" -n "$NS" get pvc "$RELEASE-workspaces" >/dev/null 2>&1 || die "the workspaces claim was deleted by helm uninstall; docs/deploy.md says it is kept"
+echo "   uninstalled; the workspaces claim $RELEASE-workspaces is kept, as documented" >&2
 
 step "PASS: make test-k8s in $(( $(date +%s) - T0 ))s"
 if [ -n "${TOOLPOOL_K8S_KEEP:-}" ]; then
