@@ -38,7 +38,7 @@ CONTAINER_PKGS := ./internal/sandbox/containerd/... ./test/e2e/... ./test/cluste
 # FUZZTIME is how long make test (and make fuzz) runs each fuzz target.
 FUZZTIME ?= 20s
 
-.PHONY: all deps gvisor gvisor-for-test build run soak test test-gvisor test-unit test-escape fuzz mutants bench lint helm fmt clean
+.PHONY: all deps gvisor gvisor-for-test build images run soak test test-k8s test-gvisor test-unit test-escape fuzz mutants bench lint helm fmt clean
 
 all: build
 
@@ -49,6 +49,11 @@ deps:
 ## build: static binaries in bin/ (the worker mounts toolpool-runner and toolpool-init, found beside it, into the calls' containers)
 build:
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $(BIN)/ ./cmd/dispatcher ./cmd/worker ./cmd/toolpool-runner ./cmd/toolpool-init ./cmd/toolpool
+
+## images: the dispatcher, worker and nats images as reproducible OCI archives in bin/images, without a Docker
+## engine or a public base image (scripts/images.sh; root and apt-get; IMAGES_CHECK=1 builds twice and compares)
+images:
+	@bash scripts/images.sh $(if $(IMAGES_CHECK),--check)
 
 ## gvisor: build gVisor's runsc and its shim from the Go module proxy into /usr/local, unless installed (a few minutes)
 gvisor:
@@ -84,6 +89,13 @@ else
 	@if [ "$$CI" = true ]; then echo "make test: TOOLPOOL_GVISOR=0 under CI=true: CI must build gVisor and run its tier" >&2; exit 1; fi
 	@echo "$(GVISOR_SKIPPED)" >&2
 endif
+
+## test-k8s: the Helm chart on a one-node Kubernetes this starts (kube-apiserver, controller manager, scheduler,
+## kubelet, kube-proxy built once from k8s.io/kubernetes; etcd, CNI from Debian; CoreDNS): helm install, calls
+## through the Service, a worker killed mid-call, helm upgrade under load, helm uninstall (scripts/test-k8s.sh;
+## root). Not in make test: docs/deploy.md has its time
+test-k8s:
+	@bash scripts/test-k8s.sh
 
 ## test-gvisor: install gVisor (once), then only what make test runs with it: the runtime-choice tests that
 ## need it and the whole gVisor tier (GVISOR_TESTS with TOOLPOOL_TEST_RUNTIME=gvisor)

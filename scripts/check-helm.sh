@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Checks the Helm chart deploy/helm/toolpool and the Dockerfiles offline:
 #   0. the Dockerfiles parse with BuildKit's parser and pass its instruction checks and ours (deploy/docker/lint);
+#      the image builder of make images (deploy/images) passes its tests;
 #   1. the chart's copies of the alert rules and the dashboard match deploy/prometheus and deploy/grafana;
 #   2. the validator's own tests (it must catch a misspelt field, a wrong type, a dangling reference, ...);
 #   3. helm lint --strict and helm template for the default values and every ci/*.yaml values file;
@@ -86,6 +87,11 @@ $GO -C deploy/docker/lint vet ./...
 $GO -C deploy/docker/lint test -count=1 ./...
 $GO -C deploy/docker/lint build -o "$WORK/dockerfile-lint" .
 "$WORK/dockerfile-lint" -context . deploy/docker/*.Dockerfile
+
+# --- the image builder (make images) ----------------------------------------------------------------------
+step "image builder: vet and tests (deploy/images, its own Go module)"
+$GO -C deploy/images vet ./...
+$GO -C deploy/images test -count=1 ./...
 
 # --- lint, template, validate for each values file ----------------------------------------------------
 values_files=("" "$CHART"/ci/*.yaml)

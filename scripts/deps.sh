@@ -6,8 +6,20 @@
 # Python client's suite (test/clients), and Debian's chromium and chromium-driver for the web console's
 # browser tests (test/console drives chromium itself; no browser is downloaded); and, from the Go module
 # proxy, versitygw, the S3 server the checkpoint tests run.
+#
+# scripts/deps.sh k8s also installs what make test-k8s needs: etcd (etcd-server), the CNI plugins
+# (containernetworking-plugins), iptables and conntrack for kube-proxy.
 set -euo pipefail
 missing=()
+if [ "${1:-}" = k8s ]; then
+  command -v etcd >/dev/null || missing+=(etcd-server)
+  [ -x /usr/lib/cni/bridge ] && [ -x /usr/lib/cni/host-local ] && [ -x /usr/lib/cni/portmap ] || missing+=(containernetworking-plugins)
+  command -v iptables >/dev/null || missing+=(iptables)
+  command -v conntrack >/dev/null || missing+=(conntrack)
+elif [ $# -gt 0 ]; then
+  echo "deps.sh: unknown argument $1: scripts/deps.sh [k8s]" >&2
+  exit 1
+fi
 command -v containerd >/dev/null || missing+=(containerd)
 command -v containerd-shim-runc-v2 >/dev/null || missing+=(containerd)
 command -v ctr >/dev/null || missing+=(containerd)   # the fault tests list containers with it
