@@ -255,7 +255,7 @@ func TestAdversaryReadsOfSecrets(t *testing.T) {
 		{name: "tilde is the sandbox home too", cmd: "cat ~/.aws/credentials", want: policy.Deny, rule: policy.RuleDeniedPath},
 		{name: "glob may match with dotglob", cmd: "shopt -s dotglob; cat *env", want: policy.Ask},
 		{name: "case-insensitive glob", cmd: "shopt -s nocaseglob; cat *.PEM", want: policy.Ask},
-		{name: "case-sensitive glob cannot reach a key", cmd: "cat *.PEM", want: policy.Allow},
+		{name: "a glob in another case reaches keys: denied globs match any case", cmd: "cat *.PEM", want: policy.Ask},
 		{name: "grep pattern that looks like a secret is fine", cmd: "grep -n .env main.go", want: policy.Allow},
 		{name: "find -name that looks like a secret is fine", cmd: "find . -name .env", want: policy.Allow},
 		{name: "git show a tree path is fine", cmd: "git show HEAD:go.mod", want: policy.Allow},

@@ -213,9 +213,10 @@ func condsMeet(a, b charCond) bool {
 }
 
 // globsIntersect reports whether some path may match both a shell glob from a command line and a denied
-// glob (both absolute, given as segments). It errs on the side of true.
+// glob (both absolute, given as segments). Denied globs match names in any case (deniedpath), so the two
+// meet when they do in lower case. It errs on the side of true.
 func globsIntersect(shellGlob, denied []string) bool {
-	return intersect(buildSimpleNFA(shellGlob, true, false), buildSimpleNFA(denied, false, false))
+	return intersect(buildSimpleNFA(lowerSegments(shellGlob), true, false), buildSimpleNFA(lowerSegments(denied), false, false))
 }
 
 // globsMayMeet is globsIntersect for a shell glob that shell options may widen: dotglob lets a wildcard
