@@ -260,6 +260,19 @@ func HoldPort(t testing.TB) string {
 	return ln.Addr().String()
 }
 
+// FreeAddr returns an address of 127.0.0.1 whose port was free a moment ago (listened on, then closed):
+// for a process that must be told its address before it starts. Another process may take the port in
+// between; the process then refuses to start, saying so.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
 // RunToExit runs the binary at path with args and the environment plus env, and waits up to timeout for it
 // to exit on its own: for the tests of bad input, which must fail the start at once. A process still
 // running at timeout is killed and fails the test.

@@ -6,7 +6,6 @@ package console
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -62,7 +61,7 @@ func startStack(t testing.TB) *stack {
 	// The pool page reads the worker's metrics, whose address the dispatcher's config names before the
 	// worker starts: a port the system just gave out (should another process take it meanwhile, the
 	// worker refuses to start, saying so).
-	workerListen := freeAddr(t)
+	workerListen := testproc.FreeAddr(t)
 	s := &stack{stacktest.Start(t, stacktest.Options{
 		Config:       "console:\n  worker_metrics: [\"http://" + workerListen + "/metrics\"]\n",
 		WorkerListen: workerListen, WorkerID: "console-worker",
@@ -75,17 +74,6 @@ func startStack(t testing.TB) *stack {
 		}
 	})
 	return s
-}
-
-// freeAddr is an address on 127.0.0.1 that was free a moment ago.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // submit starts a run_shell call without waiting and returns its id and first status.

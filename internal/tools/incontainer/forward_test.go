@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/toolpool/toolpool/internal/testproc"
 	"github.com/toolpool/toolpool/internal/tools/egress"
 )
 
@@ -44,16 +45,6 @@ func runForwardMain(t *testing.T, addr, socket string, args ...string) (code int
 	return 0, out.String(), errb.String()
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 func TestForwardMain(t *testing.T) {
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "via the forwarder") }))
 	defer origin.Close()
@@ -75,7 +66,7 @@ func TestForwardMain(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			code, stdout, stderr := runForwardMain(t, freeAddr(t), socket, tt.args...)
+			code, stdout, stderr := runForwardMain(t, testproc.FreeAddr(t), socket, tt.args...)
 			if code != tt.wantCode || !strings.Contains(stdout, tt.wantStdout) || !strings.Contains(stderr, tt.wantStderr) {
 				t.Fatalf("exit %d stdout %q stderr %q; want %d, %q, %q", code, stdout, stderr, tt.wantCode, tt.wantStdout, tt.wantStderr)
 			}

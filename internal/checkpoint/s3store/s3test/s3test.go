@@ -9,7 +9,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/toolpool/toolpool/internal/checkpoint/s3store"
+	"github.com/toolpool/toolpool/internal/testproc"
 )
 
 // Binary returns the versitygw binary's path, skipping (or, under CI=true, failing) t when there is none.
@@ -49,7 +49,7 @@ func Server(t testing.TB) s3store.Config {
 	var cfg s3store.Config
 	// A port that was free a moment ago may be taken by the time the server listens: try a few.
 	for attempt := 0; ; attempt++ {
-		addr := freeAddr(t)
+		addr := testproc.FreeAddr(t)
 		cmd := exec.Command(bin, "--access", key, "--secret", secret, "--port", addr, "posix", root)
 		log, err := os.Create(filepath.Join(t.TempDir(), "versitygw.log"))
 		if err != nil {
@@ -105,16 +105,6 @@ func up(addr string, exited <-chan struct{}) bool {
 		}
 	}
 	return false
-}
-
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 func random(n int) string {
