@@ -82,7 +82,7 @@ func (s *Checkpoints) Put(ctx context.Context, name string, r io.Reader) error {
 		ctx, cancel = context.WithTimeout(ctx, checkpointTimeout)
 		defer cancel()
 	}
-	if _, err := s.store.Put(ctx, jetstream.ObjectMeta{Name: name}, r); err != nil {
+	if _, err := s.store.Put(ctx, jetstream.ObjectMeta{Name: name}, fullReads(r)); err != nil {
 		return fmt.Errorf("store checkpoint object %s: %w", name, err)
 	}
 	return nil

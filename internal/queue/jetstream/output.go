@@ -34,7 +34,7 @@ const outputPutTimeout = 2 * time.Minute
 func (s *Outputs) PutOutput(ctx context.Context, name string, r io.Reader) (int64, error) {
 	putCtx, release := chunkBounded(ctx, outputPutTimeout)
 	defer release()
-	info, err := s.store.Put(putCtx, jetstream.ObjectMeta{Name: name}, r)
+	info, err := s.store.Put(putCtx, jetstream.ObjectMeta{Name: name}, fullReads(r))
 	if err != nil {
 		if ctx.Err() != nil {
 			err = ctx.Err()
