@@ -208,11 +208,17 @@ func (c *client) upload(ctx context.Context, method, path, src string, stdout io
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	var body io.Reader
+	archived := make(chan error, 1)
 	if st.IsDir() {
 		pr, pw := io.Pipe()
-		go func() { pw.CloseWithError(tarDir(src, pw)) }()
+		go func() {
+			err := tarDir(src, pw)
+			archived <- err
+			pw.CloseWithError(err)
+		}()
 		body = pr
 	} else {
+		archived <- nil
 		f, err := os.Open(src)
 		if err != nil {
 			return err
@@ -222,6 +228,13 @@ func (c *client) upload(ctx context.Context, method, path, src string, stdout io
 	}
 	resp, err := c.raw(ctx, method, path, body)
 	if err != nil {
+		select {
+		case aerr := <-archived:
+			if aerr != nil {
+				return aerr // the request failed because the archive did: say why, not "is it running?"
+			}
+		default:
+		}
 		return err
 	}
 	return printWorkspace(stdout, resp)
@@ -262,19 +275,10 @@ func tarDir(dir string, w io.Writer) error {
 		}
 		h.Uid, h.Gid, h.Uname, h.Gname = 0, 0, "", ""
 		h.Mode &= 0o777
-		if err := tw.WriteHeader(h); err != nil {
-			return err
-		}
 		if info.Mode().IsRegular() {
-			f, err := os.Open(p)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			_, err = io.Copy(tw, f)
-			return err
+			return addFile(tw, p, h)
 		}
-		return nil
+		return tw.WriteHeader(h)
 	})
 	if err != nil {
 		return fmt.Errorf("archive %s: %w", dir, err)
@@ -283,6 +287,32 @@ func tarDir(dir string, w io.Writer) error {
 		return err
 	}
 	return zw.Close()
+}
+
+// addFile writes the regular file at p to tw under header h, with the size it has once open: a file that
+// grows while the tree is archived (a log being written) goes in as it was when opened, and one that
+// shrinks is an error that names it, never a short entry.
+func addFile(tw *tar.Writer, p string, h *tar.Header) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if !st.Mode().IsRegular() {
+		return nil // replaced by something else since the walk saw it
+	}
+	h.Size, h.ModTime = st.Size(), st.ModTime()
+	if err := tw.WriteHeader(h); err != nil {
+		return err
+	}
+	if n, err := io.CopyN(tw, f, h.Size); err != nil {
+		return fmt.Errorf("%s shrank from %d to %d bytes while it was archived: upload again once it is not being written (%w)", p, h.Size, n, err)
+	}
+	return nil
 }
 
 // raw sends body as is and returns a 2xx response's body.
