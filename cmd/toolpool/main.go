@@ -97,7 +97,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "bench":
 		err = cmdBench(c, args[1:], stdout)
 	case "ws":
-		err = cmdWorkspace(c, args[1:], stdout)
+		err = cmdWorkspace(c, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

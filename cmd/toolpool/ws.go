@@ -35,7 +35,7 @@ const wsUsage = `usage:
   toolpool ws rm NAME                            delete a workspace and its snapshots
 `
 
-func cmdWorkspace(c *client, args []string, stdout io.Writer) error {
+func cmdWorkspace(c *client, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return fmt.Errorf("%w: name a ws command\n%s", errUsage, wsUsage)
 	}
@@ -83,12 +83,12 @@ func cmdWorkspace(c *client, args []string, stdout io.Writer) error {
 		if *from == "" {
 			return c.wsDo(ctx, http.MethodPut, path, nil, stdout)
 		}
-		return c.upload(ctx, http.MethodPut, path, *from, stdout)
+		return c.upload(ctx, http.MethodPut, path, *from, stdout, stderr)
 	case "push":
 		if err := need(2, "NAME DIR|ARCHIVE"); err != nil {
 			return err
 		}
-		return c.upload(ctx, http.MethodPost, "/v1/workspaces/"+url.PathEscape(pos[0])+"/files?path="+url.QueryEscape(*dest), pos[1], stdout)
+		return c.upload(ctx, http.MethodPost, "/v1/workspaces/"+url.PathEscape(pos[0])+"/files?path="+url.QueryEscape(*dest), pos[1], stdout, stderr)
 	case "ls":
 		var list struct {
 			Workspaces []workspace.Info `json:"workspaces"`
@@ -201,8 +201,9 @@ func printWorkspace(w io.Writer, v json.RawMessage) error {
 	return err
 }
 
-// upload sends src (a directory, tarred on the fly, or an archive file as it is) to path.
-func (c *client) upload(ctx context.Context, method, path, src string, stdout io.Writer) error {
+// upload sends src (a directory, tarred on the fly, or an archive file as it is) to path. What a
+// directory's archive leaves out is noted on stderr.
+func (c *client) upload(ctx context.Context, method, path, src string, stdout, stderr io.Writer) error {
 	st, err := os.Stat(src)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
@@ -212,7 +213,7 @@ func (c *client) upload(ctx context.Context, method, path, src string, stdout io
 	if st.IsDir() {
 		pr, pw := io.Pipe()
 		go func() {
-			err := tarDir(src, pw)
+			err := tarDir(src, pw, func(rel, why string) { fmt.Fprintf(stderr, "toolpool: left out %s: %s\n", rel, why) })
 			archived <- err
 			pw.CloseWithError(err)
 		}()
@@ -240,8 +241,11 @@ func (c *client) upload(ctx context.Context, method, path, src string, stdout io
 	return printWorkspace(stdout, resp)
 }
 
-// tarDir writes the tree under dir as tar.gz: directories, regular files and symlinks as links.
-func tarDir(dir string, w io.Writer) error {
+// tarDir writes the tree under dir as tar.gz: directories, regular files and symlinks as links. A
+// symlink that points outside the tree (an absolute path, or up past dir), which the workspace API
+// refuses, is left out and reported to leftOut, like sockets, FIFOs and devices, which are left out
+// silently.
+func tarDir(dir string, w io.Writer, leftOut func(rel, why string)) error {
 	zw := gzip.NewWriter(w)
 	tw := tar.NewWriter(zw)
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
@@ -261,6 +265,10 @@ func tarDir(dir string, w io.Writer) error {
 		case info.Mode()&fs.ModeSymlink != 0:
 			if link, err = os.Readlink(p); err != nil {
 				return err
+			}
+			if filepath.IsAbs(link) || !filepath.IsLocal(filepath.Join(filepath.Dir(rel), link)) {
+				leftOut(filepath.ToSlash(rel), fmt.Sprintf("a symlink to %q, outside the directory (a workspace's links must point inside it, relatively)", link))
+				return nil
 			}
 		case !info.Mode().IsRegular() && !info.IsDir():
 			return nil // sockets, FIFOs, devices stay behind
