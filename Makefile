@@ -38,13 +38,17 @@ CONTAINER_PKGS := ./internal/sandbox/containerd/... ./test/e2e/... ./test/cluste
 # FUZZTIME is how long make test (and make fuzz) runs each fuzz target.
 FUZZTIME ?= 20s
 
-.PHONY: all deps gvisor gvisor-for-test build images run soak test test-k8s test-gvisor test-unit test-escape fuzz mutants bench lint helm fmt clean
+.PHONY: all deps deps-test gvisor gvisor-for-test build images run soak test test-k8s test-gvisor test-unit test-escape fuzz mutants bench lint helm fmt clean
 
 all: build
 
-## deps: install containerd and runc from Debian when missing (needs root)
+## deps: install what make run needs from Debian when missing: containerd, runc, crun, git, curl (needs root)
 deps:
 	@bash scripts/deps.sh
+
+## deps-test: and what the tests need (promtool, Node.js, strace, pytest, chromium, versitygw; scripts/deps.sh)
+deps-test:
+	@bash scripts/deps.sh test
 
 ## build: static binaries in bin/ (the worker mounts toolpool-runner and toolpool-init, found beside it, into the calls' containers)
 build:
@@ -68,7 +72,7 @@ run: deps build
 ## is built first when missing, the escape suite runs under runc and gVisor side by side, and the rest of the
 ## gVisor tier (GVISOR_TESTS) under gVisor; then every fuzz target for FUZZTIME. TOOLPOOL_GVISOR=0 leaves
 ## gVisor out, loudly (refused under CI=true)
-test: deps lint gvisor-for-test
+test: deps-test lint gvisor-for-test
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list $(PKGS) | grep -vxF -f <($(GO) list $(CONTAINER_PKGS)))
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -p 1 $(if $(GVISOR_OFF),,-skip '^TestEscape$$') $(CONTAINER_PKGS)
 ifeq ($(GVISOR_OFF),)
@@ -99,7 +103,7 @@ test-k8s:
 
 ## test-gvisor: install gVisor (once), then only what make test runs with it: the runtime-choice tests that
 ## need it and the whole gVisor tier (GVISOR_TESTS with TOOLPOOL_TEST_RUNTIME=gvisor)
-test-gvisor: deps gvisor
+test-gvisor: deps-test gvisor
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -p 1 -run '$(GVISOR_SELECTION_TESTS)' $(GVISOR_PKGS)
 	TOOLPOOL_TEST_RUNTIME=gvisor $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -p 1 -run '$(GVISOR_TESTS)' $(GVISOR_PKGS)
 
@@ -109,7 +113,7 @@ test-unit:
 
 ## test-escape: the escape suite again, against the warm pool's containers and under crun (make test runs it
 ## cold under runc and gVisor)
-test-escape: deps
+test-escape: deps-test
 	TOOLPOOL_TEST_POOL=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run '^TestEscape$$' ./internal/sandbox/containerd/
 	@# The crun tier skips, saying why, where crun cannot run; go test would print only "ok" for that.
 	@log=$$(mktemp); echo "escape suite under crun:"; \
@@ -128,7 +132,7 @@ fuzz:
 ## SOAK_REPORT (docs/reliability.md). SOAK_SEED replays a run's fault schedule
 SOAK ?= 5m
 SOAK_REPORT ?= soak-report.md
-soak: deps
+soak: deps-test
 	TOOLPOOL_SOAK=$(SOAK) TOOLPOOL_SOAK_SEED=$(SOAK_SEED) TOOLPOOL_SOAK_REPORT=$(abspath $(SOAK_REPORT)) $(GO) test -count=1 -v -run '^TestSoak$$' -timeout 60m ./test/cluster/
 
 ## mutants: mutation testing (gremlins, built once from the Go module proxy) of policy, deniedpath, the
@@ -143,7 +147,7 @@ mutants:
 ## bench: sandbox, live-output, workspace-checkpoint and end-to-end benchmarks (speed and memory targets are measured here; the
 ## live flood prints 200 MB), then `toolpool bench` at concurrency 16 for CLUSTER_BENCH (30s) against the three-server cluster with three workers
 CLUSTER_BENCH ?= 30s
-bench: deps
+bench: deps-test
 	$(GO) test -run '^$$' -bench . -benchtime 100x -timeout 30m ./internal/sandbox/containerd/ ./internal/queue/jetstream/ ./test/e2e/
 	$(GO) test -run '^$$' -bench 'SaveOneFileChange' -benchtime 100x -timeout 30m ./internal/checkpoint/
 	$(GO) test -run '^$$' -bench 'Workspace100k' -benchtime 1x -timeout 60m ./internal/checkpoint/
