@@ -64,13 +64,17 @@ type follower struct {
 	pulled         string // the last pull report shown: image, phase and tenth of the bytes
 }
 
-// resumeFrom sets where a follower starts: after event id last ("<stdout bytes>.<stderr bytes>"), whose
-// bytes were printed already. An id of another form is passed on as it is, for the server to refuse.
+// resumeFrom sets where a follower starts: after event id last ("<stdout bytes>.<stderr bytes>", then
+// ".<attempt>" once a worker started the call), whose bytes were printed already. An id of another form
+// is passed on as it is, for the server to refuse.
 func (f *follower) resumeFrom(last string) {
 	f.last = last
-	o, e, _ := strings.Cut(last, ".")
-	out, err1 := strconv.ParseInt(o, 10, 64)
-	errs, err2 := strconv.ParseInt(e, 10, 64)
+	parts := strings.Split(last, ".")
+	if len(parts) < 2 {
+		return
+	}
+	out, err1 := strconv.ParseInt(parts[0], 10, 64)
+	errs, err2 := strconv.ParseInt(parts[1], 10, 64)
 	if err1 == nil && err2 == nil {
 		f.printed = [2]int64{out, errs}
 	}
@@ -129,12 +133,15 @@ func (f *follower) handle(ev event) bool {
 			*at = end
 		}
 		f.streamed = true
-	case "lag":
+	case "lag", "restart":
 		var l struct {
 			Message string `json:"message"`
 		}
 		_ = json.Unmarshal(ev.data, &l)
 		fmt.Fprintf(f.stderr, "\n[toolpool: %s]\n", l.Message)
+		if ev.name == "restart" { // the call runs again: its output comes again from byte 0
+			f.printed = [2]int64{}
+		}
 	case "result":
 		var res call.Result
 		if json.Unmarshal(ev.data, &res) == nil {

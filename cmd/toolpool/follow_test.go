@@ -122,3 +122,40 @@ func TestFollowShowsPullProgress(t *testing.T) {
 		t.Errorf("exit %d, stdout %q, stderr:\n%s\nwant it to start with:\n%s", code, stdout, stderr, want)
 	}
 }
+
+// TestFollowRestart: a call run again after its worker was lost restarts its output. The CLI says so and
+// prints the new attempt's output from its first byte (it would otherwise skip as printed the bytes the
+// first attempt had printed), and a stream cut after the restart resumes from the id with the attempt.
+func TestFollowRestart(t *testing.T) {
+	var mu sync.Mutex
+	var resumedFrom []string
+	serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		n := len(resumedFrom)
+		resumedFrom = append(resumedFrom, r.Header.Get("Last-Event-ID"))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "text/event-stream")
+		if n == 0 {
+			fmt.Fprint(w, "id: 0.0.1\nevent: status\ndata: {\"id\":\"c_1\",\"status\":\"running\"}\n\n")
+			fmt.Fprint(w, "id: 12.0.1\nevent: stdout\ndata: {\"offset\":0,\"text\":\"first run 1\\n\"}\n\n")
+			fmt.Fprint(w, "id: 0.0.2\nevent: restart\ndata: {\"attempt\":2,\"message\":\"the call is running again (attempt 2)\"}\n\n")
+			fmt.Fprint(w, "id: 6.0.2\nevent: stdout\ndata: {\"offset\":0,\"text\":\"again\\n\"}\n\n")
+			return // cut
+		}
+		fmt.Fprint(w, "id: 6.0.2\nevent: stdout\ndata: {\"offset\":0,\"text\":\"again\\n\"}\n\n") // resent
+		fmt.Fprint(w, "id: 11.0.2\nevent: stdout\ndata: {\"offset\":6,\"text\":\"done\\n\"}\n\n")
+		fmt.Fprintf(w, "id: 11.0.2\nevent: result\ndata: %s\n\n", strings.ReplaceAll(okResult, "\n", ""))
+	}))
+	code, stdout, stderr := cli("follow", "c_1")
+	if want := "first run 1\nagain\ndone\n"; code != 0 || stdout != want {
+		t.Errorf("exit %d, stdout %q, want %q (stderr %q)", code, stdout, want, stderr)
+	}
+	if !strings.Contains(stderr, "[toolpool: the call is running again (attempt 2)]") {
+		t.Errorf("stderr %q, want the restart said", stderr)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(resumedFrom) != 2 || resumedFrom[1] != "6.0.2" {
+		t.Errorf("streams resumed from %q, want the second from 6.0.2", resumedFrom)
+	}
+}

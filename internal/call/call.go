@@ -221,6 +221,10 @@ type Result struct {
 	Timing      Timing     `json:"timing"`
 	Usage       Usage      `json:"usage"`
 	Worker      string     `json:"worker,omitempty"`
+	// Attempt is the delivery of the call that ran it, from 1, set when a worker starts it: a call run
+	// again after its worker was lost has a higher one, and its output starts again from byte 0 (a
+	// follower gets a "restart" event). Deliveries that did not start it count too.
+	Attempt uint64 `json:"attempt,omitempty"`
 	// Image names the image the call ran on by digest (registry/repository@sha256:...); empty on the
 	// host view.
 	Image string `json:"image,omitempty"`

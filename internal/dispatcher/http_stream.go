@@ -34,12 +34,21 @@ const (
 	rangeMax     = 16 << 20
 )
 
-// position is how far a follower has read each stream; it is the id of every event
-// ("<stdout bytes>.<stderr bytes>"), so a client that reconnects with Last-Event-ID resumes there.
-type position struct{ out, err int64 }
+// position is how far a follower has read each stream of the call's attempt (call.Result's Attempt; 0:
+// not known yet); it is the id of every event ("<stdout bytes>.<stderr bytes>.<attempt>", or without
+// the attempt while none is known), so a client that reconnects with Last-Event-ID resumes there, and
+// starts over when the call has been run again since.
+type position struct {
+	out, err int64
+	attempt  uint64
+}
 
 func (p position) String() string {
-	return strconv.FormatInt(p.out, 10) + "." + strconv.FormatInt(p.err, 10)
+	id := strconv.FormatInt(p.out, 10) + "." + strconv.FormatInt(p.err, 10)
+	if p.attempt > 0 {
+		id += "." + strconv.FormatUint(p.attempt, 10)
+	}
+	return id
 }
 
 func (p *position) at(stream string) *int64 {
@@ -49,18 +58,50 @@ func (p *position) at(stream string) *int64 {
 	return &p.out
 }
 
-// parsePosition reads an event id; "" is the start.
+// parsePosition reads an event id; "" is the start. An id without an attempt (as this stream sent
+// before calls carried one) is taken as of the attempt running.
 func parsePosition(id string) (position, error) {
 	if id == "" {
 		return position{}, nil
 	}
-	o, e, ok := strings.Cut(id, ".")
-	out, err1 := strconv.ParseInt(o, 10, 64)
-	errs, err2 := strconv.ParseInt(e, 10, 64)
-	if !ok || err1 != nil || err2 != nil || out < 0 || errs < 0 {
-		return position{}, fmt.Errorf("Last-Event-ID %q is not an event id of this stream: ids are \"<stdout bytes>.<stderr bytes>\" such as \"1024.0\"; send the id of the last event you received, or none to start over", id)
+	parts := strings.Split(id, ".")
+	var p position
+	var err1, err2, err3 error
+	if len(parts) == 2 || len(parts) == 3 {
+		p.out, err1 = strconv.ParseInt(parts[0], 10, 64)
+		p.err, err2 = strconv.ParseInt(parts[1], 10, 64)
+		if len(parts) == 3 {
+			p.attempt, err3 = strconv.ParseUint(parts[2], 10, 64)
+		}
 	}
-	return position{out, errs}, nil
+	if len(parts) < 2 || len(parts) > 3 || err1 != nil || err2 != nil || err3 != nil || p.out < 0 || p.err < 0 || (len(parts) == 3 && p.attempt == 0) {
+		return position{}, fmt.Errorf("Last-Event-ID %q is not an event id of this stream: ids are \"<stdout bytes>.<stderr bytes>.<attempt>\" such as \"1024.0.1\"; send the id of the last event you received, or none to start over", id)
+	}
+	return p, nil
+}
+
+// restartEvent is the data of a "restart" event: the call is running again, as attempt Attempt, after
+// the worker of the attempt this reader followed was lost; its stdout and stderr start over from byte
+// 0, and what this reader got of them before is not the call's output.
+type restartEvent struct {
+	Attempt uint64 `json:"attempt"`
+	Message string `json:"message"`
+}
+
+// restart moves pos to the start of attempt attempt and tells the reader, when attempt is later than
+// the one pos is in; when pos is in no known attempt yet, it takes attempt as its own. It reports whether
+// the reader was told.
+func restart(ev *sse, pos *position, attempt uint64) (bool, error) {
+	switch {
+	case attempt == 0 || attempt <= pos.attempt:
+		return false, nil
+	case pos.attempt == 0:
+		pos.attempt = attempt
+		return false, nil
+	}
+	*pos = position{attempt: attempt}
+	return true, ev.send(pos.String(), "restart", restartEvent{Attempt: attempt, Message: fmt.Sprintf(
+		"the call is running again (attempt %d): the worker running it was lost, and its output starts over from byte 0; discard what this stream sent of stdout and stderr before", attempt)})
 }
 
 // outputEvent is the data of a "stdout" or "stderr" event: bytes of the stream from offset on, as text
@@ -182,19 +223,23 @@ func (s *api) follow(w http.ResponseWriter, r *http.Request, tenant, id string, 
 	defer stopLive()
 	if s.live != nil && !res.Status.Terminal() {
 		var err error
-		from := queue.Offsets{call.StreamStdout: pos.out, call.StreamStderr: pos.err}
-		if chunks, err = s.live.FollowOutput(liveCtx, id, from, followBuffer); err != nil {
+		// From the first byte retained: the chunks this reader has are skipped here (sendLive), where the
+		// attempt pos is in is known, rather than by offsets that may be of an earlier attempt.
+		if chunks, err = s.live.FollowOutput(liveCtx, id, nil, followBuffer); err != nil {
 			s.log.ErrorContext(ctx, "follow output", "call_id", id, "error", err)
 			writeErr(w, call.Reject(call.KindUnavailable, call.ErrInternal, "toolpool could not follow the call's output; retry"))
 			return
 		}
 	}
 	ev := startSSE(w)
+	live := map[string]bool{call.StreamStdout: true, call.StreamStderr: true}
+	if _, err := restart(ev, &pos, res.Attempt); err != nil {
+		return
+	}
 	if ev.send(pos.String(), "status", statusEvent{ID: id, Status: res.Status, Worker: res.Worker}) != nil {
 		return
 	}
 	updates := s.watch(ctx, id, res.Status)
-	live := map[string]bool{call.StreamStdout: true, call.StreamStderr: true}
 	tick := time.NewTicker(keepAlive)
 	defer tick.Stop()
 	for !res.Status.Terminal() {
@@ -215,12 +260,8 @@ func (s *api) follow(w http.ResponseWriter, r *http.Request, tenant, id string, 
 				chunks = nil
 				continue
 			}
-			if ch.Stream == call.StreamPull {
-				err = sendPull(ev, pos, res, ch)
-				break
-			}
-			err = s.sendChunk(ev, &pos, live, ch)
-			if !live[ch.Stream] {
+			err = s.sendLive(ev, &pos, live, res, ch)
+			if ch.Stream != call.StreamPull && !live[ch.Stream] {
 				stopLive() // the rest comes from the store: stop reading (and paying for) the live stream
 			}
 		}
@@ -233,14 +274,17 @@ func (s *api) follow(w http.ResponseWriter, r *http.Request, tenant, id string, 
 		case ch, ok := <-chunks:
 			if !ok {
 				drained = true
-			} else if s.sendChunk(ev, &pos, live, ch) != nil {
+			} else if s.sendLive(ev, &pos, live, res, ch) != nil {
 				return
 			}
 		default:
 			drained = true
 		}
 	}
-	cancel() // stop following: the rest comes from the store
+	cancel()                                                  // stop following: the rest comes from the store
+	if _, err := restart(ev, &pos, res.Attempt); err != nil { // the stored output is the last attempt's
+		return
+	}
 	final := r.Context()
 	for _, name := range []string{call.StreamStdout, call.StreamStderr} {
 		if err := s.catchUp(final, ev, &pos, res, name); err != nil {
@@ -254,6 +298,26 @@ func (s *api) follow(w http.ResponseWriter, r *http.Request, tenant, id string, 
 		return
 	}
 	_ = ev.send(pos.String(), "result", full)
+}
+
+// sendLive sends live chunk ch of running call res: a report of its image's pull, or output. A chunk of
+// an attempt earlier than this reader's is dropped (a lost worker's, landed late); the first of a later
+// attempt restarts the reader's streams from byte 0 and live again.
+func (s *api) sendLive(ev *sse, pos *position, live map[string]bool, res *call.Result, ch queue.Chunk) error {
+	if ch.Attempt != 0 && ch.Attempt < pos.attempt {
+		return nil
+	}
+	told, err := restart(ev, pos, ch.Attempt)
+	if err != nil {
+		return err
+	}
+	if told {
+		live[call.StreamStdout], live[call.StreamStderr] = true, true
+	}
+	if ch.Stream == call.StreamPull {
+		return sendPull(ev, *pos, res, ch)
+	}
+	return s.sendChunk(ev, pos, live, ch)
 }
 
 // sendChunk sends what of ch this follower does not have yet, or says exactly which bytes the live

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,11 +23,14 @@ func TestParsePosition(t *testing.T) {
 	}{
 		{"", position{}, false},
 		{"0.0", position{}, false},
-		{"1024.7", position{1024, 7}, false},
+		{"1024.7", position{out: 1024, err: 7}, false},
+		{"1024.7.2", position{out: 1024, err: 7, attempt: 2}, false},
 		{"1024", position{}, true},
 		{"a.b", position{}, true},
 		{"-1.0", position{}, true},
-		{"1.2.3", position{}, true},
+		{"1.2.0", position{}, true},
+		{"1.2.x", position{}, true},
+		{"1.2.3.4", position{}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.id, func(t *testing.T) {
@@ -55,14 +59,15 @@ func TestOutputEventIsBinarySafe(t *testing.T) {
 type fakeLive struct {
 	chunks  chan queue.Chunk
 	from    chan queue.Offsets
-	stopped chan struct{}
+	stopped chan struct{} // closed when the first follower's context ends
+	once    sync.Once
 }
 
 func (l *fakeLive) FollowOutput(ctx context.Context, _ string, from queue.Offsets, _ int) (<-chan queue.Chunk, error) {
 	l.from <- from
 	out := make(chan queue.Chunk)
 	go func() {
-		defer close(l.stopped)
+		defer l.once.Do(func() { close(l.stopped) })
 		defer close(out)
 		for {
 			select {
@@ -80,28 +85,22 @@ func (l *fakeLive) FollowOutput(ctx context.Context, _ string, from queue.Offset
 	return out, nil
 }
 
-// TestEventsLiveThenGap: GET /v1/calls/{id}/events of a running call follows the live output from the
-// position of Last-Event-ID, with its image's pull as status events; at a gap (bytes the live stream does not have) it says exactly which bytes
-// are missing, stops reading the live output while the call still runs, and ends with the result once
-// the call does.
-func TestEventsLiveThenGap(t *testing.T) {
-	live := &fakeLive{chunks: make(chan queue.Chunk), from: make(chan queue.Offsets, 1), stopped: make(chan struct{})}
-	h := newHarness(t, setup{live: live})
-	id := h.queued("acme", call.StatusRunning)
-	srv := httptest.NewServer(h.srv.Handler())
-	t.Cleanup(srv.Close)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+// eventReader opens GET /v1/calls/{id}/events with Last-Event-ID lastID ("" for none) and returns what
+// reads its next event.
+func eventReader(t *testing.T, ctx context.Context, srv *httptest.Server, id, lastID string) func() (id, name, data string) {
+	t.Helper()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/v1/calls/"+id+"/events", nil)
 	req.Header.Set("Authorization", "Bearer "+acmeCaller)
-	req.Header.Set("Last-Event-ID", "2.0")
+	if lastID != "" {
+		req.Header.Set("Last-Event-ID", lastID)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	t.Cleanup(func() { resp.Body.Close() })
 	sc := bufio.NewScanner(resp.Body)
-	next := func() (id, name, data string) {
+	return func() (id, name, data string) {
 		t.Helper()
 		for sc.Scan() {
 			line := sc.Text()
@@ -119,12 +118,29 @@ func TestEventsLiveThenGap(t *testing.T) {
 		t.Fatalf("the event stream ended (%v)", sc.Err())
 		return
 	}
-	if from := <-live.from; from[call.StreamStdout] != 2 || from[call.StreamStderr] != 0 {
-		t.Fatalf("followed from %v, want stdout 2 and stderr 0 (Last-Event-ID 2.0)", from)
+}
+
+// TestEventsLiveThenGap: GET /v1/calls/{id}/events of a running call follows the live output from the
+// position of Last-Event-ID (what the live stream retains is read from its first byte, and what the
+// reader has is skipped), with its image's pull as status events; at a gap (bytes the live stream does
+// not have) it says exactly which bytes are missing, stops reading the live output while the call still
+// runs, and ends with the result once the call does.
+func TestEventsLiveThenGap(t *testing.T) {
+	live := &fakeLive{chunks: make(chan queue.Chunk), from: make(chan queue.Offsets, 1), stopped: make(chan struct{})}
+	h := newHarness(t, setup{live: live})
+	id := h.queued("acme", call.StatusRunning)
+	srv := httptest.NewServer(h.srv.Handler())
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	next := eventReader(t, ctx, srv, id, "2.0")
+	if from := <-live.from; len(from) != 0 {
+		t.Fatalf("followed from %v, want the first byte retained", from)
 	}
 	if _, name, _ := next(); name != "status" {
 		t.Fatalf("first event %s, want status", name)
 	}
+	live.chunks <- queue.Chunk{Stream: call.StreamStdout, Offset: 0, Data: []byte("ab")} // the reader has it
 	live.chunks <- queue.Chunk{Stream: call.StreamStdout, Offset: 2, Data: []byte("cd")}
 	if id, name, data := next(); id != "4.0" || name != "stdout" || data != `{"offset":2,"text":"cd"}` {
 		t.Fatalf("event %s %s %s, want stdout cd at 2 with id 4.0", id, name, data)
@@ -161,4 +177,61 @@ func TestEventsLiveThenGap(t *testing.T) {
 	if id, name, _ := next(); name != "result" || id != "4.0" {
 		t.Fatalf("event %s with id %s, want the result at 4.0", name, id)
 	}
+}
+
+// TestEventsRestartWhenTheCallRunsAgain: a call run again after its worker was lost prints from byte 0
+// again. A reader following the first attempt gets a "restart" event and then the new attempt's output
+// from its first byte (not appended after, nor spliced into, what it had); a late chunk of the lost
+// attempt is dropped; and a reader that comes back with an id of the earlier attempt starts over at once.
+func TestEventsRestartWhenTheCallRunsAgain(t *testing.T) {
+	live := &fakeLive{chunks: make(chan queue.Chunk), from: make(chan queue.Offsets, 2), stopped: make(chan struct{})}
+	h := newHarness(t, setup{live: live})
+	id := h.queued("acme", call.StatusRunning)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	setAttempt := func(n uint64) {
+		t.Helper()
+		rec, err := h.store.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.Result.Attempt = n
+		h.store.Put(rec.Result)
+	}
+	setAttempt(1)
+	srv := httptest.NewServer(h.srv.Handler())
+	t.Cleanup(srv.Close)
+	next := eventReader(t, ctx, srv, id, "")
+	<-live.from
+	if id, name, _ := next(); name != "status" || id != "0.0.1" {
+		t.Fatalf("first event %s at %s, want status at 0.0.1", name, id)
+	}
+	expect := func(wantID, wantName, wantData string) {
+		t.Helper()
+		if id, name, data := next(); id != wantID || name != wantName || !strings.Contains(data, wantData) {
+			t.Fatalf("event %s %s %s, want %s %s with %s", id, name, data, wantID, wantName, wantData)
+		}
+	}
+	live.chunks <- queue.Chunk{Stream: call.StreamStdout, Offset: 0, Data: []byte("first run\n"), Attempt: 1}
+	expect("10.0.1", "stdout", `"text":"first run\n"`)
+	live.chunks <- queue.Chunk{Stream: call.StreamStderr, Offset: 0, Data: []byte("warn\n"), Attempt: 1}
+	expect("10.5.1", "stderr", `"text":"warn\n"`)
+
+	setAttempt(2)
+	live.chunks <- queue.Chunk{Stream: call.StreamStdout, Offset: 0, Data: []byte("again"), Attempt: 2}
+	expect("0.0.2", "restart", `"attempt":2`)
+	expect("5.0.2", "stdout", `{"offset":0,"text":"again"}`)
+	live.chunks <- queue.Chunk{Stream: call.StreamStdout, Offset: 10, Data: []byte("late"), Attempt: 1} // the lost run's
+	live.chunks <- queue.Chunk{Stream: call.StreamStdout, Offset: 5, Data: []byte("!\n"), Attempt: 2}
+	expect("7.0.2", "stdout", `{"offset":5,"text":"!\n"}`)
+
+	// Back with an id of the first attempt: told at once, before the status.
+	next = eventReader(t, ctx, srv, id, "10.5.1")
+	<-live.from
+	expect("0.0.2", "restart", `"message":"the call is running again (attempt 2)`)
+	expect("0.0.2", "status", `"status":"running"`)
+	// An id as sent before ids carried the attempt is taken as of the attempt running.
+	next = eventReader(t, ctx, srv, id, "5.0")
+	<-live.from
+	expect("5.0.2", "status", `"status":"running"`)
 }

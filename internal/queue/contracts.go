@@ -151,12 +151,16 @@ type Live interface {
 	// in between are not retained (the call printed more than the retention bounds, or the server did not
 	// take them): they are only in Outputs, once the call ends. A slow receiver loses nothing: at most
 	// buffer chunks wait for it, and delivery waits while the channel is full (the publisher never does).
+	// A call run again (its worker lost) prints from byte 0 again: a chunk of an attempt later than the
+	// chunks delivered before starts every stream over (from then on, chunks of that attempt from their
+	// first byte retained), and a chunk of an earlier attempt than one delivered is dropped; from applies
+	// to the attempt delivered first.
 	FollowOutput(ctx context.Context, callID string, from Offsets, buffer int) (<-chan Chunk, error)
 	// Follow calls emit with the bytes of each chunk of call callID's output, from its first byte retained
 	// to the chunks published later, in order and from one goroutine; it blocks until ctx ends and then
 	// returns nil. Bytes not retained are replaced by a note that says how many are missing; the reports
 	// of the call's image pull (stream call.StreamPull) come as lines for people (call.PullProgress's
-	// String).
+	// String); a call run again gets a note that its output starts over, then the new attempt's output.
 	Follow(ctx context.Context, callID string, emit func(chunk string)) error
 	// EndOutput drops call callID's retained chunks. The worker calls it once the call's output is in
 	// Outputs and its final record is written, so that a reader who sees the call ended reads Outputs, and

@@ -70,6 +70,9 @@ type Chunk struct {
 	// Offset is the position of Data's first byte in its stream.
 	Offset int64
 	Data   []byte
+	// Attempt is the delivery of the call whose run printed the chunk (call.Result's Attempt; 0: not
+	// known). A later attempt's output starts again from byte 0.
+	Attempt uint64
 }
 
 // End is the position just past the chunk in its stream.

@@ -108,7 +108,7 @@ func (w *Worker) process(ctx context.Context, c *call.Call, attempt uint64) (set
 		return settleRetry, nil // another worker is claiming it, or a vanished claimer's lease has not lapsed yet
 	}
 	r.Status = call.StatusRunning
-	r.Worker = w.cfg.ID
+	r.Worker, r.Attempt = w.cfg.ID, attempt // the attempt: what the live output of this run is of
 	r.StartedAt = now
 	r.LeaseUntil = now.Add(w.cfg.Lease) // for people; the lease itself is judged by the server
 	r.Timing.QueuedMS = r.StartedAt.Sub(c.CreatedAt).Milliseconds()
@@ -140,7 +140,7 @@ func (w *Worker) process(ctx context.Context, c *call.Call, attempt uint64) (set
 	if unrestored != nil {
 		x = executor.OnHost("", nil, unrestored)
 	} else {
-		x, stored, runErr = w.run(runCtx, c, cl.rev)
+		x, stored, runErr = w.run(runCtx, c, cl)
 	}
 	cause := context.Cause(runCtx)
 	switch {

@@ -49,8 +49,8 @@ func WithLive(l Live) Option { return func(w *Worker) { w.live = l } }
 // pullReporter returns what tells call id's live readers how the pull of its image goes: each report is
 // one JSON line (call.PullProgress) on the live stream call.StreamPull, which the event stream shows as
 // status events. Best effort, like the output: a report the server does not take is missed. Nil without
-// a live stream.
-func (w *Worker) pullReporter(ctx context.Context, id string) func(call.PullProgress) {
+// a live stream. The reports are of attempt attempt of the call.
+func (w *Worker) pullReporter(ctx context.Context, id string, attempt uint64) func(call.PullProgress) {
 	if w.live == nil {
 		return nil
 	}
@@ -58,7 +58,7 @@ func (w *Worker) pullReporter(ctx context.Context, id string) func(call.PullProg
 	return func(p call.PullProgress) {
 		line, _ := json.Marshal(p)
 		line = append(line, '\n')
-		if err := w.live.PublishChunk(ctx, id, queue.Chunk{Stream: call.StreamPull, Offset: offset, Data: line}); err != nil {
+		if err := w.live.PublishChunk(ctx, id, queue.Chunk{Stream: call.StreamPull, Offset: offset, Data: line, Attempt: attempt}); err != nil {
 			w.log.DebugContext(ctx, "publish pull progress", "call_id", id, "error", err)
 		}
 		offset += int64(len(line))
@@ -80,6 +80,7 @@ const (
 // buffers whatever the call prints.
 type capture struct {
 	callID  string
+	attempt uint64 // the call's attempt whose output this is: its chunks carry it
 	live    Live
 	streams [2]*spool // stdout, stderr
 	wake    chan struct{}
@@ -101,11 +102,11 @@ type spool struct {
 	pendingOff int64
 }
 
-// newCapture starts capturing call callID's output, keeping up to keep bytes of each stream in files
-// under dir (keep <= 0 or dir "": none) and publishing it to live (nil: nothing is published). The
-// caller must call finish.
-func newCapture(callID, dir string, keep int64, live Live) (*capture, error) {
-	c := &capture{callID: callID, live: live, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+// newCapture starts capturing the output of attempt attempt of call callID, keeping up to keep bytes of
+// each stream in files under dir (keep <= 0 or dir "": none) and publishing it to live (nil: nothing is
+// published). The caller must call finish.
+func newCapture(callID string, attempt uint64, dir string, keep int64, live Live) (*capture, error) {
+	c := &capture{callID: callID, attempt: attempt, live: live, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	for i, name := range []string{call.StreamStdout, call.StreamStderr} {
 		s := &spool{c: c, name: name, max: keep}
 		if keep > 0 && dir != "" {
@@ -211,6 +212,7 @@ func (c *capture) publish() {
 		}
 		for _, s := range c.streams {
 			for ch, ok := s.take(final, buf); ok; ch, ok = s.take(final, buf) {
+				ch.Attempt = c.attempt
 				_ = c.live.PublishChunk(ctx, c.callID, ch)
 				buf = ch.Data
 			}

@@ -122,13 +122,15 @@ func TestFullOutputKeptAndStreamed(t *testing.T) {
 
 // TestLiveOutputEnds: the worker drops a call's live chunks once the call's output is stored and its
 // result recorded, after its last chunk was published; a later attempt drops them before it runs too
-// (an earlier attempt's output is not this run's).
+// (an earlier attempt's output is not this run's), and its chunks, running record and result carry its
+// attempt, so that a reader of the earlier attempt's output knows the output starts over.
 func TestLiveOutputEnds(t *testing.T) {
 	st := queuetest.NewStore()
 	outs := &memOutputs{objs: map[string][]byte{}}
 	live := &chunkLog{}
 	c := newCall("run_shell", shellArgs)
 	var states []call.Status
+	var attempts []uint64
 	live.onEnd = func(id string) {
 		rec, err := st.Get(context.Background(), id)
 		if err != nil {
@@ -136,6 +138,7 @@ func TestLiveOutputEnds(t *testing.T) {
 			return
 		}
 		states = append(states, rec.Result.Status)
+		attempts = append(attempts, rec.Result.Attempt)
 	}
 	w := newTestWorkerWith(t, slowConfig(t), printRuntime{data: bytes.Repeat([]byte("x"), 300000), piece: 1000}, st,
 		WithLeases(newFakeLeases()), WithOutputs(outs), WithLive(live))
@@ -151,6 +154,14 @@ func TestLiveOutputEnds(t *testing.T) {
 	}
 	if len(states) != 2 || states[0] != call.StatusRunning || states[1] != call.StatusOK {
 		t.Errorf("the record at each EndOutput: %v, want running (claimed, not yet run), then ok (recorded)", states)
+	}
+	if len(attempts) != 2 || attempts[0] != 2 || attempts[1] != 2 {
+		t.Errorf("the record's attempt at each EndOutput: %v, want 2 (running) and 2 (recorded)", attempts)
+	}
+	for i, ch := range live.chunks {
+		if ch.Attempt != 2 {
+			t.Fatalf("chunk %d of attempt %d, want 2", i, ch.Attempt)
+		}
 	}
 }
 

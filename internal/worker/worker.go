@@ -166,10 +166,10 @@ func New(cfg Config, rt sandbox.Runtime, store Store, reg *tools.Registry, log *
 	return w, nil
 }
 
-// run runs call c under claim: a workspace operation on the host, any other call in a fresh container
+// run runs call c under claim cl: a workspace operation on the host, any other call in a fresh container
 // (the executor). A command's full output is gathered while it runs and stored, named by the call and
-// claim, before run returns; stored names what was stored.
-func (w *Worker) run(ctx context.Context, c *call.Call, claim uint64) (x executor.Execution, stored []string, err error) {
+// claim, before run returns; stored names what was stored. Its live output is of the claim's attempt.
+func (w *Worker) run(ctx context.Context, c *call.Call, cl *claim) (x executor.Execution, stored []string, err error) {
 	if workspace.IsOp(c.Tool) {
 		out, conns, failed := w.runWorkspaceOp(ctx, c)
 		return executor.OnHost(out, conns, failed), nil, nil
@@ -180,15 +180,15 @@ func (w *Worker) run(ctx context.Context, c *call.Call, claim uint64) (x executo
 		if w.outputs == nil {
 			keep = 0
 		}
-		cp, err := newCapture(c.ID, w.cfg.SpoolDir, keep, w.live)
+		cp, err := newCapture(c.ID, cl.result.Attempt, w.cfg.SpoolDir, keep, w.live)
 		if err != nil {
 			return nil, err
 		}
 		capt = &storedCapture{capture: cp, w: w, name: func(stream string) string {
-			return queue.OutputName(c.ID, claim, "full-"+stream)
+			return queue.OutputName(c.ID, cl.rev, "full-"+stream)
 		}}
 		return capt, nil
-	}, w.pullReporter(ctx, c.ID))
+	}, w.pullReporter(ctx, c.ID, cl.result.Attempt))
 	if capt != nil {
 		stored = capt.stored
 	}

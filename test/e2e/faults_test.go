@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -248,4 +249,95 @@ func freePort(t testing.TB) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// tickTool is a read-only custom tool that prints ticks: a call of it whose worker is lost runs again.
+const tickTool = `
+tools:
+  custom:
+    - name: ticks
+      description: Print six ticks, one every 400 ms.
+      kind: read
+      schema: {type: object, additionalProperties: false}
+      command: ["/bin/sh", "-c", "for i in 1 2 3 4 5 6; do echo tick-$i; sleep 0.4; done"]
+`
+
+// TestFollowerSeesARunAgainStartOver: kill -9 of the worker running a read-only command call that a
+// reader follows. The call runs again on the next worker, from byte 0: the reader gets a restart event
+// (attempt 2), then the new attempt's output from its first byte, and what it read after the restart is
+// exactly the result's stdout; a reader that comes back with an id of the first attempt starts over too.
+func TestFollowerSeesARunAgainStartOver(t *testing.T) {
+	ctrtest.RequirePrograms(t, "ctr")
+	s := startStackWith(t, stackOptions{policy: permissivePolicy, workerConfig: faultWorkerConfig + tickTool, extraConfig: faultQueueConfig + tickTool})
+	r := s.do(t, http.MethodPost, "/v1/calls", "dev-token", map[string]any{"tool": "ticks", "workspace": "faults", "args": map[string]any{}, "wait": false})
+	if r.code != http.StatusAccepted {
+		t.Fatalf("submit: HTTP %d %s", r.code, r.body)
+	}
+	id := r.result(t).ID
+	var (
+		before, after []byte // stdout read before and after the restart
+		restarted     bool
+		firstID       string // an event id of the first attempt
+		res           *call.Result
+	)
+	events(t, s.request(t, http.MethodGet, "/v1/calls/"+id+"/events", "dev-token", nil), func(ev sseEvent) bool {
+		switch ev.name {
+		case "stdout":
+			off, b := outputBytes(t, ev)
+			dst := &before
+			if restarted {
+				dst = &after
+			}
+			if off != int64(len(*dst)) {
+				t.Fatalf("stdout at offset %d after %d bytes of this attempt (restarted %v)", off, len(*dst), restarted)
+			}
+			*dst = append(*dst, b...)
+			if !restarted && firstID == "" {
+				firstID = ev.id
+				s.worker.Kill9(t) // mid-call: tick-1 is printed, five more to come
+				s.startWorker(t)
+			}
+		case "restart":
+			var rs struct {
+				Attempt uint64 `json:"attempt"`
+			}
+			if err := json.Unmarshal(ev.data, &rs); err != nil || rs.Attempt < 2 || ev.id != fmt.Sprintf("0.0.%d", rs.Attempt) {
+				t.Fatalf("restart event %s %s, want a later attempt at its start", ev.id, ev.data)
+			}
+			restarted = true
+		case "result":
+			res = &call.Result{}
+			if err := json.Unmarshal(ev.data, res); err != nil {
+				t.Fatal(err)
+			}
+			return false
+		}
+		return true
+	})
+	want := "tick-1\ntick-2\ntick-3\ntick-4\ntick-5\ntick-6\n"
+	if res == nil || res.Status != call.StatusOK || res.Attempt < 2 || res.Stdout != want {
+		t.Fatalf("result %+v, want ok on a later attempt with the six ticks", res)
+	}
+	if !restarted || string(after) != want || !strings.HasPrefix(want, string(before)) || len(before) == 0 {
+		t.Fatalf("restarted %v; read %q before and %q after, want the first attempt's start, then the six ticks", restarted, before, after)
+	}
+	// Back with an id of the first attempt, after the call ended: told, then the whole stored output.
+	var names []string
+	var again []byte
+	req := s.request(t, http.MethodGet, "/v1/calls/"+id+"/events", "dev-token", nil)
+	if !strings.HasSuffix(firstID, ".1") {
+		t.Fatalf("the first stdout event's id %q is not of attempt 1", firstID)
+	}
+	req.Header.Set("Last-Event-ID", firstID)
+	events(t, req, func(ev sseEvent) bool {
+		names = append(names, ev.name)
+		if ev.name == "stdout" {
+			_, b := outputBytes(t, ev)
+			again = append(again, b...)
+		}
+		return ev.name != "result"
+	})
+	if len(names) < 3 || names[0] != "restart" || names[1] != "status" || string(again) != want {
+		t.Fatalf("resumed with %s: events %v, stdout %q; want restart, status, then the six ticks", firstID, names, again)
+	}
 }

@@ -60,6 +60,7 @@ export interface Result {
     timing: Timing;
     usage: Usage;
     worker?: string;
+    attempt?: number;
     image?: string;
     egress?: EgressConn[];
     args_digest?: string;
@@ -74,8 +75,10 @@ export interface Result {
 }
 /** One Server-Sent Event of a call; data is the event's JSON. */
 export interface Event {
-    event: "status" | "stdout" | "stderr" | "lag" | "result" | "error" | string;
-    /** The reader's position, "<stdout bytes>.<stderr bytes>": resume from it with Last-Event-ID. */
+    event: "status" | "stdout" | "stderr" | "lag" | "restart" | "result" | "error" | string;
+    /** The reader's position, "<stdout bytes>.<stderr bytes>.<attempt>": resume from it with Last-Event-ID.
+     * A "restart" event (the call running again after its worker was lost) starts stdout and stderr over
+     * from byte 0. */
     id: string;
     data: any;
     /** The output bytes of a stdout or stderr event (text or base64 on the wire), else empty. */

@@ -76,6 +76,13 @@ function follow(panel) {
     status.textContent = d.status;
     if (d.worker && worker) { worker.textContent = d.worker; }
   });
+  // The call runs again (its worker was lost): its output starts over from byte 0.
+  es.addEventListener("restart", function (e) {
+    out.textContent = "";
+    var note = document.getElementById("live-note");
+    note.textContent = "";
+    appendVisible(note, JSON.parse(e.data).message || "");
+  });
   es.addEventListener("stdout", chunk("stdout"));
   es.addEventListener("stderr", chunk("stderr"));
   es.addEventListener("result", function (e) {

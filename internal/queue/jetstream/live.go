@@ -26,8 +26,9 @@ import (
 // recorded: from then on readers read the output store.
 
 const (
-	hdrStream = "Toolpool-Stream"
-	hdrOffset = "Toolpool-Offset"
+	hdrStream  = "Toolpool-Stream"
+	hdrOffset  = "Toolpool-Offset"
+	hdrAttempt = "Toolpool-Attempt"
 )
 
 // liveReadChunks bounds the chunks (64 KiB at most each) one follower's consumer holds in flight in this
@@ -52,6 +53,9 @@ func (c *Live) PublishChunk(ctx context.Context, callID string, ch queue.Chunk) 
 	msg := nats.NewMsg(c.liveSubject(callID))
 	msg.Header.Set(hdrStream, ch.Stream)
 	msg.Header.Set(hdrOffset, strconv.FormatInt(ch.Offset, 10))
+	if ch.Attempt > 0 {
+		msg.Header.Set(hdrAttempt, strconv.FormatUint(ch.Attempt, 10))
+	}
 	msg.Data = ch.Data
 	if err := c.nc.PublishMsg(msg); err != nil {
 		return fmt.Errorf("publish output of %s: %w", callID, err)
@@ -82,6 +86,7 @@ func (c *Live) FollowOutput(ctx context.Context, callID string, from queue.Offse
 	for name, off := range from {
 		at[name] = off
 	}
+	var runs attempts
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
@@ -117,8 +122,11 @@ func (c *Live) FollowOutput(ctx context.Context, callID string, from queue.Offse
 				continue
 			}
 			ch, ok := chunkOf(m)
-			if !ok {
+			if !ok || !runs.admit(ch) {
 				continue
+			}
+			if runs.restarted {
+				clear(at) // a later attempt's output, from its first byte
 			}
 			// Trim what the reader has: a chunk it has whole is skipped, one it has in part is cut.
 			if have := at[ch.Stream]; ch.Offset < have {
@@ -138,6 +146,28 @@ func (c *Live) FollowOutput(ctx context.Context, callID string, from queue.Offse
 	return out, nil
 }
 
+// attempts follows which attempt of a call a reader's chunks are of.
+type attempts struct {
+	current   uint64 // the latest attempt delivered; 0: none with an attempt yet
+	restarted bool   // the chunk last admitted is the first of a later attempt than one delivered before
+}
+
+// admit reports whether ch is to be delivered: not when it is of an earlier attempt than one delivered
+// (a lost worker's chunk that landed late). restarted then says whether it begins a later attempt.
+// Chunks whose attempt is not known (0) are taken as of the current one.
+func (a *attempts) admit(ch queue.Chunk) bool {
+	a.restarted = false
+	switch {
+	case ch.Attempt == 0 || ch.Attempt == a.current:
+	case ch.Attempt < a.current:
+		return false
+	default:
+		a.restarted = a.current != 0
+		a.current = ch.Attempt
+	}
+	return true
+}
+
 // chunkOf decodes a chunk from the live stream; false for a message that is not one.
 func chunkOf(m jetstream.Msg) (queue.Chunk, bool) {
 	h := m.Headers()
@@ -145,7 +175,8 @@ func chunkOf(m jetstream.Msg) (queue.Chunk, bool) {
 	if err != nil || off < 0 {
 		return queue.Chunk{}, false
 	}
-	return queue.Chunk{Stream: h.Get(hdrStream), Offset: off, Data: m.Data()}, true
+	attempt, _ := strconv.ParseUint(h.Get(hdrAttempt), 10, 64) // absent: 0, not known
+	return queue.Chunk{Stream: h.Get(hdrStream), Offset: off, Data: m.Data(), Attempt: attempt}, true
 }
 
 // EndOutput drops call callID's chunks from the live stream: the worker calls it once the call's output
@@ -200,7 +231,12 @@ func (c *Live) Follow(ctx context.Context, callID string, emit func(chunk string
 		return err
 	}
 	at := map[string]int64{}
+	var runs attempts
 	for ch := range chunks {
+		if runs.admit(ch); runs.restarted {
+			clear(at)
+			emit(fmt.Sprintf("[toolpool: the call is running again (attempt %d), its worker having been lost: its output starts over]\n", ch.Attempt))
+		}
 		if ch.Stream == call.StreamPull { // the image's pull, as lines for people
 			for line := range strings.Lines(string(ch.Data)) {
 				var p call.PullProgress

@@ -131,6 +131,61 @@ func TestFollowShowsPulls(t *testing.T) {
 	}
 }
 
+// TestFollowAcrossAttempts: a call run again (its worker lost) prints from byte 0 again. A follower
+// gets the first attempt's chunks trimmed to where it asked from, then the later attempt's from their
+// first byte with the attempt on each, never a late chunk of the earlier attempt; Follow says that the
+// output starts over, then prints the new attempt's.
+func TestFollowAcrossAttempts(t *testing.T) {
+	c, worker := dispatcherAndWorker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	id := call.NewID()
+	for _, ch := range []queue.Chunk{
+		{Stream: call.StreamStdout, Offset: 0, Data: []byte("first "), Attempt: 1},
+		{Stream: call.StreamStdout, Offset: 6, Data: []byte("run\n"), Attempt: 1},
+		{Stream: call.StreamStdout, Offset: 0, Data: []byte("second"), Attempt: 3},
+		{Stream: call.StreamStdout, Offset: 10, Data: []byte("late\n"), Attempt: 1},
+		{Stream: call.StreamStdout, Offset: 6, Data: []byte(" run\n"), Attempt: 3},
+	} {
+		if err := worker.Live().PublishChunk(ctx, id, ch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fctx, stop := context.WithCancel(ctx)
+	chunks, err := c.Live().FollowOutput(fctx, id, queue.Offsets{call.StreamStdout: 8}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []queue.Chunk{
+		{Stream: call.StreamStdout, Offset: 8, Data: []byte("n\n"), Attempt: 1},
+		{Stream: call.StreamStdout, Offset: 0, Data: []byte("second"), Attempt: 3},
+		{Stream: call.StreamStdout, Offset: 6, Data: []byte(" run\n"), Attempt: 3},
+	}
+	for i, w := range want {
+		select {
+		case ch := <-chunks:
+			if ch.Stream != w.Stream || ch.Offset != w.Offset || ch.Attempt != w.Attempt || !bytes.Equal(ch.Data, w.Data) {
+				t.Fatalf("chunk %d: %s@%d attempt %d %q, want %s@%d attempt %d %q", i, ch.Stream, ch.Offset, ch.Attempt, ch.Data, w.Stream, w.Offset, w.Attempt, w.Data)
+			}
+		case <-ctx.Done():
+			t.Fatalf("chunk %d never came", i)
+		}
+	}
+	stop()
+
+	fctx, stop = context.WithCancel(ctx)
+	var got []string
+	err = c.Live().Follow(fctx, id, func(chunk string) {
+		if got = append(got, chunk); len(got) == 5 {
+			stop()
+		}
+	})
+	wantText := []string{"first ", "run\n", "[toolpool: the call is running again (attempt 3), its worker having been lost: its output starts over]\n", "second", " run\n"}
+	if err != nil || !slices.Equal(got, wantText) {
+		t.Fatalf("Follow emitted %q (%v), want %q", got, err, wantText)
+	}
+}
+
 // TestLiveRetention: a call that prints more than the live stream keeps: a reader from the start gets a
 // chunk whose offset is past its position (the bytes in between are not kept), then the rest in order,
 // each chunk the bytes published at its offset.

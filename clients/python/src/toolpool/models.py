@@ -115,6 +115,7 @@ class Result:
     timing: Timing = field(default_factory=Timing)
     usage: Usage = field(default_factory=Usage)
     worker: str = ""
+    attempt: int = 0
     image: str = ""
     egress: List[EgressConn] = field(default_factory=list)
     args_digest: str = ""
@@ -155,8 +156,9 @@ class Result:
 
 @dataclass
 class Event:
-    """One Server-Sent Event of a call: ``event`` is status, stdout, stderr, lag, result or error; ``id``
-    the reader's position ("<stdout bytes>.<stderr bytes>"); ``data`` its decoded JSON."""
+    """One Server-Sent Event of a call: ``event`` is status, stdout, stderr, lag, restart, result or error;
+    ``id`` the reader's position ("<stdout bytes>.<stderr bytes>.<attempt>"); ``data`` its decoded JSON. A
+    restart (the call running again after its worker was lost) starts stdout and stderr over from byte 0."""
     event: str
     id: str
     data: Dict[str, Any]
