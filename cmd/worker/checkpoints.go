@@ -102,6 +102,10 @@ func (c *config) checkpointer(ctx context.Context, conn *jetstream.Conn) (*check
 	default:
 		return nil, nil
 	}
+	heads, err := conn.Heads(ctx) // in NATS whatever the store: written by compare-and-set
+	if err != nil {
+		return nil, fmt.Errorf("checkpoints: %w", err)
+	}
 	return checkpoint.New(checkpoint.Config{Dir: c.WorkspacesDir, UID: int(c.UID), GID: int(c.GID), Worker: c.ID,
-		ChunkBytes: c.Checkpoints.ChunkBytes, Parallel: c.Checkpoints.Parallel, Now: conn.Now}, store)
+		ChunkBytes: c.Checkpoints.ChunkBytes, Parallel: c.Checkpoints.Parallel, Now: conn.Now}, store, heads)
 }

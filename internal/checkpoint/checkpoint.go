@@ -12,7 +12,11 @@
 // Restore skips every subtree whose digest the local copy already has, and rewrites only the files whose
 // chunks differ.
 //
-// Object names, per tenant: <tenant>/chunks/<sha256>, <tenant>/trees/<sha256>, <tenant>/heads/<workspace>.
+// Object names, per tenant: <tenant>/chunks/<sha256>, <tenant>/trees/<sha256>. The head of each workspace
+// is in Heads, written only by compare-and-set on the revision the copy was restored or last saved at: a
+// worker whose copy is older than the latest checkpoint (its hold on the workspace lapsed while another
+// worker wrote) gets ErrStale and never replaces it. (Heads written by an earlier version, as the object
+// <tenant>/heads/<workspace>, are read when Heads has none.)
 //
 // Only regular files, directories and symlinks are kept (FIFOs, sockets and devices are left out);
 // permission bits are kept, and files' modification times; owners are not (everything restored is the sandbox
@@ -45,6 +49,21 @@ type Store interface {
 	// Has reports whether there is an object name.
 	Has(ctx context.Context, name string) (bool, error)
 }
+
+// Heads holds each workspace's head. Implementation: a JetStream key-value bucket
+// (internal/queue/jetstream), whichever Store holds the chunks and trees. Safe for concurrent use.
+type Heads interface {
+	// GetHead returns tenant's workspace's head and its revision; nil and 0 when it has none.
+	GetHead(ctx context.Context, tenant, name string) ([]byte, uint64, error)
+	// SwapHead stores value as the head if it is still at revision rev (0: none) and returns the new
+	// revision; swapped is false, and nothing is written, when it moved on since rev.
+	SwapHead(ctx context.Context, tenant, name string, value []byte, rev uint64) (newRev uint64, swapped bool, err error)
+}
+
+// ErrStale reports a Save refused because another worker checkpointed the workspace since this worker's
+// copy was restored or last saved: the copy's changes are not kept, and the next Restore makes the copy
+// the latest checkpoint.
+var ErrStale = errors.New("another worker checkpointed the workspace since this copy was restored")
 
 // Config configures a Checkpointer.
 type Config struct {
@@ -107,6 +126,7 @@ type Result struct {
 type Checkpointer struct {
 	cfg   Config
 	store Store
+	heads Heads
 	chown bool
 
 	mu    sync.Mutex
@@ -121,8 +141,10 @@ type wsState struct {
 	unsavedSince atomic.Int64
 
 	mu sync.Mutex
-	// head is the checkpoint the local copy was at after the last Save or Restore (zero: none known).
-	head Head
+	// head is the checkpoint the local copy was at after the last Save or Restore (zero: none known), and
+	// headRev its revision in Heads (0: none there), which the next Save's compare-and-set expects.
+	head    Head
+	headRev uint64
 	// files are the local copy's files as of then, by slash-separated path: their stat and chunks.
 	files map[string]fileState
 	// dirs are its directories' entries and tree digests as of then, by path: a directory whose entries
@@ -150,13 +172,16 @@ type statSig struct {
 	mode         uint32
 }
 
-// New returns a Checkpointer of the workspaces under cfg.Dir, keeping them in store.
-func New(cfg Config, store Store) (*Checkpointer, error) {
+// New returns a Checkpointer of the workspaces under cfg.Dir, keeping them in store, their heads in heads.
+func New(cfg Config, store Store, heads Heads) (*Checkpointer, error) {
 	if cfg.Dir == "" || !filepath.IsAbs(cfg.Dir) {
 		return nil, fmt.Errorf("new checkpointer: workspaces dir %q must be an absolute path", cfg.Dir)
 	}
 	if store == nil {
 		return nil, errors.New("new checkpointer: no object store")
+	}
+	if heads == nil {
+		return nil, errors.New("new checkpointer: no heads store")
 	}
 	if cfg.ChunkBytes <= 0 {
 		cfg.ChunkBytes = DefaultChunkBytes
@@ -168,7 +193,7 @@ func New(cfg Config, store Store) (*Checkpointer, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Checkpointer{cfg: cfg, store: store, chown: os.Geteuid() == 0, ws: map[string]*wsState{}, known: map[string]struct{}{}}, nil
+	return &Checkpointer{cfg: cfg, store: store, heads: heads, chown: os.Geteuid() == 0, ws: map[string]*wsState{}, known: map[string]struct{}{}}, nil
 }
 
 // state returns the workspace's state, locked; the caller unlocks it.

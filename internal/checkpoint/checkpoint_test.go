@@ -20,11 +20,36 @@ import (
 	"github.com/toolpool/toolpool/internal/checkpoint"
 	"github.com/toolpool/toolpool/internal/checkpoint/s3store"
 	"github.com/toolpool/toolpool/internal/checkpoint/s3store/s3test"
+	"github.com/toolpool/toolpool/internal/queue/jetstream"
 	"github.com/toolpool/toolpool/internal/queue/jetstream/jstest"
 )
 
-// jsStore is the real default store: a JetStream object store on an in-process server.
-func jsStore(t *testing.T) checkpoint.Store {
+// backend is where checkpoints live: an object store for chunks and trees, and the heads.
+type backend interface {
+	checkpoint.Store
+	checkpoint.Heads
+}
+
+// stores joins an object store and the heads.
+type stores struct {
+	checkpoint.Store
+	checkpoint.Heads
+}
+
+// jsHeads is the real heads: a JetStream key-value bucket, on conn's in-process server.
+func jsHeads(t testing.TB, conn *jetstream.Conn) checkpoint.Heads {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h, err := conn.Heads(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// jsStore is the real default store: a JetStream object store on an in-process server, with its heads.
+func jsStore(t *testing.T) backend {
 	t.Helper()
 	conn, _ := jstest.Provisioned(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -33,22 +58,24 @@ func jsStore(t *testing.T) checkpoint.Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s
+	return stores{s, jsHeads(t, conn)}
 }
 
-// s3Store is the S3 option: a bucket on a real S3 server (versitygw) the test starts.
-func s3Store(t *testing.T) checkpoint.Store {
+// s3Store is the S3 option: a bucket on a real S3 server (versitygw) the test starts; the heads are in
+// JetStream, as a worker keeps them.
+func s3Store(t *testing.T) backend {
 	t.Helper()
 	s, err := s3store.New(s3test.Server(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s
+	conn, _ := jstest.Provisioned(t, nil)
+	return stores{s, jsHeads(t, conn)}
 }
 
 // eachStore runs test against each implementation of the store.
-func eachStore(t *testing.T, test func(t *testing.T, s checkpoint.Store)) {
-	for name, store := range map[string]func(*testing.T) checkpoint.Store{"jetstream": jsStore, "s3": s3Store} {
+func eachStore(t *testing.T, test func(t *testing.T, s backend)) {
+	for name, store := range map[string]func(*testing.T) backend{"jetstream": jsStore, "s3": s3Store} {
 		t.Run(name, func(t *testing.T) { test(t, store(t)) })
 	}
 }
@@ -59,13 +86,13 @@ type node struct {
 	cp  *checkpoint.Checkpointer
 }
 
-func newNode(t *testing.T, s checkpoint.Store, name string, chunk int) node {
+func newNode(t *testing.T, s backend, name string, chunk int) node {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cp, err := checkpoint.New(checkpoint.Config{Dir: dir, Worker: name, ChunkBytes: chunk, UID: os.Getuid(), GID: os.Getgid()}, s)
+	cp, err := checkpoint.New(checkpoint.Config{Dir: dir, Worker: name, ChunkBytes: chunk, UID: os.Getuid(), GID: os.Getgid()}, s, s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +174,7 @@ func ctx(t *testing.T) context.Context {
 // chunks that changed.
 func TestAcrossWorkspaceRoots(t *testing.T) { eachStore(t, acrossWorkspaceRoots) }
 
-func acrossWorkspaceRoots(t *testing.T, s checkpoint.Store) {
+func acrossWorkspaceRoots(t *testing.T, s backend) {
 	const chunk = 64 << 10
 	a, b := newNode(t, s, "a", chunk), newNode(t, s, "b", chunk)
 	wa := a.ws("acme", "repo")
@@ -257,7 +284,7 @@ func acrossWorkspaceRoots(t *testing.T, s checkpoint.Store) {
 // chunk; another tenant's does (chunks are never shared across tenants).
 func TestChunksSharedWithinTenant(t *testing.T) { eachStore(t, chunksSharedWithinTenant) }
 
-func chunksSharedWithinTenant(t *testing.T, s checkpoint.Store) {
+func chunksSharedWithinTenant(t *testing.T, s backend) {
 	a, b := newNode(t, s, "a", 0), newNode(t, s, "b", 0)
 	for _, ws := range []string{a.ws("acme", "one"), b.ws("acme", "two"), b.ws("other", "three")} {
 		write(t, ws, "go.mod", "module example.com/x\n", 0o644)
@@ -274,9 +301,10 @@ func chunksSharedWithinTenant(t *testing.T, s checkpoint.Store) {
 	}
 }
 
-// failing is a store whose Puts fail once armed: the object store unreachable.
+// failing is a store whose reads and writes fail once armed: the object store (and NATS, which holds the
+// heads) unreachable.
 type failing struct {
-	checkpoint.Store
+	backend
 	fail atomic.Bool
 }
 
@@ -286,20 +314,34 @@ func (f *failing) Put(ctx context.Context, name string, r io.Reader) error {
 	if f.fail.Load() {
 		return errUnreachable
 	}
-	return f.Store.Put(ctx, name, r)
+	return f.backend.Put(ctx, name, r)
 }
 
 func (f *failing) Open(ctx context.Context, name string) (io.ReadCloser, error) {
 	if f.fail.Load() {
 		return nil, errUnreachable
 	}
-	return f.Store.Open(ctx, name)
+	return f.backend.Open(ctx, name)
+}
+
+func (f *failing) GetHead(ctx context.Context, tenant, name string) ([]byte, uint64, error) {
+	if f.fail.Load() {
+		return nil, 0, errUnreachable
+	}
+	return f.backend.GetHead(ctx, tenant, name)
+}
+
+func (f *failing) SwapHead(ctx context.Context, tenant, name string, value []byte, rev uint64) (uint64, bool, error) {
+	if f.fail.Load() {
+		return 0, false, errUnreachable
+	}
+	return f.backend.SwapHead(ctx, tenant, name, value, rev)
 }
 
 // TestStoreUnreachable: a Save that cannot store leaves the latest checkpoint as it was and stores the
 // changes on the next Save; a Restore that cannot read leaves the copy as it was.
 func TestStoreUnreachable(t *testing.T) {
-	s := &failing{Store: jsStore(t)}
+	s := &failing{backend: jsStore(t)}
 	a, b := newNode(t, s, "a", 0), newNode(t, s, "b", 0)
 	wa := a.ws("acme", "repo")
 	write(t, wa, "f", "one", 0o644)
@@ -423,5 +465,58 @@ func TestTooDeep(t *testing.T) {
 	b := newNode(t, s, "b", 0)
 	if r, err := b.cp.Restore(ctx(t), "acme", "deep"); err != nil || r.Head.Seq != 1 {
 		t.Fatalf("restore after the refused save: %+v, %v; want checkpoint 1", r, err)
+	}
+}
+
+// TestStaleCopyNeverOverwrites: two workers restored the same checkpoint; one saves a change, then the
+// other saves a change made on its copy, now older than the latest checkpoint. The second Save is refused
+// with ErrStale and changes nothing in the store; it is not retried as unsaved; the next Restore makes
+// the stale copy the latest checkpoint, and a Save after it keeps both workers' changes.
+func TestStaleCopyNeverOverwrites(t *testing.T) { eachStore(t, staleCopyNeverOverwrites) }
+
+func staleCopyNeverOverwrites(t *testing.T, s backend) {
+	a, b, c := newNode(t, s, "a", 0), newNode(t, s, "b", 0), newNode(t, s, "c", 0)
+	write(t, a.ws("acme", "repo"), "f", "one", 0o644)
+	if _, err := a.cp.Save(ctx(t), "acme", "repo"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.cp.Restore(ctx(t), "acme", "repo"); err != nil {
+		t.Fatal(err)
+	}
+	write(t, b.ws("acme", "repo"), "from-b", "b", 0o644)
+	if _, err := b.cp.Save(ctx(t), "acme", "repo"); err != nil {
+		t.Fatal(err)
+	}
+	write(t, a.ws("acme", "repo"), "from-a", "a", 0o644)
+	_, err := a.cp.Save(ctx(t), "acme", "repo")
+	if !errors.Is(err, checkpoint.ErrStale) || !strings.Contains(err.Error(), "checkpoint 2, by worker b") {
+		t.Fatalf("save of a stale copy: %v; want ErrStale naming checkpoint 2 by b", err)
+	}
+	if age := a.cp.OldestUnsaved(); age != 0 {
+		t.Fatalf("a stale copy's refused change is waiting to be saved again (%s): it never can be", age)
+	}
+	if _, err := c.cp.Restore(ctx(t), "acme", "repo"); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := listing(t, c.ws("acme", "repo")), listing(t, b.ws("acme", "repo")); got != want {
+		t.Fatalf("the latest checkpoint is not b's after a stale save:\n%s\nwant:\n%s", got, want)
+	}
+	if r, err := a.cp.Restore(ctx(t), "acme", "repo"); err != nil || !r.Changed {
+		t.Fatalf("restore of the stale copy: %+v, %v; want it made the latest checkpoint", r, err)
+	}
+	if got, want := listing(t, a.ws("acme", "repo")), listing(t, b.ws("acme", "repo")); got != want {
+		t.Fatalf("stale copy after restore:\n%s\nwant:\n%s", got, want)
+	}
+	write(t, a.ws("acme", "repo"), "from-a", "a", 0o644)
+	if r, err := a.cp.Save(ctx(t), "acme", "repo"); err != nil || r.Head.Seq != 3 {
+		t.Fatalf("save after restore: %+v, %v; want checkpoint 3", r, err)
+	}
+	if _, err := c.cp.Restore(ctx(t), "acme", "repo"); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"f", "from-a", "from-b"} {
+		if _, err := os.Stat(filepath.Join(c.ws("acme", "repo"), f)); err != nil {
+			t.Fatalf("%s missing from the latest checkpoint: %v", f, err)
+		}
 	}
 }

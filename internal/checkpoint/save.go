@@ -41,8 +41,8 @@ func (c *Checkpointer) Save(ctx context.Context, tenant, name string) (res Resul
 	defer st.mu.Unlock()
 	defer func() {
 		switch {
-		case err == nil:
-			st.unsavedSince.Store(0)
+		case err == nil || errors.Is(err, ErrStale):
+			st.unsavedSince.Store(0) // a stale copy's changes are not retried: they can never be kept
 		case st.unsavedSince.Load() == 0:
 			st.unsavedSince.Store(c.cfg.Now().UnixNano())
 		}
@@ -61,12 +61,12 @@ func (c *Checkpointer) Save(ctx context.Context, tenant, name string) (res Resul
 	res = Result{Files: sc.read, Chunks: int(sc.chunks.Load()), Bytes: sc.bytes.Load()}
 	if st.head.Tree == "" {
 		// Nothing known of this workspace's checkpoints (a new workspace, or a worker that restarted).
-		h, ok, err := c.readHead(ctx, tenant, name)
+		h, rev, ok, err := c.readHead(ctx, tenant, name)
 		if err != nil {
 			return res, fmt.Errorf("checkpoint workspace %s/%s: %w", tenant, name, err)
 		}
 		if ok {
-			st.head = h
+			st.head, st.headRev = h, rev
 		} else if !exists {
 			return res, nil // never saved, and gone: nothing to say
 		}
@@ -78,10 +78,20 @@ func (c *Checkpointer) Save(ctx context.Context, tenant, name string) (res Resul
 	}
 	h := Head{Tree: sc.root, Seq: st.head.Seq + 1, Deleted: !exists, Worker: c.cfg.Worker, At: c.cfg.Now().UTC(), Files: len(sc.files), Bytes: sc.total}
 	b, _ := json.Marshal(h)
-	if err := c.store.Put(ctx, headName(tenant, name), bytes.NewReader(b)); err != nil {
+	rev, swapped, err := c.heads.SwapHead(ctx, tenant, name, b, st.headRev)
+	if err != nil {
 		return res, fmt.Errorf("checkpoint workspace %s/%s: store head: %w", tenant, name, err)
 	}
-	st.head, st.files, st.dirs = h, sc.files, sc.dirState
+	if !swapped {
+		// Another worker checkpointed the workspace since this copy was restored or saved: its changes
+		// cannot be kept without losing that checkpoint's. Forget what is known of the copy, so that the
+		// next Restore compares it whole and makes it the latest checkpoint.
+		latest, _, _, _ := c.readHead(ctx, tenant, name)
+		st.head, st.headRev, st.files, st.dirs = Head{}, 0, nil, nil
+		return res, fmt.Errorf("checkpoint workspace %s/%s: %w (checkpoint %d, by worker %s at %s); this copy was at checkpoint %d",
+			tenant, name, ErrStale, latest.Seq, latest.Worker, latest.At.Format(time.RFC3339), h.Seq-1)
+	}
+	st.head, st.headRev, st.files, st.dirs = h, rev, sc.files, sc.dirState
 	res.Changed, res.Head, res.Took = true, h, time.Since(start)
 	return res, nil
 }

@@ -48,6 +48,7 @@ func shellRuntime(t *testing.T) runtimeFunc {
 // call's record was final already; and which fails when armed.
 type checkingStore struct {
 	checkpoint.Store
+	heads     checkpoint.Heads
 	records   *queuetest.Store
 	callID    atomic.Value // string: the call whose record a head's write must precede
 	finalSeen atomic.Bool
@@ -59,12 +60,26 @@ func (s *checkingStore) Put(ctx context.Context, name string, r io.Reader) error
 	if s.failPut.Load() {
 		return errors.New("object store unreachable")
 	}
-	if id, _ := s.callID.Load().(string); id != "" && strings.Contains(name, "/heads/") {
+	return s.Store.Put(ctx, name, r)
+}
+
+func (s *checkingStore) SwapHead(ctx context.Context, tenant, name string, value []byte, rev uint64) (uint64, bool, error) {
+	if s.failPut.Load() {
+		return 0, false, errors.New("object store unreachable")
+	}
+	if id, _ := s.callID.Load().(string); id != "" {
 		if res := s.records.Result(id); res != nil && res.Status.Terminal() {
 			s.finalSeen.Store(true)
 		}
 	}
-	return s.Store.Put(ctx, name, r)
+	return s.heads.SwapHead(ctx, tenant, name, value, rev)
+}
+
+func (s *checkingStore) GetHead(ctx context.Context, tenant, name string) ([]byte, uint64, error) {
+	if s.failOpen.Load() {
+		return nil, 0, errors.New("object store unreachable")
+	}
+	return s.heads.GetHead(ctx, tenant, name)
 }
 
 func (s *checkingStore) Open(ctx context.Context, name string) (io.ReadCloser, error) {
@@ -86,12 +101,16 @@ func TestWorkspaceAcrossWorkersWithoutSharedDir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	heads, err := conn.Heads(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	records := queuetest.NewStore()
-	store := &checkingStore{Store: js, records: records}
+	store := &checkingStore{Store: js, heads: heads, records: records}
 	worker := func(id string) *Worker {
 		cfg := testConfig(t)
 		cfg.ID = id
-		cp, err := checkpoint.New(checkpoint.Config{Dir: cfg.WorkspacesDir, UID: testUID, GID: testGID, Worker: id}, store)
+		cp, err := checkpoint.New(checkpoint.Config{Dir: cfg.WorkspacesDir, UID: testUID, GID: testGID, Worker: id}, store, store)
 		if err != nil {
 			t.Fatal(err)
 		}
