@@ -226,26 +226,23 @@ func (c *Checkpointer) OldestUnsaved() time.Duration {
 	return c.cfg.Now().Sub(time.Unix(0, oldest))
 }
 
-// SaveUnsaved saves every workspace whose last Save failed, and returns the errors of those that fail
-// again. A worker calls it from time to time, and once more when it stops, so that changes a failed Save
-// left on it reach object storage without waiting for another call.
-func (c *Checkpointer) SaveUnsaved(ctx context.Context) error {
+// Workspace names one tenant's workspace.
+type Workspace struct{ Tenant, Name string }
+
+// Unsaved returns the workspaces whose last Save failed: their copies hold changes no checkpoint has. A
+// worker saves them again from time to time, and once more when it stops, so that the changes reach
+// object storage without waiting for another call.
+func (c *Checkpointer) Unsaved() []Workspace {
 	c.mu.Lock()
-	var keys []string
+	defer c.mu.Unlock()
+	var ws []Workspace
 	for k, st := range c.ws {
 		if st.unsavedSince.Load() != 0 {
-			keys = append(keys, k)
+			tenant, name, _ := strings.Cut(k, "/")
+			ws = append(ws, Workspace{Tenant: tenant, Name: name})
 		}
 	}
-	c.mu.Unlock()
-	var errs []error
-	for _, k := range keys {
-		tenant, name, _ := strings.Cut(k, "/")
-		if _, err := c.Save(ctx, tenant, name); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	return ws
 }
 
 func (c *Checkpointer) isKnown(name string) bool {

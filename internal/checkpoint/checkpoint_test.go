@@ -377,7 +377,10 @@ func TestStoreUnreachable(t *testing.T) {
 		t.Fatalf("restore after a failed save: %+v, %v; want the checkpoint before it, unchanged", r, err)
 	}
 	// The worker's retry of unsaved workspaces stores the change, with no call into the workspace.
-	if err := a.cp.SaveUnsaved(ctx(t)); err != nil {
+	if got := a.cp.Unsaved(); len(got) != 1 || got[0] != (checkpoint.Workspace{Tenant: "acme", Name: "repo"}) {
+		t.Fatalf("unsaved workspaces: %v; want acme/repo", got)
+	}
+	if _, err := a.cp.Save(ctx(t), "acme", "repo"); err != nil {
 		t.Fatalf("save the unsaved once the store is back: %v", err)
 	}
 	if age := a.cp.OldestUnsaved(); age != 0 {
@@ -518,5 +521,31 @@ func staleCopyNeverOverwrites(t *testing.T, s backend) {
 		if _, err := os.Stat(filepath.Join(c.ws("acme", "repo"), f)); err != nil {
 			t.Fatalf("%s missing from the latest checkpoint: %v", f, err)
 		}
+	}
+}
+
+// TestFirstCheckpointFenced: a copy restored when the workspace had no checkpoint yet is stale once
+// another worker wrote the first one: its Save is refused, not written over that checkpoint. A copy that
+// holds exactly the latest checkpoint (a worker that restarted over it) saves nothing and adopts it.
+func TestFirstCheckpointFenced(t *testing.T) {
+	s := jsStore(t)
+	a, b := newNode(t, s, "a", 0), newNode(t, s, "b", 0)
+	if r, err := a.cp.Restore(ctx(t), "acme", "new"); err != nil || r.Changed {
+		t.Fatalf("restore of a workspace without a checkpoint: %+v, %v", r, err)
+	}
+	write(t, b.ws("acme", "new"), "from-b", "b", 0o644)
+	if _, err := b.cp.Save(ctx(t), "acme", "new"); err != nil {
+		t.Fatal(err)
+	}
+	write(t, a.ws("acme", "new"), "from-a", "a", 0o644)
+	if _, err := a.cp.Save(ctx(t), "acme", "new"); !errors.Is(err, checkpoint.ErrStale) {
+		t.Fatalf("save of a copy that never saw the first checkpoint: %v; want ErrStale", err)
+	}
+	cp, err := checkpoint.New(checkpoint.Config{Dir: b.dir, Worker: "b", UID: os.Getuid(), GID: os.Getgid()}, s, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := cp.Save(ctx(t), "acme", "new"); err != nil || r.Changed || r.Head.Seq != 1 {
+		t.Fatalf("save of a copy that is the latest checkpoint, after a restart: %+v, %v; want checkpoint 1, nothing written", r, err)
 	}
 }

@@ -59,24 +59,30 @@ func (c *Checkpointer) Save(ctx context.Context, tenant, name string) (res Resul
 		}
 	}
 	res = Result{Files: sc.read, Chunks: int(sc.chunks.Load()), Bytes: sc.bytes.Load()}
+	seq := st.head.Seq
 	if st.head.Tree == "" {
-		// Nothing known of this workspace's checkpoints (a new workspace, or a worker that restarted).
+		// This copy was restored from no checkpoint (a new workspace, or a worker that restarted): it is
+		// the latest checkpoint only if it holds what that checkpoint holds. Otherwise the head is written
+		// only where there is none (revision 0): a copy that never saw the latest checkpoint is stale.
 		h, rev, ok, err := c.readHead(ctx, tenant, name)
 		if err != nil {
 			return res, fmt.Errorf("checkpoint workspace %s/%s: %w", tenant, name, err)
 		}
-		if ok {
+		switch {
+		case ok && h.Tree == sc.root && h.Deleted == !exists:
 			st.head, st.headRev = h, rev
-		} else if !exists {
+		case ok:
+			seq = h.Seq
+		case !exists:
 			return res, nil // never saved, and gone: nothing to say
 		}
 	}
-	if st.head.Tree == sc.root && st.head.Deleted == !exists {
+	if st.head.Tree != "" && st.head.Tree == sc.root && st.head.Deleted == !exists {
 		st.files, st.dirs = sc.files, sc.dirState
 		res.Head, res.Took = st.head, time.Since(start)
 		return res, nil
 	}
-	h := Head{Tree: sc.root, Seq: st.head.Seq + 1, Deleted: !exists, Worker: c.cfg.Worker, At: c.cfg.Now().UTC(), Files: len(sc.files), Bytes: sc.total}
+	h := Head{Tree: sc.root, Seq: seq + 1, Deleted: !exists, Worker: c.cfg.Worker, At: c.cfg.Now().UTC(), Files: len(sc.files), Bytes: sc.total}
 	b, _ := json.Marshal(h)
 	rev, swapped, err := c.heads.SwapHead(ctx, tenant, name, b, st.headRev)
 	if err != nil {
@@ -87,9 +93,10 @@ func (c *Checkpointer) Save(ctx context.Context, tenant, name string) (res Resul
 		// cannot be kept without losing that checkpoint's. Forget what is known of the copy, so that the
 		// next Restore compares it whole and makes it the latest checkpoint.
 		latest, _, _, _ := c.readHead(ctx, tenant, name)
+		was := st.head.Seq
 		st.head, st.headRev, st.files, st.dirs = Head{}, 0, nil, nil
 		return res, fmt.Errorf("checkpoint workspace %s/%s: %w (checkpoint %d, by worker %s at %s); this copy was at checkpoint %d",
-			tenant, name, ErrStale, latest.Seq, latest.Worker, latest.At.Format(time.RFC3339), h.Seq-1)
+			tenant, name, ErrStale, latest.Seq, latest.Worker, latest.At.Format(time.RFC3339), was)
 	}
 	st.head, st.headRev, st.files, st.dirs = h, rev, sc.files, sc.dirState
 	res.Changed, res.Head, res.Took = true, h, time.Since(start)

@@ -15,6 +15,7 @@ import (
 type Checkpointer interface {
 	Restore(ctx context.Context, tenant, name string) (checkpoint.Result, error)
 	Save(ctx context.Context, tenant, name string) (checkpoint.Result, error)
+	Unsaved() []checkpoint.Workspace
 }
 
 // checkpointMetrics are a worker's metrics of workspace checkpoints (docs/workspaces.md).
@@ -87,6 +88,8 @@ func (o *observedCheckpoints) Save(ctx context.Context, tenant, name string) (ch
 	o.m.observe("save", start, r, err)
 	return r, err
 }
+
+func (o *observedCheckpoints) Unsaved() []checkpoint.Workspace { return o.next.Unsaved() }
 
 func (m *checkpointMetrics) observe(op string, start time.Time, r checkpoint.Result, err error) {
 	m.seconds.WithLabelValues(op).Observe(time.Since(start).Seconds())

@@ -30,6 +30,7 @@ func (f *fakeCheckpointer) Restore(context.Context, string, string) (checkpoint.
 func (f *fakeCheckpointer) Save(context.Context, string, string) (checkpoint.Result, error) {
 	return f.next()
 }
+func (f *fakeCheckpointer) Unsaved() []checkpoint.Workspace { return nil }
 
 // TestObserveCheckpoints: each save and restore counted by result, with its bytes, files and time.
 func TestObserveCheckpoints(t *testing.T) {

@@ -3,23 +3,28 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/toolpool/toolpool/internal/call"
 	"github.com/toolpool/toolpool/internal/checkpoint"
+	"github.com/toolpool/toolpool/internal/queue"
+	"github.com/toolpool/toolpool/internal/queue/jetstream"
 	"github.com/toolpool/toolpool/internal/queue/jetstream/jstest"
 	"github.com/toolpool/toolpool/internal/queue/queuetest"
 	"github.com/toolpool/toolpool/internal/sandbox"
 )
 
 // shellRuntime stands in for a container that runs a shell line in its workspace: "write NAME TEXT"
-// writes a file, "cat NAME" prints one; a worker test needs no more of a command than its effect.
+// writes a file, "append NAME LINE" appends a line to one, "cat NAME" prints one; a worker test needs no more of a command than its effect.
 func shellRuntime(t *testing.T) runtimeFunc {
 	return func(_ context.Context, spec sandbox.Spec) (sandbox.Outcome, error) {
 		out := sandbox.Outcome{SandboxTime: time.Millisecond, RunTime: time.Millisecond, WorkspaceBytes: -1}
@@ -29,6 +34,16 @@ func shellRuntime(t *testing.T) runtimeFunc {
 		switch f[0] {
 		case "write":
 			if err := os.WriteFile(filepath.Join(spec.WorkspaceDir, f[1]), []byte(f[2]), 0o644); err != nil {
+				t.Error(err)
+			}
+		case "append": // read, take a moment (a container's run), write back: loses a line to a concurrent append
+			p := filepath.Join(spec.WorkspaceDir, f[1])
+			b, err := os.ReadFile(p)
+			if err != nil && !errors.Is(err, os.ErrNotExist) {
+				t.Error(err)
+			}
+			time.Sleep(5 * time.Millisecond)
+			if err := os.WriteFile(p, append(b, f[2]+"\n"...), 0o644); err != nil {
 				t.Error(err)
 			}
 		case "cat":
@@ -107,16 +122,7 @@ func TestWorkspaceAcrossWorkersWithoutSharedDir(t *testing.T) {
 	}
 	records := queuetest.NewStore()
 	store := &checkingStore{Store: js, heads: heads, records: records}
-	worker := func(id string) *Worker {
-		cfg := testConfig(t)
-		cfg.ID = id
-		cp, err := checkpoint.New(checkpoint.Config{Dir: cfg.WorkspacesDir, UID: testUID, GID: testGID, Worker: id}, store, store)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return newTestWorkerWith(t, cfg, shellRuntime(t), records, WithLeases(newFakeLeases()), WithCheckpoints(cp))
-	}
-	a, b := worker("a"), worker("b")
+	a, b := checkpointWorker(t, conn, store, records, "a"), checkpointWorker(t, conn, store, records, "b")
 	run := func(w *Worker, command string) *call.Result {
 		t.Helper()
 		c := newCall("run_shell", `{"command":"`+command+`"}`)
@@ -162,4 +168,155 @@ func TestWorkspaceAcrossWorkersWithoutSharedDir(t *testing.T) {
 	if r := run(b, "cat notes.txt"); r.Status != call.StatusOK || r.Stdout != "lost?" {
 		t.Fatalf("read on b: %q %+v; want the change whose checkpoint failed, saved by the next call", r.Stdout, r.Error)
 	}
+}
+
+// checkpointWorker is a worker with its own workspaces directory that keeps workspaces in store, with the
+// workspaces' homes on conn's JetStream.
+func checkpointWorker(t *testing.T, conn *jetstream.Conn, store interface {
+	checkpoint.Store
+	checkpoint.Heads
+}, records *queuetest.Store, id string) *Worker {
+	t.Helper()
+	cfg := testConfig(t)
+	cfg.ID = id
+	cp, err := checkpoint.New(checkpoint.Config{Dir: cfg.WorkspacesDir, UID: testUID, GID: testGID, Worker: id}, store, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newTestWorkerWith(t, cfg, shellRuntime(t), records, WithLeases(newFakeLeases()), WithCheckpoints(cp), WithHomes(conn.Homes()))
+}
+
+// TestOneCallAtATimePerWorkspace: two workers, each with its own workspaces directory, take calls into one
+// workspace at once (several on each worker), each appending its line to one file. The workspace's home
+// lets one such call run at a time across both, each on the checkpoint of the one before: every call
+// succeeds and every line is in the latest checkpoint, whichever worker reads it. Without homes, two
+// calls append to copies of one checkpoint and the later checkpoint drops the other's line.
+func TestOneCallAtATimePerWorkspace(t *testing.T) {
+	conn, _ := jstest.Provisioned(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	js, err := conn.Checkpoints(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	heads, err := conn.Heads(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	records := queuetest.NewStore()
+	store := &checkingStore{Store: js, heads: heads, records: records}
+	workers := []*Worker{checkpointWorker(t, conn, store, records, "a"), checkpointWorker(t, conn, store, records, "b")}
+	const calls = 12
+	ids := make([]string, calls)
+	var wg sync.WaitGroup
+	for i := range calls {
+		c := newCall("run_shell", fmt.Sprintf(`{"command":"append lines.txt line-%02d"}`, i))
+		ids[i] = c.ID
+		records.Put(call.NewResult(c, call.StatusQueued))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			workers[i%2].Handle(ctx, &fakeDelivery{c: c})
+		}()
+	}
+	wg.Wait()
+	for i, id := range ids {
+		if r := records.Result(id); r.Status != call.StatusOK {
+			t.Fatalf("call %d: %s %+v", i, r.Status, r.Error)
+		}
+	}
+	for _, w := range workers {
+		c := newCall("run_shell", `{"command":"cat lines.txt"}`)
+		records.Put(call.NewResult(c, call.StatusQueued))
+		w.Handle(ctx, &fakeDelivery{c: c})
+		r := records.Result(c.ID)
+		lines := strings.Fields(r.Stdout)
+		slices.Sort(lines)
+		if r.Status != call.StatusOK || len(lines) != calls || len(slices.Compact(lines)) != calls {
+			t.Fatalf("lines.txt on worker %s: %s %q; want the %d lines of every call", w.cfg.ID, r.Status, r.Stdout, calls)
+		}
+	}
+}
+
+// grantingHomes grants every home at once, as when a home lapsed while its holder still ran a call (a
+// worker that stalled): calls into one workspace then run at the same time on two workers.
+type grantingHomes struct{}
+
+func (grantingHomes) AcquireHome(context.Context, string, string, string, time.Duration) (queue.Lease, error) {
+	return grantedHome{}, nil
+}
+func (grantingHomes) HomeOf(context.Context, string, string) (string, error) { return "", nil }
+
+type grantedHome struct{}
+
+func (grantedHome) Renew(context.Context) error   { return nil }
+func (grantedHome) Release(context.Context) error { return nil }
+
+// TestNoStaleCheckpoint: when calls into one workspace do run at once on two workers (a home lapsed
+// under a worker that stalled), the checkpoint's compare-and-set still keeps every change of a call that succeeded: a call whose
+// copy was older than the latest checkpoint when it saved fails, saying its changes are not kept, and
+// never replaces that checkpoint.
+func TestNoStaleCheckpoint(t *testing.T) {
+	conn, _ := jstest.Provisioned(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	js, err := conn.Checkpoints(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	heads, err := conn.Heads(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	records := queuetest.NewStore()
+	store := &checkingStore{Store: js, heads: heads, records: records}
+	var workers []*Worker
+	for _, id := range []string{"a", "b"} {
+		cfg := testConfig(t)
+		cfg.ID = id
+		cp, err := checkpoint.New(checkpoint.Config{Dir: cfg.WorkspacesDir, UID: testUID, GID: testGID, Worker: id}, store, store)
+		if err != nil {
+			t.Fatal(err)
+		}
+		workers = append(workers, newTestWorkerWith(t, cfg, shellRuntime(t), records, WithLeases(newFakeLeases()), WithCheckpoints(cp), WithHomes(grantingHomes{})))
+	}
+	// Each worker runs its calls one after the other (a worker's own calls into one workspace are ordered
+	// by the home it holds itself), both workers at once.
+	const calls = 12
+	ids := make([]string, calls)
+	var wg sync.WaitGroup
+	for k, w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := k; i < calls; i += len(workers) {
+				c := newCall("run_shell", fmt.Sprintf(`{"command":"append lines.txt line-%02d"}`, i))
+				ids[i] = c.ID
+				records.Put(call.NewResult(c, call.StatusQueued))
+				w.Handle(ctx, &fakeDelivery{c: c})
+			}
+		}()
+	}
+	wg.Wait()
+	c := newCall("run_shell", `{"command":"cat lines.txt"}`)
+	records.Put(call.NewResult(c, call.StatusQueued))
+	workers[0].Handle(ctx, &fakeDelivery{c: c})
+	latest := records.Result(c.ID).Stdout
+	ok := 0
+	for i, id := range ids {
+		r, line := records.Result(id), fmt.Sprintf("line-%02d", i)
+		switch {
+		case r.Status == call.StatusOK:
+			ok++
+			if !strings.Contains(latest, line) {
+				t.Errorf("call %d succeeded but its %s is not in the latest checkpoint:\n%s", i, line, latest)
+			}
+		case r.Error == nil || r.Error.Type != call.ErrCheckpoint || !strings.Contains(r.Error.Message, "are not kept: while it ran, another worker checkpointed the workspace"):
+			t.Errorf("call %d: %s %+v; want ok, or checkpoint_failed saying its changes are not kept", i, r.Status, r.Error)
+		}
+	}
+	if ok == 0 {
+		t.Fatal("no call succeeded")
+	}
+	t.Logf("%d of %d calls succeeded, %d refused as stale", ok, calls, calls-ok)
 }
