@@ -110,6 +110,9 @@ type Head struct {
 type Result struct {
 	// Changed is false when the workspace was already at its latest checkpoint: nothing was written.
 	Changed bool
+	// Moved is set by a Restore that brought this worker's copy to a checkpoint another worker wrote: the
+	// workspace moved to this worker (a re-home).
+	Moved bool
 	// Head is the workspace's latest checkpoint after the Save or Restore (zero when it has none).
 	Head Head
 	// Files is how many files were read and stored (Save) or fetched and written (Restore).

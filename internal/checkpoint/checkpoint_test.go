@@ -504,8 +504,8 @@ func staleCopyNeverOverwrites(t *testing.T, s backend) {
 	if got, want := listing(t, c.ws("acme", "repo")), listing(t, b.ws("acme", "repo")); got != want {
 		t.Fatalf("the latest checkpoint is not b's after a stale save:\n%s\nwant:\n%s", got, want)
 	}
-	if r, err := a.cp.Restore(ctx(t), "acme", "repo"); err != nil || !r.Changed {
-		t.Fatalf("restore of the stale copy: %+v, %v; want it made the latest checkpoint", r, err)
+	if r, err := a.cp.Restore(ctx(t), "acme", "repo"); err != nil || !r.Changed || !r.Moved {
+		t.Fatalf("restore of the stale copy: %+v, %v; want it made the latest checkpoint, b's (moved)", r, err)
 	}
 	if got, want := listing(t, a.ws("acme", "repo")), listing(t, b.ws("acme", "repo")); got != want {
 		t.Fatalf("stale copy after restore:\n%s\nwant:\n%s", got, want)

@@ -95,6 +95,7 @@ func (c *Checkpointer) Restore(ctx context.Context, tenant, name string) (Result
 	}
 	st.head, st.headRev, st.files, st.dirs = h, rev, after.files, after.dirState
 	res.Changed, res.Files, res.Chunks, res.Bytes, res.Took = true, len(a.jobs), a.chunks, a.bytes, time.Since(start)
+	res.Moved = h.Worker != c.cfg.Worker
 	return res, nil
 }
 

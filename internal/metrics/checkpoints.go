@@ -24,6 +24,7 @@ type checkpointMetrics struct {
 	seconds *prometheus.HistogramVec
 	bytes   *prometheus.CounterVec
 	files   *prometheus.CounterVec
+	rehomes prometheus.Counter
 	// unsaved reads the age of the oldest change no checkpoint holds (WatchUnsaved); nil: zero.
 	unsaved atomic.Pointer[func() time.Duration]
 }
@@ -40,6 +41,8 @@ func newCheckpointMetrics(reg prometheus.Registerer) *checkpointMetrics {
 			Help: "Chunk bytes moved to object storage (save) or from it (restore)."}, []string{"op"}),
 		files: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "checkpoint_files_total",
 			Help: "Files read and stored (save) or fetched and written (restore)."}, []string{"op"}),
+		rehomes: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "workspace_rehomes_total",
+			Help: "Restores that brought this worker's copy of a workspace to a checkpoint another worker wrote: the workspace moved here."}),
 	}
 	for _, op := range []string{"save", "restore"} {
 		for _, r := range []string{"changed", "unchanged", "failed"} {
@@ -57,7 +60,7 @@ func newCheckpointMetrics(reg prometheus.Registerer) *checkpointMetrics {
 			}
 			return 0
 		})
-	reg.MustRegister(m.ops, m.seconds, m.bytes, m.files, unsaved)
+	reg.MustRegister(m.ops, m.seconds, m.bytes, m.files, m.rehomes, unsaved)
 	return m
 }
 
@@ -79,6 +82,9 @@ func (o *observedCheckpoints) Restore(ctx context.Context, tenant, name string) 
 	start := time.Now()
 	r, err := o.next.Restore(ctx, tenant, name)
 	o.m.observe("restore", start, r, err)
+	if err == nil && r.Moved {
+		o.m.rehomes.Inc()
+	}
 	return r, err
 }
 
