@@ -109,20 +109,10 @@ func (s *checkingStore) Open(ctx context.Context, name string) (io.ReadCloser, e
 // the writing call's result is recorded. With the object store unreachable, a call that wrote says its
 // changes were not checkpointed, and a call on the other worker does not run on an old copy.
 func TestWorkspaceAcrossWorkersWithoutSharedDir(t *testing.T) {
-	conn, _ := jstest.Provisioned(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	js, err := conn.Checkpoints(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	heads, err := conn.Heads(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	records := queuetest.NewStore()
-	store := &checkingStore{Store: js, heads: heads, records: records}
-	a, b := checkpointWorker(t, conn, store, records, "a"), checkpointWorker(t, conn, store, records, "b")
+	conn, store, records := checkpointStore(t)
+	a, b := checkpointWorker(t, conn.Homes(), store, records, "a"), checkpointWorker(t, conn.Homes(), store, records, "b")
 	run := func(w *Worker, command string) *call.Result {
 		t.Helper()
 		c := newCall("run_shell", `{"command":"`+command+`"}`)
@@ -170,28 +160,10 @@ func TestWorkspaceAcrossWorkersWithoutSharedDir(t *testing.T) {
 	}
 }
 
-// checkpointWorker is a worker with its own workspaces directory that keeps workspaces in store, with the
-// workspaces' homes on conn's JetStream.
-func checkpointWorker(t *testing.T, conn *jetstream.Conn, store interface {
-	checkpoint.Store
-	checkpoint.Heads
-}, records *queuetest.Store, id string) *Worker {
+// checkpointStore is the real checkpoint store and heads on an in-process JetStream (checked by
+// checkingStore), and call records.
+func checkpointStore(t *testing.T) (*jetstream.Conn, *checkingStore, *queuetest.Store) {
 	t.Helper()
-	cfg := testConfig(t)
-	cfg.ID = id
-	cp, err := checkpoint.New(checkpoint.Config{Dir: cfg.WorkspacesDir, UID: testUID, GID: testGID, Worker: id}, store, store)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return newTestWorkerWith(t, cfg, shellRuntime(t), records, WithLeases(newFakeLeases()), WithCheckpoints(cp), WithHomes(conn.Homes()))
-}
-
-// TestOneCallAtATimePerWorkspace: two workers, each with its own workspaces directory, take calls into one
-// workspace at once (several on each worker), each appending its line to one file. The workspace's home
-// lets one such call run at a time across both, each on the checkpoint of the one before: every call
-// succeeds and every line is in the latest checkpoint, whichever worker reads it. Without homes, two
-// calls append to copies of one checkpoint and the later checkpoint drops the other's line.
-func TestOneCallAtATimePerWorkspace(t *testing.T) {
 	conn, _ := jstest.Provisioned(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -204,8 +176,32 @@ func TestOneCallAtATimePerWorkspace(t *testing.T) {
 		t.Fatal(err)
 	}
 	records := queuetest.NewStore()
-	store := &checkingStore{Store: js, heads: heads, records: records}
-	workers := []*Worker{checkpointWorker(t, conn, store, records, "a"), checkpointWorker(t, conn, store, records, "b")}
+	return conn, &checkingStore{Store: js, heads: heads, records: records}, records
+}
+
+// checkpointWorker is a worker with its own workspaces directory that keeps workspaces in store, with the
+// workspaces' homes in homes.
+func checkpointWorker(t *testing.T, homes Homes, store *checkingStore, records *queuetest.Store, id string) *Worker {
+	t.Helper()
+	cfg := testConfig(t)
+	cfg.ID = id
+	cp, err := checkpoint.New(checkpoint.Config{Dir: cfg.WorkspacesDir, UID: testUID, GID: testGID, Worker: id}, store, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newTestWorkerWith(t, cfg, shellRuntime(t), records, WithLeases(newFakeLeases()), WithCheckpoints(cp), WithHomes(homes))
+}
+
+// TestOneCallAtATimePerWorkspace: two workers, each with its own workspaces directory, take calls into one
+// workspace at once (several on each worker), each appending its line to one file. The workspace's home
+// lets one such call run at a time across both, each on the checkpoint of the one before: every call
+// succeeds and every line is in the latest checkpoint, whichever worker reads it. Without homes, two
+// calls append to copies of one checkpoint and the later checkpoint drops the other's line.
+func TestOneCallAtATimePerWorkspace(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, store, records := checkpointStore(t)
+	workers := []*Worker{checkpointWorker(t, conn.Homes(), store, records, "a"), checkpointWorker(t, conn.Homes(), store, records, "b")}
 	const calls = 12
 	ids := make([]string, calls)
 	var wg sync.WaitGroup
@@ -253,33 +249,14 @@ func (grantedHome) Renew(context.Context) error   { return nil }
 func (grantedHome) Release(context.Context) error { return nil }
 
 // TestNoStaleCheckpoint: when calls into one workspace do run at once on two workers (a home lapsed
-// under a worker that stalled), the checkpoint's compare-and-set still keeps every change of a call that succeeded: a call whose
-// copy was older than the latest checkpoint when it saved fails, saying its changes are not kept, and
-// never replaces that checkpoint.
+// under a worker that stalled), the checkpoint's compare-and-set still keeps every change of a call that
+// succeeded: a call whose copy was older than the latest checkpoint when it saved fails, saying its
+// changes are not kept, and never replaces that checkpoint.
 func TestNoStaleCheckpoint(t *testing.T) {
-	conn, _ := jstest.Provisioned(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	js, err := conn.Checkpoints(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	heads, err := conn.Heads(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	records := queuetest.NewStore()
-	store := &checkingStore{Store: js, heads: heads, records: records}
-	var workers []*Worker
-	for _, id := range []string{"a", "b"} {
-		cfg := testConfig(t)
-		cfg.ID = id
-		cp, err := checkpoint.New(checkpoint.Config{Dir: cfg.WorkspacesDir, UID: testUID, GID: testGID, Worker: id}, store, store)
-		if err != nil {
-			t.Fatal(err)
-		}
-		workers = append(workers, newTestWorkerWith(t, cfg, shellRuntime(t), records, WithLeases(newFakeLeases()), WithCheckpoints(cp), WithHomes(grantingHomes{})))
-	}
+	_, store, records := checkpointStore(t)
+	workers := []*Worker{checkpointWorker(t, grantingHomes{}, store, records, "a"), checkpointWorker(t, grantingHomes{}, store, records, "b")}
 	// Each worker runs its calls one after the other (a worker's own calls into one workspace are ordered
 	// by the home it holds itself), both workers at once.
 	const calls = 12
