@@ -33,7 +33,12 @@ type headsState struct {
 // Heads opens the heads bucket, creating it if it is missing (the first worker that keeps checkpoints
 // makes it, with the replicas of the calls stream).
 func (c *Conn) Heads(ctx context.Context) (*Heads, error) {
-	c.headsOnce.Do(func() { c.heads, c.headsErr = openHeads(ctx, c.session) })
+	c.headsOnce.Do(func() {
+		c.headsErr = whileClusterForms(ctx, provisionWait, func() (err error) {
+			c.heads, err = openHeads(ctx, c.session)
+			return err
+		})
+	})
 	return c.heads, c.headsErr
 }
 
