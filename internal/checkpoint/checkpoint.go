@@ -65,6 +65,10 @@ type Heads interface {
 // the latest checkpoint.
 var ErrStale = errors.New("another worker checkpointed the workspace since this copy was restored")
 
+// ErrOverBudget reports a Save refused because the workspace holds more bytes than Config.MaxWorkspaceBytes:
+// nothing was stored, and the copy's changes wait on this worker for a Save under the budget.
+var ErrOverBudget = errors.New("over the checkpoint budget of a workspace")
+
 // Config configures a Checkpointer.
 type Config struct {
 	// Dir holds every tenant's workspaces, as Dir/<tenant>/<workspace> (the worker's workspaces directory).
@@ -80,6 +84,9 @@ type Config struct {
 	Parallel int
 	// Now is the clock of the heads' timestamps; default time.Now.
 	Now func() time.Time
+	// MaxWorkspaceBytes is the checkpoint budget of one workspace: the most bytes its files may hold for
+	// Save to checkpoint it (ErrOverBudget beyond, with nothing stored); 0: no budget.
+	MaxWorkspaceBytes int64
 }
 
 // Defaults and bounds of Config.

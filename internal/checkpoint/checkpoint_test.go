@@ -549,3 +549,52 @@ func TestFirstCheckpointFenced(t *testing.T) {
 		t.Fatalf("save of a copy that is the latest checkpoint, after a restart: %+v, %v; want checkpoint 1, nothing written", r, err)
 	}
 }
+
+// TestWorkspaceBudget: a Save of a workspace whose files hold more than its checkpoint budget is refused
+// with ErrOverBudget, saying by how much, before anything is stored: no chunk of the new file, the latest
+// checkpoint as it was. The change waits on the worker, and a Save under the budget stores it.
+func TestWorkspaceBudget(t *testing.T) {
+	s := jsStore(t)
+	dir := t.TempDir()
+	a, err := checkpoint.New(checkpoint.Config{Dir: dir, Worker: "a", UID: os.Getuid(), GID: os.Getgid(), MaxWorkspaceBytes: 1000}, s, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newNode(t, s, "b", 0)
+	ws := filepath.Join(dir, "acme", "repo")
+	write(t, ws, "f", strings.Repeat("f", 600), 0o644)
+	if _, err := a.Save(ctx(t), "acme", "repo"); err != nil {
+		t.Fatal(err)
+	}
+	g := strings.Repeat("g", 600)
+	write(t, ws, "g", g, 0o644)
+	_, err = a.Save(ctx(t), "acme", "repo")
+	if !errors.Is(err, checkpoint.ErrOverBudget) || !strings.Contains(err.Error(), "its files hold 1200 bytes, 200 over the budget of 1000 (checkpoints.max_workspace_bytes)") {
+		t.Fatalf("save over the budget: %v; want ErrOverBudget saying by how much", err)
+	}
+	sum := sha256.Sum256([]byte(g))
+	if has, err := s.Has(ctx(t), "acme/chunks/"+hex.EncodeToString(sum[:])); err != nil || has {
+		t.Fatalf("a refused save stored a chunk of the new file (%v, %v)", has, err)
+	}
+	if _, err := b.cp.Restore(ctx(t), "acme", "repo"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(b.ws("acme", "repo"), "g")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the file over the budget is in the latest checkpoint: %v", err)
+	}
+	if a.OldestUnsaved() <= 0 {
+		t.Fatal("the change over the budget is not reported as waiting")
+	}
+	if err := os.Remove(filepath.Join(ws, "f")); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := a.Save(ctx(t), "acme", "repo"); err != nil || !r.Changed || r.Head.Bytes != 600 {
+		t.Fatalf("save back under the budget: %+v, %v", r, err)
+	}
+	if _, err := b.cp.Restore(ctx(t), "acme", "repo"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(b.ws("acme", "repo"), "g")); string(got) != g {
+		t.Fatal("the change saved under the budget is not in the latest checkpoint")
+	}
+}

@@ -141,6 +141,11 @@ func (c *Checkpointer) scan(ctx context.Context, root int, tenant string, st *ws
 	if err != nil {
 		return sc, err
 	}
+	if max := c.cfg.MaxWorkspaceBytes; upload && max > 0 && sc.total > max {
+		// Before anything is stored: a refused Save leaves nothing of itself behind.
+		return sc, fmt.Errorf("%w: its files hold %d bytes, %d over the budget of %d (checkpoints.max_workspace_bytes): remove files from it",
+			ErrOverBudget, sc.total, sc.total-max, max)
+	}
 	jobs := w.jobs
 	sc.read = len(jobs)
 	g, gctx := errgroup.WithContext(ctx)

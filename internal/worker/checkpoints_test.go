@@ -297,3 +297,35 @@ func TestNoStaleCheckpoint(t *testing.T) {
 	}
 	t.Logf("%d of %d calls succeeded, %d refused as stale", ok, calls, calls-ok)
 }
+
+// TestCheckpointBudget: a call that takes its workspace over the checkpoint budget ran, and its result
+// says its changes were not checkpointed, why and what to do; the latest checkpoint stays the one before.
+func TestCheckpointBudget(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, store, records := checkpointStore(t)
+	cfg := testConfig(t)
+	cp, err := checkpoint.New(checkpoint.Config{Dir: cfg.WorkspacesDir, UID: testUID, GID: testGID, Worker: cfg.ID, MaxWorkspaceBytes: 8}, store, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newTestWorkerWith(t, cfg, shellRuntime(t), records, WithLeases(newFakeLeases()), WithCheckpoints(cp), WithHomes(conn.Homes()))
+	other := checkpointWorker(t, conn.Homes(), store, records, "other")
+	run := func(w *Worker, command string) *call.Result {
+		c := newCall("run_shell", `{"command":"`+command+`"}`)
+		records.Put(call.NewResult(c, call.StatusQueued))
+		w.Handle(ctx, &fakeDelivery{c: c})
+		return records.Result(c.ID)
+	}
+	if r := run(w, "write a.txt small"); r.Status != call.StatusOK {
+		t.Fatalf("write under the budget: %s %+v", r.Status, r.Error)
+	}
+	r := run(w, "write b.txt too-large")
+	if r.Status != call.StatusError || r.Error == nil || r.Error.Type != call.ErrCheckpoint ||
+		!strings.Contains(r.Error.Message, `workspace "ws" is over its checkpoint budget`) || !strings.Contains(r.Error.Message, "Remove files") {
+		t.Fatalf("write over the budget: %s %+v; want checkpoint_failed saying the workspace is over its budget", r.Status, r.Error)
+	}
+	if r := run(other, "cat b.txt"); r.Status == call.StatusOK {
+		t.Fatalf("the file over the budget reached the latest checkpoint: %q", r.Stdout)
+	}
+}
