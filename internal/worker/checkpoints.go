@@ -64,8 +64,13 @@ func (w *Worker) restoreFor(ctx context.Context, c *call.Call, r *call.Result) *
 	}
 	start := time.Now()
 	defer func() { r.Timing.RestoreMS = time.Since(start).Milliseconds() }()
-	names, _ := w.workspacesOf(c)
+	names, changes := w.workspacesOf(c)
 	for _, name := range names {
+		if !changes && w.writing.busy(c.Tenant, name) {
+			// A call of this worker is changing the workspace: this one reads that call's copy, as a
+			// process on one machine would, and never restores it under that call (homes.go, writers).
+			continue
+		}
 		res, err := w.checkpoints.Restore(ctx, c.Tenant, name)
 		if err != nil {
 			w.log.ErrorContext(ctx, "restore workspace", "call_id", c.ID, "workspace", name, "error", err)

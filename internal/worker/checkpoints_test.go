@@ -21,6 +21,7 @@ import (
 	"github.com/toolpool/toolpool/internal/queue/jetstream/jstest"
 	"github.com/toolpool/toolpool/internal/queue/queuetest"
 	"github.com/toolpool/toolpool/internal/sandbox"
+	"github.com/toolpool/toolpool/internal/workspace"
 )
 
 // shellRuntime stands in for a container that runs a shell line in its workspace: "write NAME TEXT"
@@ -327,5 +328,65 @@ func TestCheckpointBudget(t *testing.T) {
 	}
 	if r := run(other, "cat b.txt"); r.Status == call.StatusOK {
 		t.Fatalf("the file over the budget reached the latest checkpoint: %q", r.Stdout)
+	}
+}
+
+// TestNoRestoreUnderAWriter: a call changing a workspace on worker a runs on (its home lapsed, as under a
+// stall: homes that always grant) while worker b checkpoints a change of its own. A call on a that
+// changes nothing must not restore a's copy under the running call: the running call would then write
+// back what it read before, over b's change, and its checkpoint would pass on the revision restored.
+// With the restore skipped, the running call's checkpoint is refused as stale, and b's change stays.
+func TestNoRestoreUnderAWriter(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, store, records := checkpointStore(t)
+	started, gate := make(chan struct{}), make(chan struct{})
+	gated := func(_ context.Context, spec sandbox.Spec) (sandbox.Outcome, error) {
+		// "append-gated NAME LINE": read the file, wait for the gate, write it back with the line.
+		f := strings.SplitN(spec.Argv[len(spec.Argv)-1], " ", 3)
+		p := filepath.Join(spec.WorkspaceDir, f[1])
+		b, _ := os.ReadFile(p)
+		close(started)
+		<-gate
+		if err := os.WriteFile(p, append(b, f[2]+"\n"...), 0o644); err != nil {
+			t.Error(err)
+		}
+		return sandbox.Outcome{SandboxTime: time.Millisecond, RunTime: time.Millisecond, WorkspaceBytes: -1}, nil
+	}
+	cfg := testConfig(t)
+	cfg.ID = "a"
+	cp, err := checkpoint.New(checkpoint.Config{Dir: cfg.WorkspacesDir, UID: testUID, GID: testGID, Worker: "a"}, store, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newTestWorkerWith(t, cfg, runtimeFunc(gated), records, WithLeases(newFakeLeases()), WithCheckpoints(cp), WithHomes(grantingHomes{}))
+	b := checkpointWorker(t, grantingHomes{}, store, records, "b")
+	run := func(w *Worker, tool, args string) *call.Result {
+		c := newCall(tool, args)
+		records.Put(call.NewResult(c, call.StatusQueued))
+		w.Handle(ctx, &fakeDelivery{c: c})
+		return records.Result(c.ID)
+	}
+	if r := run(b, "run_shell", `{"command":"append lines.txt b0"}`); r.Status != call.StatusOK {
+		t.Fatalf("first line: %s %+v", r.Status, r.Error)
+	}
+	var writer *call.Result
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		writer = run(a, "run_shell", `{"command":"append-gated lines.txt a1"}`)
+	}()
+	<-started
+	if r := run(b, "run_shell", `{"command":"append lines.txt b1"}`); r.Status != call.StatusOK {
+		t.Fatalf("b's change while a's call runs: %s %+v", r.Status, r.Error)
+	}
+	run(a, workspace.OpInfo, `{}`) // changes nothing: must not restore a's copy under its running call
+	close(gate)
+	<-done
+	if writer.Status != call.StatusError || writer.Error == nil || !strings.Contains(writer.Error.Message, "are not kept") {
+		t.Fatalf("a's call, whose copy is older than b's checkpoint: %s %+v; want its changes not kept", writer.Status, writer.Error)
+	}
+	if r := run(b, "run_shell", `{"command":"cat lines.txt"}`); r.Stdout != "b0\nb1\n" {
+		t.Fatalf("the latest checkpoint holds %q; want b's two lines (b's call succeeded)", r.Stdout)
 	}
 }

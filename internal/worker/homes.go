@@ -32,17 +32,49 @@ const (
 	homeReleaseTimeout = 5 * time.Second
 )
 
+// writers counts, by tenant/workspace, the calls of this worker that may change a workspace and hold its
+// home: a call that does not change the workspace never restores this worker's copy under one of them
+// (should that call's home have lapsed and another worker checkpointed meanwhile, a restore would replace
+// the files it is changing, and its checkpoint would then pass the compare-and-set on the new revision).
+type writers struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (w *writers) add(tenant string, names []string, d int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.n == nil {
+		w.n = map[string]int{}
+	}
+	for _, name := range names {
+		if w.n[tenant+"/"+name] += d; w.n[tenant+"/"+name] == 0 {
+			delete(w.n, tenant+"/"+name)
+		}
+	}
+}
+
+func (w *writers) busy(tenant, name string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.n[tenant+"/"+name] > 0
+}
+
 // heldHomes are the homes a call holds, renewed every heartbeat until released.
 type heldHomes struct {
 	leases []queue.Lease
 	stop   context.CancelFunc
 	wg     sync.WaitGroup
+	done   func() // run once the homes are released
 }
 
 // release stops renewing the homes and gives them up. Safe on nil; idempotent.
 func (h *heldHomes) release() {
 	if h == nil || h.stop == nil {
 		return
+	}
+	if h.done != nil {
+		defer h.done()
 	}
 	h.stop()
 	h.wg.Wait()
@@ -83,7 +115,10 @@ func (w *Worker) takeHomes(ctx context.Context, c *call.Call) (*heldHomes, bool)
 			if waiting {
 				w.log.InfoContext(ctx, "workspace free: the call runs", "call_id", c.ID, "workspace", c.Workspace)
 			}
-			return w.keepHomes(ctx, leases), true
+			h := w.keepHomes(ctx, leases)
+			w.writing.add(c.Tenant, names, 1)
+			h.done = func() { w.writing.add(c.Tenant, names, -1) }
+			return h, true
 		}
 		if !waiting {
 			waiting = true

@@ -135,8 +135,10 @@ type Worker struct {
 	transfers Transfers
 	// checkpoints keeps workspaces in object storage (checkpoints.go); nil: the workspaces directory only.
 	checkpoints Checkpoints
-	// homes orders the calls that change a workspace kept in object storage (homes.go).
-	homes Homes
+	// homes orders the calls that change a workspace kept in object storage (homes.go); writing counts
+	// this worker's calls that hold one.
+	homes   Homes
+	writing writers
 }
 
 // New returns a Worker.
