@@ -19,8 +19,10 @@ type checkpointsConfig struct {
 	Store      string `yaml:"store"`
 	ChunkBytes int    `yaml:"chunk_bytes"`
 	Parallel   int    `yaml:"parallel"`
-	// MaxWorkspaceBytes is the checkpoint budget of one workspace (bytes of its files); 0: none.
+	// MaxWorkspaceBytes is the checkpoint budget of one workspace (bytes of its files), MaxTenantBytes a
+	// tenant's (its workspaces' latest checkpoints together); 0: none.
 	MaxWorkspaceBytes int64    `yaml:"max_workspace_bytes"`
+	MaxTenantBytes    int64    `yaml:"max_tenant_bytes"`
 	S3                s3Config `yaml:"s3"`
 }
 
@@ -78,6 +80,9 @@ func (c *checkpointsConfig) validate() error {
 	if c.MaxWorkspaceBytes < 0 {
 		errs = append(errs, fmt.Errorf("checkpoints.max_workspace_bytes %d is negative: set the most bytes a workspace's checkpoint may hold, or 0 for no budget", c.MaxWorkspaceBytes))
 	}
+	if c.MaxTenantBytes < 0 {
+		errs = append(errs, fmt.Errorf("checkpoints.max_tenant_bytes %d is negative: set the most bytes a tenant's checkpoints may hold together, or 0 for no budget", c.MaxTenantBytes))
+	}
 	if c.Parallel < 1 || c.Parallel > 256 {
 		errs = append(errs, fmt.Errorf("checkpoints.parallel %d is outside 1..256 (default %d)", c.Parallel, checkpoint.DefaultParallel))
 	}
@@ -113,5 +118,5 @@ func (c *config) checkpointer(ctx context.Context, conn *jetstream.Conn) (*check
 	}
 	return checkpoint.New(checkpoint.Config{Dir: c.WorkspacesDir, UID: int(c.UID), GID: int(c.GID), Worker: c.ID,
 		ChunkBytes: c.Checkpoints.ChunkBytes, Parallel: c.Checkpoints.Parallel, MaxWorkspaceBytes: c.Checkpoints.MaxWorkspaceBytes,
-		Now: conn.Now}, store, heads)
+		MaxTenantBytes: c.Checkpoints.MaxTenantBytes, Now: conn.Now}, store, heads)
 }

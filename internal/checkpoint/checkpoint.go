@@ -58,6 +58,8 @@ type Heads interface {
 	// SwapHead stores value as the head if it is still at revision rev (0: none) and returns the new
 	// revision; swapped is false, and nothing is written, when it moved on since rev.
 	SwapHead(ctx context.Context, tenant, name string, value []byte, rev uint64) (newRev uint64, swapped bool, err error)
+	// TenantHeads returns every head of tenant's workspaces, by workspace name.
+	TenantHeads(ctx context.Context, tenant string) (map[string][]byte, error)
 }
 
 // ErrStale reports a Save refused because another worker checkpointed the workspace since this worker's
@@ -65,9 +67,10 @@ type Heads interface {
 // the latest checkpoint.
 var ErrStale = errors.New("another worker checkpointed the workspace since this copy was restored")
 
-// ErrOverBudget reports a Save refused because the workspace holds more bytes than Config.MaxWorkspaceBytes:
-// nothing was stored, and the copy's changes wait on this worker for a Save under the budget.
-var ErrOverBudget = errors.New("over the checkpoint budget of a workspace")
+// ErrOverBudget reports a Save refused because the workspace holds more bytes than Config.MaxWorkspaceBytes,
+// or would take its tenant past Config.MaxTenantBytes: nothing was stored, and the copy's changes wait
+// on this worker for a Save under the budget.
+var ErrOverBudget = errors.New("over the checkpoint budget")
 
 // Config configures a Checkpointer.
 type Config struct {
@@ -87,6 +90,11 @@ type Config struct {
 	// MaxWorkspaceBytes is the checkpoint budget of one workspace: the most bytes its files may hold for
 	// Save to checkpoint it (ErrOverBudget beyond, with nothing stored); 0: no budget.
 	MaxWorkspaceBytes int64
+	// MaxTenantBytes is the checkpoint budget of a tenant: the most bytes the latest checkpoints of all
+	// its workspaces may hold together, counted from their heads when a Save would take it past; 0: no
+	// budget. Saves of two workspaces at once each count the other's checkpoint before it, so together
+	// they may pass it by what they add.
+	MaxTenantBytes int64
 }
 
 // Defaults and bounds of Config.

@@ -598,3 +598,47 @@ func TestWorkspaceBudget(t *testing.T) {
 		t.Fatal("the change saved under the budget is not in the latest checkpoint")
 	}
 }
+
+// TestTenantBudget: the latest checkpoints of a tenant's workspaces together stay under its budget. A Save
+// that would take the tenant past it is refused with ErrOverBudget, saying by how much, before anything
+// is stored; a workspace's own earlier checkpoint does not count against it; other tenants are apart.
+func TestTenantBudget(t *testing.T) {
+	s := jsStore(t)
+	dir := t.TempDir()
+	a, err := checkpoint.New(checkpoint.Config{Dir: dir, Worker: "a", UID: os.Getuid(), GID: os.Getgid(), MaxTenantBytes: 1000}, s, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	save := func(tenant, ws, file string, size int) error {
+		write(t, filepath.Join(dir, tenant, ws), file, strings.Repeat(file, size), 0o644)
+		_, err := a.Save(ctx(t), tenant, ws)
+		return err
+	}
+	if err := save("acme", "one", "a", 600); err != nil {
+		t.Fatal(err)
+	}
+	err = save("acme", "two", "b", 500)
+	if !errors.Is(err, checkpoint.ErrOverBudget) || !strings.Contains(err.Error(),
+		"of tenant acme: its workspaces' checkpoints would hold 1100 bytes (this one 500, the others 600), 100 over the budget of 1000 (checkpoints.max_tenant_bytes)") {
+		t.Fatalf("save past the tenant's budget: %v; want ErrOverBudget saying by how much", err)
+	}
+	sum := sha256.Sum256([]byte(strings.Repeat("b", 500)))
+	if has, err := s.Has(ctx(t), "acme/chunks/"+hex.EncodeToString(sum[:])); err != nil || has {
+		t.Fatalf("a refused save stored a chunk (%v, %v)", has, err)
+	}
+	if b, _, err := s.GetHead(ctx(t), "acme", "two"); err != nil || b != nil {
+		t.Fatalf("a refused save wrote a head: %q %v", b, err)
+	}
+	if err := save("other", "two", "b", 500); err != nil {
+		t.Fatalf("another tenant's save: %v; want its own budget", err)
+	}
+	if err := os.Remove(filepath.Join(dir, "acme", "two", "b")); err != nil {
+		t.Fatal(err)
+	}
+	if err := save("acme", "two", "c", 300); err != nil {
+		t.Fatalf("save under the tenant's budget: %v", err)
+	}
+	if err := save("acme", "one", "d", 100); err != nil {
+		t.Fatalf("a workspace growing to 700 bytes beside 300: %v; its own checkpoint must not count twice", err)
+	}
+}

@@ -60,7 +60,7 @@ func (c *Checkpointer) Restore(ctx context.Context, tenant, name string) (Result
 	defer unix.Close(root)
 	// The local copy as it is (by stat, against what this worker last knew of it): a call that ran here
 	// and was not saved, or a copy this worker never saved or restored, is compared by content.
-	local, err := c.scan(ctx, root, tenant, st, false)
+	local, err := c.scan(ctx, root, tenant, st, nil)
 	if err != nil {
 		return res, fmt.Errorf("restore workspace %s/%s: read local copy: %w", tenant, name, err)
 	}
@@ -86,7 +86,7 @@ func (c *Checkpointer) Restore(ctx context.Context, tenant, name string) (Result
 	for p, f := range a.written {
 		known.files[p] = f
 	}
-	after, err := c.scan(ctx, root, tenant, known, false)
+	after, err := c.scan(ctx, root, tenant, known, nil)
 	if err != nil {
 		return res, fmt.Errorf("restore workspace %s/%s: read restored copy: %w", tenant, name, err)
 	}

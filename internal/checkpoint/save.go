@@ -54,7 +54,8 @@ func (c *Checkpointer) Save(ctx context.Context, tenant, name string) (res Resul
 	sc := &scanned{root: emptyTree, files: map[string]fileState{}}
 	if exists {
 		defer unix.Close(root)
-		if sc, err = c.scan(ctx, root, tenant, st, true); err != nil {
+		budget := func(total int64) error { return c.checkBudget(ctx, tenant, name, total) }
+		if sc, err = c.scan(ctx, root, tenant, st, budget); err != nil {
 			return Result{}, fmt.Errorf("checkpoint workspace %s/%s: %w", tenant, name, err)
 		}
 	}
@@ -133,18 +134,21 @@ type fileJob struct {
 
 // scan reads the tree under root. Files whose stat matches what st knows keep their chunks, and
 // directories whose entries are the same keep their digests; the other files are read and cut into
-// chunks, which are stored when upload is set, as are the new trees.
-func (c *Checkpointer) scan(ctx context.Context, root int, tenant string, st *wsState, upload bool) (*scanned, error) {
+// chunks. With budget (a Save), budget is asked about the files' total bytes once the tree is walked,
+// and nothing is stored when it says no; then the new chunks and trees are stored.
+func (c *Checkpointer) scan(ctx context.Context, root int, tenant string, st *wsState, budget func(total int64) error) (*scanned, error) {
+	upload := budget != nil
 	sc := &scanned{dirs: map[string]string{}, files: map[string]fileState{}, dirState: map[string]dirState{}}
 	w := &walker{c: c, root: root, known: st.files, sc: sc}
 	top, err := w.run()
 	if err != nil {
 		return sc, err
 	}
-	if max := c.cfg.MaxWorkspaceBytes; upload && max > 0 && sc.total > max {
+	if upload {
 		// Before anything is stored: a refused Save leaves nothing of itself behind.
-		return sc, fmt.Errorf("%w: its files hold %d bytes, %d over the budget of %d (checkpoints.max_workspace_bytes): remove files from it",
-			ErrOverBudget, sc.total, sc.total-max, max)
+		if err := budget(sc.total); err != nil {
+			return sc, err
+		}
 	}
 	jobs := w.jobs
 	sc.read = len(jobs)
@@ -433,4 +437,34 @@ func sameEntry(a, b entry) bool {
 
 func sigOf(s *unix.Stat_t) statSig {
 	return statSig{ino: s.Ino, size: s.Size, mtime: s.Mtim.Nano(), ctime: s.Ctim.Nano(), mode: s.Mode}
+}
+
+// checkBudget says whether workspace name of tenant may be checkpointed with total bytes of files: under
+// the workspace's budget, and, with the latest checkpoints of the tenant's other workspaces, under the
+// tenant's.
+func (c *Checkpointer) checkBudget(ctx context.Context, tenant, name string, total int64) error {
+	if max := c.cfg.MaxWorkspaceBytes; max > 0 && total > max {
+		return fmt.Errorf("%w of a workspace: its files hold %d bytes, %d over the budget of %d (checkpoints.max_workspace_bytes): remove files from it",
+			ErrOverBudget, total, total-max, max)
+	}
+	max := c.cfg.MaxTenantBytes
+	if max <= 0 || total == 0 {
+		return nil
+	}
+	heads, err := c.heads.TenantHeads(ctx, tenant)
+	if err != nil {
+		return fmt.Errorf("count the checkpoints of tenant %s against its budget: %w", tenant, err)
+	}
+	var others int64
+	for ws, b := range heads {
+		var h Head
+		if ws != name && json.Unmarshal(b, &h) == nil && !h.Deleted {
+			others += h.Bytes
+		}
+	}
+	if others+total > max {
+		return fmt.Errorf("%w of tenant %s: its workspaces' checkpoints would hold %d bytes (this one %d, the others %d), %d over the budget of %d (checkpoints.max_tenant_bytes): remove files or workspaces",
+			ErrOverBudget, tenant, others+total, total, others, others+total-max, max)
+	}
+	return nil
 }

@@ -115,9 +115,9 @@ func (w *Worker) checkpointAfter(ctx context.Context, c *call.Call, r *call.Resu
 				"they are kept on worker %s, which checkpoints them again within a minute, with its next call into the workspace, or as it stops; until then other workers do not see them. "+
 				"Call again (a read-only call does not retry the checkpoint), later if the object storage is down.", name, err, w.cfg.ID)
 			if errors.Is(err, checkpoint.ErrOverBudget) {
-				msg = fmt.Sprintf("the call ran, but workspace %q is over its checkpoint budget (%v), so the changes it made were not checkpointed and nothing of them was stored: "+
-					"they are kept on worker %s only, and other workers do not see them. Remove files from the workspace (or ask the operator to raise checkpoints.max_workspace_bytes); "+
-					"the next call that may write checkpoints it once it is under the budget.", name, err, w.cfg.ID)
+				msg = fmt.Sprintf("the call ran, but the changes it made to workspace %q were not checkpointed, and nothing of them was stored, because they go over a checkpoint budget (%v): "+
+					"they are kept on worker %s only, and other workers do not see them. Remove files (or ask the operator to raise the budget); "+
+					"the next call that may write checkpoints the workspace once it is under the budget.", name, err, w.cfg.ID)
 			}
 			if errors.Is(err, checkpoint.ErrStale) {
 				msg = fmt.Sprintf("the call ran, but the changes it made to workspace %q are not kept: while it ran, another worker checkpointed the workspace "+

@@ -91,6 +91,10 @@ func (s *checkingStore) SwapHead(ctx context.Context, tenant, name string, value
 	return s.heads.SwapHead(ctx, tenant, name, value, rev)
 }
 
+func (s *checkingStore) TenantHeads(ctx context.Context, tenant string) (map[string][]byte, error) {
+	return s.heads.TenantHeads(ctx, tenant)
+}
+
 func (s *checkingStore) GetHead(ctx context.Context, tenant, name string) ([]byte, uint64, error) {
 	if s.failOpen.Load() {
 		return nil, 0, errors.New("object store unreachable")
@@ -323,7 +327,7 @@ func TestCheckpointBudget(t *testing.T) {
 	}
 	r := run(w, "write b.txt too-large")
 	if r.Status != call.StatusError || r.Error == nil || r.Error.Type != call.ErrCheckpoint ||
-		!strings.Contains(r.Error.Message, `workspace "ws" is over its checkpoint budget`) || !strings.Contains(r.Error.Message, "Remove files") {
+		!strings.Contains(r.Error.Message, `changes it made to workspace "ws" were not checkpointed, and nothing of them was stored, because they go over a checkpoint budget (checkpoint workspace t/ws: over the checkpoint budget of a workspace: its files hold`) || !strings.Contains(r.Error.Message, "Remove files") {
 		t.Fatalf("write over the budget: %s %+v; want checkpoint_failed saying the workspace is over its budget", r.Status, r.Error)
 	}
 	if r := run(other, "cat b.txt"); r.Status == call.StatusOK {

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -101,4 +102,34 @@ func (h *Heads) SwapHead(ctx context.Context, tenant, workspace string, value []
 		return 0, false, nil
 	}
 	return 0, false, fmt.Errorf("write checkpoint head of %s/%s: %w", tenant, workspace, err)
+}
+
+// TenantHeads returns every head of tenant's workspaces, by workspace name (none: an empty map). It reads
+// them through one watch of the tenant's keys, from the stream's leader.
+func (h *Heads) TenantHeads(ctx context.Context, tenant string) (map[string][]byte, error) {
+	w, err := h.kv.WatchFiltered(ctx, []string{base64.RawURLEncoding.EncodeToString([]byte(tenant)) + ".*"}, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("read checkpoint heads of tenant %s: %w", tenant, err)
+	}
+	defer w.Stop()
+	heads := map[string][]byte{}
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, fmt.Errorf("read checkpoint heads of tenant %s: the watch ended", tenant)
+			}
+			if e == nil {
+				return heads, nil // every current head delivered
+			}
+			_, enc, _ := strings.Cut(e.Key(), ".")
+			name, err := base64.RawURLEncoding.DecodeString(enc)
+			if err != nil {
+				return nil, fmt.Errorf("read checkpoint heads of tenant %s: key %q: %w", tenant, e.Key(), err)
+			}
+			heads[string(name)] = e.Value()
+		case <-ctx.Done():
+			return nil, fmt.Errorf("read checkpoint heads of tenant %s: %w", tenant, ctx.Err())
+		}
+	}
 }

@@ -81,7 +81,7 @@ func TestHomes(t *testing.T) {
 
 // TestHeads: the first worker to ask makes the heads bucket; a head is written by compare-and-set on the
 // revision its writer read, a stale writer is refused and changes nothing, and every worker reads the
-// latest head.
+// latest head; TenantHeads lists a tenant's heads, not another's.
 func TestHeads(t *testing.T) {
 	srv := jstest.Server(t, "")
 	jstest.Connect(t, srv.URL(), "dispatcher", true)
@@ -117,5 +117,18 @@ func TestHeads(t *testing.T) {
 	}
 	if v, _, err := a.GetHead(ctx, "acme.x", "y"); err != nil || v != nil {
 		t.Fatalf("another tenant's workspace: %q %v; want none", v, err)
+	}
+	if _, ok, err := a.SwapHead(ctx, "acme", "other", []byte("o1"), 0); err != nil || !ok {
+		t.Fatalf("head of another workspace: %v %v", ok, err)
+	}
+	if _, ok, err := a.SwapHead(ctx, "acme.x", "y", []byte("x1"), 0); err != nil || !ok {
+		t.Fatalf("head of another tenant: %v %v", ok, err)
+	}
+	all, err := b.TenantHeads(ctx, "acme")
+	if err != nil || len(all) != 2 || string(all["x..y"]) != "b2" || string(all["other"]) != "o1" {
+		t.Fatalf("TenantHeads(acme) = %q, %v; want x..y and other, the latest of each", all, err)
+	}
+	if none, err := b.TenantHeads(ctx, "nobody"); err != nil || len(none) != 0 {
+		t.Fatalf("TenantHeads of a tenant without heads = %q, %v", none, err)
 	}
 }
