@@ -555,11 +555,7 @@ func TestFirstCheckpointFenced(t *testing.T) {
 // checkpoint as it was. The change waits on the worker, and a Save under the budget stores it.
 func TestWorkspaceBudget(t *testing.T) {
 	s := jsStore(t)
-	dir := t.TempDir()
-	a, err := checkpoint.New(checkpoint.Config{Dir: dir, Worker: "a", UID: os.Getuid(), GID: os.Getgid(), MaxWorkspaceBytes: 1000}, s, s)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, a := budgetNode(t, s, checkpoint.Config{MaxWorkspaceBytes: 1000})
 	b := newNode(t, s, "b", 0)
 	ws := filepath.Join(dir, "acme", "repo")
 	write(t, ws, "f", strings.Repeat("f", 600), 0o644)
@@ -568,14 +564,11 @@ func TestWorkspaceBudget(t *testing.T) {
 	}
 	g := strings.Repeat("g", 600)
 	write(t, ws, "g", g, 0o644)
-	_, err = a.Save(ctx(t), "acme", "repo")
+	_, err := a.Save(ctx(t), "acme", "repo")
 	if !errors.Is(err, checkpoint.ErrOverBudget) || !strings.Contains(err.Error(), "its files hold 1200 bytes, 200 over the budget of 1000 (checkpoints.max_workspace_bytes)") {
 		t.Fatalf("save over the budget: %v; want ErrOverBudget saying by how much", err)
 	}
-	sum := sha256.Sum256([]byte(g))
-	if has, err := s.Has(ctx(t), "acme/chunks/"+hex.EncodeToString(sum[:])); err != nil || has {
-		t.Fatalf("a refused save stored a chunk of the new file (%v, %v)", has, err)
-	}
+	noChunk(t, s, "acme", g)
 	if _, err := b.cp.Restore(ctx(t), "acme", "repo"); err != nil {
 		t.Fatal(err)
 	}
@@ -604,11 +597,7 @@ func TestWorkspaceBudget(t *testing.T) {
 // is stored; a workspace's own earlier checkpoint does not count against it; other tenants are apart.
 func TestTenantBudget(t *testing.T) {
 	s := jsStore(t)
-	dir := t.TempDir()
-	a, err := checkpoint.New(checkpoint.Config{Dir: dir, Worker: "a", UID: os.Getuid(), GID: os.Getgid(), MaxTenantBytes: 1000}, s, s)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, a := budgetNode(t, s, checkpoint.Config{MaxTenantBytes: 1000})
 	save := func(tenant, ws, file string, size int) error {
 		write(t, filepath.Join(dir, tenant, ws), file, strings.Repeat(file, size), 0o644)
 		_, err := a.Save(ctx(t), tenant, ws)
@@ -617,15 +606,12 @@ func TestTenantBudget(t *testing.T) {
 	if err := save("acme", "one", "a", 600); err != nil {
 		t.Fatal(err)
 	}
-	err = save("acme", "two", "b", 500)
+	err := save("acme", "two", "b", 500)
 	if !errors.Is(err, checkpoint.ErrOverBudget) || !strings.Contains(err.Error(),
 		"of tenant acme: its workspaces' checkpoints would hold 1100 bytes (this one 500, the others 600), 100 over the budget of 1000 (checkpoints.max_tenant_bytes)") {
 		t.Fatalf("save past the tenant's budget: %v; want ErrOverBudget saying by how much", err)
 	}
-	sum := sha256.Sum256([]byte(strings.Repeat("b", 500)))
-	if has, err := s.Has(ctx(t), "acme/chunks/"+hex.EncodeToString(sum[:])); err != nil || has {
-		t.Fatalf("a refused save stored a chunk (%v, %v)", has, err)
-	}
+	noChunk(t, s, "acme", strings.Repeat("b", 500))
 	if b, _, err := s.GetHead(ctx(t), "acme", "two"); err != nil || b != nil {
 		t.Fatalf("a refused save wrote a head: %q %v", b, err)
 	}
@@ -640,5 +626,25 @@ func TestTenantBudget(t *testing.T) {
 	}
 	if err := save("acme", "one", "d", 100); err != nil {
 		t.Fatalf("a workspace growing to 700 bytes beside 300: %v; its own checkpoint must not count twice", err)
+	}
+}
+
+// budgetNode is worker "a" with its own workspaces directory on s, configured by cfg (budgets).
+func budgetNode(t *testing.T, s backend, cfg checkpoint.Config) (string, *checkpoint.Checkpointer) {
+	t.Helper()
+	cfg.Dir, cfg.Worker, cfg.UID, cfg.GID = t.TempDir(), "a", os.Getuid(), os.Getgid()
+	cp, err := checkpoint.New(cfg, s, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg.Dir, cp
+}
+
+// noChunk fails the test when s holds a chunk of tenant's with content: a refused save stored it.
+func noChunk(t *testing.T, s backend, tenant, content string) {
+	t.Helper()
+	sum := sha256.Sum256([]byte(content))
+	if has, err := s.Has(ctx(t), tenant+"/chunks/"+hex.EncodeToString(sum[:])); err != nil || has {
+		t.Fatalf("a refused save stored a chunk (%v, %v)", has, err)
 	}
 }
