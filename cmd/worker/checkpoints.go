@@ -16,10 +16,14 @@ import (
 type checkpointsConfig struct {
 	// Store is none (the default: a workspace lives in workspaces_dir alone), jetstream (the object store
 	// of the NATS server the worker uses) or s3 (the s3 section's bucket).
-	Store      string   `yaml:"store"`
-	ChunkBytes int      `yaml:"chunk_bytes"`
-	Parallel   int      `yaml:"parallel"`
-	S3         s3Config `yaml:"s3"`
+	Store      string `yaml:"store"`
+	ChunkBytes int    `yaml:"chunk_bytes"`
+	Parallel   int    `yaml:"parallel"`
+	// MaxWorkspaceBytes is the checkpoint budget of one workspace (bytes of its files), MaxTenantBytes a
+	// tenant's (its workspaces' latest checkpoints together); 0: none.
+	MaxWorkspaceBytes int64    `yaml:"max_workspace_bytes"`
+	MaxTenantBytes    int64    `yaml:"max_tenant_bytes"`
+	S3                s3Config `yaml:"s3"`
 }
 
 // s3Config is s3store.Config as the file spells it. The keys default to the environment's
@@ -73,6 +77,12 @@ func (c *checkpointsConfig) validate() error {
 		errs = append(errs, fmt.Errorf("checkpoints.chunk_bytes %d is outside %d..%d (default %d)", c.ChunkBytes,
 			checkpoint.MinChunkBytes, checkpoint.MaxChunkBytes, checkpoint.DefaultChunkBytes))
 	}
+	if c.MaxWorkspaceBytes < 0 {
+		errs = append(errs, fmt.Errorf("checkpoints.max_workspace_bytes %d is negative: set the most bytes a workspace's checkpoint may hold, or 0 for no budget", c.MaxWorkspaceBytes))
+	}
+	if c.MaxTenantBytes < 0 {
+		errs = append(errs, fmt.Errorf("checkpoints.max_tenant_bytes %d is negative: set the most bytes a tenant's checkpoints may hold together, or 0 for no budget", c.MaxTenantBytes))
+	}
 	if c.Parallel < 1 || c.Parallel > 256 {
 		errs = append(errs, fmt.Errorf("checkpoints.parallel %d is outside 1..256 (default %d)", c.Parallel, checkpoint.DefaultParallel))
 	}
@@ -102,6 +112,11 @@ func (c *config) checkpointer(ctx context.Context, conn *jetstream.Conn) (*check
 	default:
 		return nil, nil
 	}
+	heads, err := conn.Heads(ctx) // in NATS whatever the store: written by compare-and-set
+	if err != nil {
+		return nil, fmt.Errorf("checkpoints: %w", err)
+	}
 	return checkpoint.New(checkpoint.Config{Dir: c.WorkspacesDir, UID: int(c.UID), GID: int(c.GID), Worker: c.ID,
-		ChunkBytes: c.Checkpoints.ChunkBytes, Parallel: c.Checkpoints.Parallel, Now: conn.Now}, store)
+		ChunkBytes: c.Checkpoints.ChunkBytes, Parallel: c.Checkpoints.Parallel, MaxWorkspaceBytes: c.Checkpoints.MaxWorkspaceBytes,
+		MaxTenantBytes: c.Checkpoints.MaxTenantBytes, Now: conn.Now}, store, heads)
 }

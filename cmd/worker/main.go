@@ -27,7 +27,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/toolpool/toolpool/internal/audit"
-	"github.com/toolpool/toolpool/internal/checkpoint"
 	"github.com/toolpool/toolpool/internal/metrics"
 	"github.com/toolpool/toolpool/internal/queue/jetstream"
 	"github.com/toolpool/toolpool/internal/sandbox"
@@ -229,14 +228,16 @@ func run(args []string) (retErr error) {
 		return err
 	}
 	if cp != nil {
-		opts = append(opts, worker.WithCheckpoints(metrics.ObserveCheckpoints(cp, wm)))
+		opts = append(opts, worker.WithCheckpoints(metrics.ObserveCheckpoints(cp, wm)), worker.WithHomes(conn.Homes()))
 		wm.WatchUnsaved(cp.OldestUnsaved)
-		td.Go(func() { saveUnsaved(ctx, cp, log) })
 		log.Info("workspaces are kept in object storage", "store", cfg.Checkpoints.Store)
 	}
 	w, err := worker.New(cfg.workerConfig(conn, runner, gateway), tracing.TraceRuntime(metrics.ObserveRuntime(rt, wm)), store, reg, log, opts...)
 	if err != nil {
 		return err
+	}
+	if cp != nil {
+		td.Go(func() { saveUnsaved(ctx, w, log) })
 	}
 	if cfg.Workspaces.IdleTTL > 0 {
 		td.Go(func() { sweepWorkspaces(ctx, w, cfg.Workspaces.SweepEvery, log) })
@@ -270,7 +271,7 @@ func run(args []string) (retErr error) {
 		// Changes a failed checkpoint left here go to object storage before the worker exits, on a fresh,
 		// bounded context: the calls are done, the connection still open.
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unsavedAtStop)
-		if serr := cp.SaveUnsaved(sctx); serr != nil {
+		if serr := w.SaveUnsaved(sctx); serr != nil {
 			log.Error("workspace changes not checkpointed before the worker stopped: they stay on this node's disk", "error", serr)
 		}
 		cancel()
@@ -287,9 +288,9 @@ const (
 )
 
 // saveUnsaved saves again, every unsavedEvery until ctx ends, the workspaces whose checkpoint failed.
-func saveUnsaved(ctx context.Context, cp *checkpoint.Checkpointer, log *slog.Logger) {
+func saveUnsaved(ctx context.Context, w *worker.Worker, log *slog.Logger) {
 	every(ctx, unsavedEvery, func() {
-		if err := cp.SaveUnsaved(ctx); err != nil && ctx.Err() == nil {
+		if err := w.SaveUnsaved(ctx); err != nil && ctx.Err() == nil {
 			log.Warn("checkpoint workspaces whose checkpoint failed", "error", err)
 		}
 	})

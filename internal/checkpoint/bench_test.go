@@ -31,27 +31,27 @@ func benchTree(b *testing.B, root string, files, size int) {
 	}
 }
 
-func benchNode(b *testing.B, s checkpoint.Store, name string) (string, *checkpoint.Checkpointer) {
+func benchNode(b *testing.B, s backend, name string) (string, *checkpoint.Checkpointer) {
 	b.Helper()
 	dir := filepath.Join(b.TempDir(), name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		b.Fatal(err)
 	}
-	cp, err := checkpoint.New(checkpoint.Config{Dir: dir, Worker: name, UID: os.Getuid(), GID: os.Getgid()}, s)
+	cp, err := checkpoint.New(checkpoint.Config{Dir: dir, Worker: name, UID: os.Getuid(), GID: os.Getgid()}, s, s)
 	if err != nil {
 		b.Fatal(err)
 	}
 	return dir, cp
 }
 
-func benchStore(b *testing.B) checkpoint.Store {
+func benchStore(b *testing.B) backend {
 	b.Helper()
 	conn, _ := jstest.Provisioned(b, nil)
 	s, err := conn.Checkpoints(context.Background())
 	if err != nil {
 		b.Fatal(err)
 	}
-	return s
+	return stores{s, jsHeads(b, conn)}
 }
 
 // BenchmarkSaveOneFileChange is what a checkpoint adds to a call that changed one file of a workspace of

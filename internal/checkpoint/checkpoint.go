@@ -12,7 +12,11 @@
 // Restore skips every subtree whose digest the local copy already has, and rewrites only the files whose
 // chunks differ.
 //
-// Object names, per tenant: <tenant>/chunks/<sha256>, <tenant>/trees/<sha256>, <tenant>/heads/<workspace>.
+// Object names, per tenant: <tenant>/chunks/<sha256>, <tenant>/trees/<sha256>. The head of each workspace
+// is in Heads, written only by compare-and-set on the revision the copy was restored or last saved at: a
+// worker whose copy is older than the latest checkpoint (its hold on the workspace lapsed while another
+// worker wrote) gets ErrStale and never replaces it. (Heads written by an earlier version, as the object
+// <tenant>/heads/<workspace>, are read when Heads has none.)
 //
 // Only regular files, directories and symlinks are kept (FIFOs, sockets and devices are left out);
 // permission bits are kept, and files' modification times; owners are not (everything restored is the sandbox
@@ -46,6 +50,28 @@ type Store interface {
 	Has(ctx context.Context, name string) (bool, error)
 }
 
+// Heads holds each workspace's head. Implementation: a JetStream key-value bucket
+// (internal/queue/jetstream), whichever Store holds the chunks and trees. Safe for concurrent use.
+type Heads interface {
+	// GetHead returns tenant's workspace's head and its revision; nil and 0 when it has none.
+	GetHead(ctx context.Context, tenant, name string) ([]byte, uint64, error)
+	// SwapHead stores value as the head if it is still at revision rev (0: none) and returns the new
+	// revision; swapped is false, and nothing is written, when it moved on since rev.
+	SwapHead(ctx context.Context, tenant, name string, value []byte, rev uint64) (newRev uint64, swapped bool, err error)
+	// TenantHeads returns every head of tenant's workspaces, by workspace name.
+	TenantHeads(ctx context.Context, tenant string) (map[string][]byte, error)
+}
+
+// ErrStale reports a Save refused because another worker checkpointed the workspace since this worker's
+// copy was restored or last saved: the copy's changes are not kept, and the next Restore makes the copy
+// the latest checkpoint.
+var ErrStale = errors.New("another worker checkpointed the workspace since this copy was restored")
+
+// ErrOverBudget reports a Save refused because the workspace holds more bytes than Config.MaxWorkspaceBytes,
+// or would take its tenant past Config.MaxTenantBytes: nothing was stored, and the copy's changes wait
+// on this worker for a Save under the budget.
+var ErrOverBudget = errors.New("over the checkpoint budget")
+
 // Config configures a Checkpointer.
 type Config struct {
 	// Dir holds every tenant's workspaces, as Dir/<tenant>/<workspace> (the worker's workspaces directory).
@@ -61,6 +87,14 @@ type Config struct {
 	Parallel int
 	// Now is the clock of the heads' timestamps; default time.Now.
 	Now func() time.Time
+	// MaxWorkspaceBytes is the checkpoint budget of one workspace: the most bytes its files may hold for
+	// Save to checkpoint it (ErrOverBudget beyond, with nothing stored); 0: no budget.
+	MaxWorkspaceBytes int64
+	// MaxTenantBytes is the checkpoint budget of a tenant: the most bytes the latest checkpoints of all
+	// its workspaces may hold together, counted from their heads when a Save would take it past; 0: no
+	// budget. Saves of two workspaces at once each count the other's checkpoint before it, so together
+	// they may pass it by what they add.
+	MaxTenantBytes int64
 }
 
 // Defaults and bounds of Config.
@@ -91,6 +125,9 @@ type Head struct {
 type Result struct {
 	// Changed is false when the workspace was already at its latest checkpoint: nothing was written.
 	Changed bool
+	// Moved is set by a Restore that brought this worker's copy to a checkpoint another worker wrote: the
+	// workspace moved to this worker (a re-home).
+	Moved bool
 	// Head is the workspace's latest checkpoint after the Save or Restore (zero when it has none).
 	Head Head
 	// Files is how many files were read and stored (Save) or fetched and written (Restore).
@@ -107,6 +144,7 @@ type Result struct {
 type Checkpointer struct {
 	cfg   Config
 	store Store
+	heads Heads
 	chown bool
 
 	mu    sync.Mutex
@@ -121,8 +159,10 @@ type wsState struct {
 	unsavedSince atomic.Int64
 
 	mu sync.Mutex
-	// head is the checkpoint the local copy was at after the last Save or Restore (zero: none known).
-	head Head
+	// head is the checkpoint the local copy was at after the last Save or Restore (zero: none known), and
+	// headRev its revision in Heads (0: none there), which the next Save's compare-and-set expects.
+	head    Head
+	headRev uint64
 	// files are the local copy's files as of then, by slash-separated path: their stat and chunks.
 	files map[string]fileState
 	// dirs are its directories' entries and tree digests as of then, by path: a directory whose entries
@@ -150,13 +190,16 @@ type statSig struct {
 	mode         uint32
 }
 
-// New returns a Checkpointer of the workspaces under cfg.Dir, keeping them in store.
-func New(cfg Config, store Store) (*Checkpointer, error) {
+// New returns a Checkpointer of the workspaces under cfg.Dir, keeping them in store, their heads in heads.
+func New(cfg Config, store Store, heads Heads) (*Checkpointer, error) {
 	if cfg.Dir == "" || !filepath.IsAbs(cfg.Dir) {
 		return nil, fmt.Errorf("new checkpointer: workspaces dir %q must be an absolute path", cfg.Dir)
 	}
 	if store == nil {
 		return nil, errors.New("new checkpointer: no object store")
+	}
+	if heads == nil {
+		return nil, errors.New("new checkpointer: no heads store")
 	}
 	if cfg.ChunkBytes <= 0 {
 		cfg.ChunkBytes = DefaultChunkBytes
@@ -168,7 +211,7 @@ func New(cfg Config, store Store) (*Checkpointer, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Checkpointer{cfg: cfg, store: store, chown: os.Geteuid() == 0, ws: map[string]*wsState{}, known: map[string]struct{}{}}, nil
+	return &Checkpointer{cfg: cfg, store: store, heads: heads, chown: os.Geteuid() == 0, ws: map[string]*wsState{}, known: map[string]struct{}{}}, nil
 }
 
 // state returns the workspace's state, locked; the caller unlocks it.
@@ -201,26 +244,23 @@ func (c *Checkpointer) OldestUnsaved() time.Duration {
 	return c.cfg.Now().Sub(time.Unix(0, oldest))
 }
 
-// SaveUnsaved saves every workspace whose last Save failed, and returns the errors of those that fail
-// again. A worker calls it from time to time, and once more when it stops, so that changes a failed Save
-// left on it reach object storage without waiting for another call.
-func (c *Checkpointer) SaveUnsaved(ctx context.Context) error {
+// Workspace names one tenant's workspace.
+type Workspace struct{ Tenant, Name string }
+
+// Unsaved returns the workspaces whose last Save failed: their copies hold changes no checkpoint has. A
+// worker saves them again from time to time, and once more when it stops, so that the changes reach
+// object storage without waiting for another call.
+func (c *Checkpointer) Unsaved() []Workspace {
 	c.mu.Lock()
-	var keys []string
+	defer c.mu.Unlock()
+	var ws []Workspace
 	for k, st := range c.ws {
 		if st.unsavedSince.Load() != 0 {
-			keys = append(keys, k)
+			tenant, name, _ := strings.Cut(k, "/")
+			ws = append(ws, Workspace{Tenant: tenant, Name: name})
 		}
 	}
-	c.mu.Unlock()
-	var errs []error
-	for _, k := range keys {
-		tenant, name, _ := strings.Cut(k, "/")
-		if _, err := c.Save(ctx, tenant, name); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	return ws
 }
 
 func (c *Checkpointer) isKnown(name string) bool {

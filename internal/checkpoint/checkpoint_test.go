@@ -20,11 +20,36 @@ import (
 	"github.com/toolpool/toolpool/internal/checkpoint"
 	"github.com/toolpool/toolpool/internal/checkpoint/s3store"
 	"github.com/toolpool/toolpool/internal/checkpoint/s3store/s3test"
+	"github.com/toolpool/toolpool/internal/queue/jetstream"
 	"github.com/toolpool/toolpool/internal/queue/jetstream/jstest"
 )
 
-// jsStore is the real default store: a JetStream object store on an in-process server.
-func jsStore(t *testing.T) checkpoint.Store {
+// backend is where checkpoints live: an object store for chunks and trees, and the heads.
+type backend interface {
+	checkpoint.Store
+	checkpoint.Heads
+}
+
+// stores joins an object store and the heads.
+type stores struct {
+	checkpoint.Store
+	checkpoint.Heads
+}
+
+// jsHeads is the real heads: a JetStream key-value bucket, on conn's in-process server.
+func jsHeads(t testing.TB, conn *jetstream.Conn) checkpoint.Heads {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h, err := conn.Heads(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// jsStore is the real default store: a JetStream object store on an in-process server, with its heads.
+func jsStore(t *testing.T) backend {
 	t.Helper()
 	conn, _ := jstest.Provisioned(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -33,22 +58,24 @@ func jsStore(t *testing.T) checkpoint.Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s
+	return stores{s, jsHeads(t, conn)}
 }
 
-// s3Store is the S3 option: a bucket on a real S3 server (versitygw) the test starts.
-func s3Store(t *testing.T) checkpoint.Store {
+// s3Store is the S3 option: a bucket on a real S3 server (versitygw) the test starts; the heads are in
+// JetStream, as a worker keeps them.
+func s3Store(t *testing.T) backend {
 	t.Helper()
 	s, err := s3store.New(s3test.Server(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s
+	conn, _ := jstest.Provisioned(t, nil)
+	return stores{s, jsHeads(t, conn)}
 }
 
 // eachStore runs test against each implementation of the store.
-func eachStore(t *testing.T, test func(t *testing.T, s checkpoint.Store)) {
-	for name, store := range map[string]func(*testing.T) checkpoint.Store{"jetstream": jsStore, "s3": s3Store} {
+func eachStore(t *testing.T, test func(t *testing.T, s backend)) {
+	for name, store := range map[string]func(*testing.T) backend{"jetstream": jsStore, "s3": s3Store} {
 		t.Run(name, func(t *testing.T) { test(t, store(t)) })
 	}
 }
@@ -59,13 +86,13 @@ type node struct {
 	cp  *checkpoint.Checkpointer
 }
 
-func newNode(t *testing.T, s checkpoint.Store, name string, chunk int) node {
+func newNode(t *testing.T, s backend, name string, chunk int) node {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cp, err := checkpoint.New(checkpoint.Config{Dir: dir, Worker: name, ChunkBytes: chunk, UID: os.Getuid(), GID: os.Getgid()}, s)
+	cp, err := checkpoint.New(checkpoint.Config{Dir: dir, Worker: name, ChunkBytes: chunk, UID: os.Getuid(), GID: os.Getgid()}, s, s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +174,7 @@ func ctx(t *testing.T) context.Context {
 // chunks that changed.
 func TestAcrossWorkspaceRoots(t *testing.T) { eachStore(t, acrossWorkspaceRoots) }
 
-func acrossWorkspaceRoots(t *testing.T, s checkpoint.Store) {
+func acrossWorkspaceRoots(t *testing.T, s backend) {
 	const chunk = 64 << 10
 	a, b := newNode(t, s, "a", chunk), newNode(t, s, "b", chunk)
 	wa := a.ws("acme", "repo")
@@ -257,7 +284,7 @@ func acrossWorkspaceRoots(t *testing.T, s checkpoint.Store) {
 // chunk; another tenant's does (chunks are never shared across tenants).
 func TestChunksSharedWithinTenant(t *testing.T) { eachStore(t, chunksSharedWithinTenant) }
 
-func chunksSharedWithinTenant(t *testing.T, s checkpoint.Store) {
+func chunksSharedWithinTenant(t *testing.T, s backend) {
 	a, b := newNode(t, s, "a", 0), newNode(t, s, "b", 0)
 	for _, ws := range []string{a.ws("acme", "one"), b.ws("acme", "two"), b.ws("other", "three")} {
 		write(t, ws, "go.mod", "module example.com/x\n", 0o644)
@@ -274,9 +301,10 @@ func chunksSharedWithinTenant(t *testing.T, s checkpoint.Store) {
 	}
 }
 
-// failing is a store whose Puts fail once armed: the object store unreachable.
+// failing is a store whose reads and writes fail once armed: the object store (and NATS, which holds the
+// heads) unreachable.
 type failing struct {
-	checkpoint.Store
+	backend
 	fail atomic.Bool
 }
 
@@ -286,20 +314,34 @@ func (f *failing) Put(ctx context.Context, name string, r io.Reader) error {
 	if f.fail.Load() {
 		return errUnreachable
 	}
-	return f.Store.Put(ctx, name, r)
+	return f.backend.Put(ctx, name, r)
 }
 
 func (f *failing) Open(ctx context.Context, name string) (io.ReadCloser, error) {
 	if f.fail.Load() {
 		return nil, errUnreachable
 	}
-	return f.Store.Open(ctx, name)
+	return f.backend.Open(ctx, name)
+}
+
+func (f *failing) GetHead(ctx context.Context, tenant, name string) ([]byte, uint64, error) {
+	if f.fail.Load() {
+		return nil, 0, errUnreachable
+	}
+	return f.backend.GetHead(ctx, tenant, name)
+}
+
+func (f *failing) SwapHead(ctx context.Context, tenant, name string, value []byte, rev uint64) (uint64, bool, error) {
+	if f.fail.Load() {
+		return 0, false, errUnreachable
+	}
+	return f.backend.SwapHead(ctx, tenant, name, value, rev)
 }
 
 // TestStoreUnreachable: a Save that cannot store leaves the latest checkpoint as it was and stores the
 // changes on the next Save; a Restore that cannot read leaves the copy as it was.
 func TestStoreUnreachable(t *testing.T) {
-	s := &failing{Store: jsStore(t)}
+	s := &failing{backend: jsStore(t)}
 	a, b := newNode(t, s, "a", 0), newNode(t, s, "b", 0)
 	wa := a.ws("acme", "repo")
 	write(t, wa, "f", "one", 0o644)
@@ -335,7 +377,10 @@ func TestStoreUnreachable(t *testing.T) {
 		t.Fatalf("restore after a failed save: %+v, %v; want the checkpoint before it, unchanged", r, err)
 	}
 	// The worker's retry of unsaved workspaces stores the change, with no call into the workspace.
-	if err := a.cp.SaveUnsaved(ctx(t)); err != nil {
+	if got := a.cp.Unsaved(); len(got) != 1 || got[0] != (checkpoint.Workspace{Tenant: "acme", Name: "repo"}) {
+		t.Fatalf("unsaved workspaces: %v; want acme/repo", got)
+	}
+	if _, err := a.cp.Save(ctx(t), "acme", "repo"); err != nil {
 		t.Fatalf("save the unsaved once the store is back: %v", err)
 	}
 	if age := a.cp.OldestUnsaved(); age != 0 {
@@ -423,5 +468,183 @@ func TestTooDeep(t *testing.T) {
 	b := newNode(t, s, "b", 0)
 	if r, err := b.cp.Restore(ctx(t), "acme", "deep"); err != nil || r.Head.Seq != 1 {
 		t.Fatalf("restore after the refused save: %+v, %v; want checkpoint 1", r, err)
+	}
+}
+
+// TestStaleCopyNeverOverwrites: two workers restored the same checkpoint; one saves a change, then the
+// other saves a change made on its copy, now older than the latest checkpoint. The second Save is refused
+// with ErrStale and changes nothing in the store; it is not retried as unsaved; the next Restore makes
+// the stale copy the latest checkpoint, and a Save after it keeps both workers' changes.
+func TestStaleCopyNeverOverwrites(t *testing.T) { eachStore(t, staleCopyNeverOverwrites) }
+
+func staleCopyNeverOverwrites(t *testing.T, s backend) {
+	a, b, c := newNode(t, s, "a", 0), newNode(t, s, "b", 0), newNode(t, s, "c", 0)
+	write(t, a.ws("acme", "repo"), "f", "one", 0o644)
+	if _, err := a.cp.Save(ctx(t), "acme", "repo"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.cp.Restore(ctx(t), "acme", "repo"); err != nil {
+		t.Fatal(err)
+	}
+	write(t, b.ws("acme", "repo"), "from-b", "b", 0o644)
+	if _, err := b.cp.Save(ctx(t), "acme", "repo"); err != nil {
+		t.Fatal(err)
+	}
+	write(t, a.ws("acme", "repo"), "from-a", "a", 0o644)
+	_, err := a.cp.Save(ctx(t), "acme", "repo")
+	if !errors.Is(err, checkpoint.ErrStale) || !strings.Contains(err.Error(), "checkpoint 2, by worker b") {
+		t.Fatalf("save of a stale copy: %v; want ErrStale naming checkpoint 2 by b", err)
+	}
+	if age := a.cp.OldestUnsaved(); age != 0 {
+		t.Fatalf("a stale copy's refused change is waiting to be saved again (%s): it never can be", age)
+	}
+	if _, err := c.cp.Restore(ctx(t), "acme", "repo"); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := listing(t, c.ws("acme", "repo")), listing(t, b.ws("acme", "repo")); got != want {
+		t.Fatalf("the latest checkpoint is not b's after a stale save:\n%s\nwant:\n%s", got, want)
+	}
+	if r, err := a.cp.Restore(ctx(t), "acme", "repo"); err != nil || !r.Changed || !r.Moved {
+		t.Fatalf("restore of the stale copy: %+v, %v; want it made the latest checkpoint, b's (moved)", r, err)
+	}
+	if got, want := listing(t, a.ws("acme", "repo")), listing(t, b.ws("acme", "repo")); got != want {
+		t.Fatalf("stale copy after restore:\n%s\nwant:\n%s", got, want)
+	}
+	write(t, a.ws("acme", "repo"), "from-a", "a", 0o644)
+	if r, err := a.cp.Save(ctx(t), "acme", "repo"); err != nil || r.Head.Seq != 3 {
+		t.Fatalf("save after restore: %+v, %v; want checkpoint 3", r, err)
+	}
+	if _, err := c.cp.Restore(ctx(t), "acme", "repo"); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"f", "from-a", "from-b"} {
+		if _, err := os.Stat(filepath.Join(c.ws("acme", "repo"), f)); err != nil {
+			t.Fatalf("%s missing from the latest checkpoint: %v", f, err)
+		}
+	}
+}
+
+// TestFirstCheckpointFenced: a copy restored when the workspace had no checkpoint yet is stale once
+// another worker wrote the first one: its Save is refused, not written over that checkpoint. A copy that
+// holds exactly the latest checkpoint (a worker that restarted over it) saves nothing and adopts it.
+func TestFirstCheckpointFenced(t *testing.T) {
+	s := jsStore(t)
+	a, b := newNode(t, s, "a", 0), newNode(t, s, "b", 0)
+	if r, err := a.cp.Restore(ctx(t), "acme", "new"); err != nil || r.Changed {
+		t.Fatalf("restore of a workspace without a checkpoint: %+v, %v", r, err)
+	}
+	write(t, b.ws("acme", "new"), "from-b", "b", 0o644)
+	if _, err := b.cp.Save(ctx(t), "acme", "new"); err != nil {
+		t.Fatal(err)
+	}
+	write(t, a.ws("acme", "new"), "from-a", "a", 0o644)
+	if _, err := a.cp.Save(ctx(t), "acme", "new"); !errors.Is(err, checkpoint.ErrStale) {
+		t.Fatalf("save of a copy that never saw the first checkpoint: %v; want ErrStale", err)
+	}
+	cp, err := checkpoint.New(checkpoint.Config{Dir: b.dir, Worker: "b", UID: os.Getuid(), GID: os.Getgid()}, s, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := cp.Save(ctx(t), "acme", "new"); err != nil || r.Changed || r.Head.Seq != 1 {
+		t.Fatalf("save of a copy that is the latest checkpoint, after a restart: %+v, %v; want checkpoint 1, nothing written", r, err)
+	}
+}
+
+// TestWorkspaceBudget: a Save of a workspace whose files hold more than its checkpoint budget is refused
+// with ErrOverBudget, saying by how much, before anything is stored: no chunk of the new file, the latest
+// checkpoint as it was. The change waits on the worker, and a Save under the budget stores it.
+func TestWorkspaceBudget(t *testing.T) {
+	s := jsStore(t)
+	dir, a := budgetNode(t, s, checkpoint.Config{MaxWorkspaceBytes: 1000})
+	b := newNode(t, s, "b", 0)
+	ws := filepath.Join(dir, "acme", "repo")
+	write(t, ws, "f", strings.Repeat("f", 600), 0o644)
+	if _, err := a.Save(ctx(t), "acme", "repo"); err != nil {
+		t.Fatal(err)
+	}
+	g := strings.Repeat("g", 600)
+	write(t, ws, "g", g, 0o644)
+	_, err := a.Save(ctx(t), "acme", "repo")
+	if !errors.Is(err, checkpoint.ErrOverBudget) || !strings.Contains(err.Error(), "its files hold 1200 bytes, 200 over the budget of 1000 (checkpoints.max_workspace_bytes)") {
+		t.Fatalf("save over the budget: %v; want ErrOverBudget saying by how much", err)
+	}
+	noChunk(t, s, "acme", g)
+	if _, err := b.cp.Restore(ctx(t), "acme", "repo"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(b.ws("acme", "repo"), "g")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the file over the budget is in the latest checkpoint: %v", err)
+	}
+	if a.OldestUnsaved() <= 0 {
+		t.Fatal("the change over the budget is not reported as waiting")
+	}
+	if err := os.Remove(filepath.Join(ws, "f")); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := a.Save(ctx(t), "acme", "repo"); err != nil || !r.Changed || r.Head.Bytes != 600 {
+		t.Fatalf("save back under the budget: %+v, %v", r, err)
+	}
+	if _, err := b.cp.Restore(ctx(t), "acme", "repo"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(b.ws("acme", "repo"), "g")); string(got) != g {
+		t.Fatal("the change saved under the budget is not in the latest checkpoint")
+	}
+}
+
+// TestTenantBudget: the latest checkpoints of a tenant's workspaces together stay under its budget. A Save
+// that would take the tenant past it is refused with ErrOverBudget, saying by how much, before anything
+// is stored; a workspace's own earlier checkpoint does not count against it; other tenants are apart.
+func TestTenantBudget(t *testing.T) {
+	s := jsStore(t)
+	dir, a := budgetNode(t, s, checkpoint.Config{MaxTenantBytes: 1000})
+	save := func(tenant, ws, file string, size int) error {
+		write(t, filepath.Join(dir, tenant, ws), file, strings.Repeat(file, size), 0o644)
+		_, err := a.Save(ctx(t), tenant, ws)
+		return err
+	}
+	if err := save("acme", "one", "a", 600); err != nil {
+		t.Fatal(err)
+	}
+	err := save("acme", "two", "b", 500)
+	if !errors.Is(err, checkpoint.ErrOverBudget) || !strings.Contains(err.Error(),
+		"of tenant acme: its workspaces' checkpoints would hold 1100 bytes (this one 500, the others 600), 100 over the budget of 1000 (checkpoints.max_tenant_bytes)") {
+		t.Fatalf("save past the tenant's budget: %v; want ErrOverBudget saying by how much", err)
+	}
+	noChunk(t, s, "acme", strings.Repeat("b", 500))
+	if b, _, err := s.GetHead(ctx(t), "acme", "two"); err != nil || b != nil {
+		t.Fatalf("a refused save wrote a head: %q %v", b, err)
+	}
+	if err := save("other", "two", "b", 500); err != nil {
+		t.Fatalf("another tenant's save: %v; want its own budget", err)
+	}
+	if err := os.Remove(filepath.Join(dir, "acme", "two", "b")); err != nil {
+		t.Fatal(err)
+	}
+	if err := save("acme", "two", "c", 300); err != nil {
+		t.Fatalf("save under the tenant's budget: %v", err)
+	}
+	if err := save("acme", "one", "d", 100); err != nil {
+		t.Fatalf("a workspace growing to 700 bytes beside 300: %v; its own checkpoint must not count twice", err)
+	}
+}
+
+// budgetNode is worker "a" with its own workspaces directory on s, configured by cfg (budgets).
+func budgetNode(t *testing.T, s backend, cfg checkpoint.Config) (string, *checkpoint.Checkpointer) {
+	t.Helper()
+	cfg.Dir, cfg.Worker, cfg.UID, cfg.GID = t.TempDir(), "a", os.Getuid(), os.Getgid()
+	cp, err := checkpoint.New(cfg, s, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg.Dir, cp
+}
+
+// noChunk fails the test when s holds a chunk of tenant's with content: a refused save stored it.
+func noChunk(t *testing.T, s backend, tenant, content string) {
+	t.Helper()
+	sum := sha256.Sum256([]byte(content))
+	if has, err := s.Has(ctx(t), tenant+"/chunks/"+hex.EncodeToString(sum[:])); err != nil || has {
+		t.Fatalf("a refused save stored a chunk (%v, %v)", has, err)
 	}
 }

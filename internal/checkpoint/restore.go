@@ -30,7 +30,7 @@ func (c *Checkpointer) Restore(ctx context.Context, tenant, name string) (Result
 	start := time.Now()
 	st := c.state(tenant, name)
 	defer st.mu.Unlock()
-	h, ok, err := c.readHead(ctx, tenant, name)
+	h, rev, ok, err := c.readHead(ctx, tenant, name)
 	if err != nil {
 		return Result{}, fmt.Errorf("restore workspace %s/%s: %w", tenant, name, err)
 	}
@@ -39,6 +39,7 @@ func (c *Checkpointer) Restore(ctx context.Context, tenant, name string) (Result
 	}
 	res := Result{Head: h}
 	if st.head.Tree != "" && st.head == h {
+		st.headRev = rev
 		// Nobody checkpointed the workspace since this worker last did or restored it: its copy is at
 		// the head, or ahead of it by changes a failed Save left to the next one, which are not undone.
 		res.Took = time.Since(start)
@@ -48,7 +49,7 @@ func (c *Checkpointer) Restore(ctx context.Context, tenant, name string) (Result
 		if err := c.removeWorkspace(tenant, name); err != nil {
 			return res, fmt.Errorf("restore workspace %s/%s (deleted): %w", tenant, name, err)
 		}
-		st.head, st.files, st.dirs = h, nil, nil
+		st.head, st.headRev, st.files, st.dirs = h, rev, nil, nil
 		res.Changed, res.Took = true, time.Since(start)
 		return res, nil
 	}
@@ -59,12 +60,12 @@ func (c *Checkpointer) Restore(ctx context.Context, tenant, name string) (Result
 	defer unix.Close(root)
 	// The local copy as it is (by stat, against what this worker last knew of it): a call that ran here
 	// and was not saved, or a copy this worker never saved or restored, is compared by content.
-	local, err := c.scan(ctx, root, tenant, st, false)
+	local, err := c.scan(ctx, root, tenant, st, nil)
 	if err != nil {
 		return res, fmt.Errorf("restore workspace %s/%s: read local copy: %w", tenant, name, err)
 	}
 	if local.root == h.Tree {
-		st.head, st.files, st.dirs = h, local.files, local.dirState
+		st.head, st.headRev, st.files, st.dirs = h, rev, local.files, local.dirState
 		res.Took = time.Since(start)
 		return res, nil
 	}
@@ -85,15 +86,16 @@ func (c *Checkpointer) Restore(ctx context.Context, tenant, name string) (Result
 	for p, f := range a.written {
 		known.files[p] = f
 	}
-	after, err := c.scan(ctx, root, tenant, known, false)
+	after, err := c.scan(ctx, root, tenant, known, nil)
 	if err != nil {
 		return res, fmt.Errorf("restore workspace %s/%s: read restored copy: %w", tenant, name, err)
 	}
 	if after.root != h.Tree {
 		return res, fmt.Errorf("restore workspace %s/%s: the restored copy does not match checkpoint %d (%s): it changed while it was restored", tenant, name, h.Seq, h.Tree)
 	}
-	st.head, st.files, st.dirs = h, after.files, after.dirState
+	st.head, st.headRev, st.files, st.dirs = h, rev, after.files, after.dirState
 	res.Changed, res.Files, res.Chunks, res.Bytes, res.Took = true, len(a.jobs), a.chunks, a.bytes, time.Since(start)
+	res.Moved = h.Worker != c.cfg.Worker
 	return res, nil
 }
 

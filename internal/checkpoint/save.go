@@ -41,8 +41,8 @@ func (c *Checkpointer) Save(ctx context.Context, tenant, name string) (res Resul
 	defer st.mu.Unlock()
 	defer func() {
 		switch {
-		case err == nil:
-			st.unsavedSince.Store(0)
+		case err == nil || errors.Is(err, ErrStale):
+			st.unsavedSince.Store(0) // a stale copy's changes are not retried: they can never be kept
 		case st.unsavedSince.Load() == 0:
 			st.unsavedSince.Store(c.cfg.Now().UnixNano())
 		}
@@ -54,34 +54,52 @@ func (c *Checkpointer) Save(ctx context.Context, tenant, name string) (res Resul
 	sc := &scanned{root: emptyTree, files: map[string]fileState{}}
 	if exists {
 		defer unix.Close(root)
-		if sc, err = c.scan(ctx, root, tenant, st, true); err != nil {
+		budget := func(total int64) error { return c.checkBudget(ctx, tenant, name, total) }
+		if sc, err = c.scan(ctx, root, tenant, st, budget); err != nil {
 			return Result{}, fmt.Errorf("checkpoint workspace %s/%s: %w", tenant, name, err)
 		}
 	}
 	res = Result{Files: sc.read, Chunks: int(sc.chunks.Load()), Bytes: sc.bytes.Load()}
+	seq := st.head.Seq
 	if st.head.Tree == "" {
-		// Nothing known of this workspace's checkpoints (a new workspace, or a worker that restarted).
-		h, ok, err := c.readHead(ctx, tenant, name)
+		// This copy was restored from no checkpoint (a new workspace, or a worker that restarted): it is
+		// the latest checkpoint only if it holds what that checkpoint holds. Otherwise the head is written
+		// only where there is none (revision 0): a copy that never saw the latest checkpoint is stale.
+		h, rev, ok, err := c.readHead(ctx, tenant, name)
 		if err != nil {
 			return res, fmt.Errorf("checkpoint workspace %s/%s: %w", tenant, name, err)
 		}
-		if ok {
-			st.head = h
-		} else if !exists {
+		switch {
+		case ok && h.Tree == sc.root && h.Deleted == !exists:
+			st.head, st.headRev = h, rev
+		case ok:
+			seq = h.Seq
+		case !exists:
 			return res, nil // never saved, and gone: nothing to say
 		}
 	}
-	if st.head.Tree == sc.root && st.head.Deleted == !exists {
+	if st.head.Tree != "" && st.head.Tree == sc.root && st.head.Deleted == !exists {
 		st.files, st.dirs = sc.files, sc.dirState
 		res.Head, res.Took = st.head, time.Since(start)
 		return res, nil
 	}
-	h := Head{Tree: sc.root, Seq: st.head.Seq + 1, Deleted: !exists, Worker: c.cfg.Worker, At: c.cfg.Now().UTC(), Files: len(sc.files), Bytes: sc.total}
+	h := Head{Tree: sc.root, Seq: seq + 1, Deleted: !exists, Worker: c.cfg.Worker, At: c.cfg.Now().UTC(), Files: len(sc.files), Bytes: sc.total}
 	b, _ := json.Marshal(h)
-	if err := c.store.Put(ctx, headName(tenant, name), bytes.NewReader(b)); err != nil {
+	rev, swapped, err := c.heads.SwapHead(ctx, tenant, name, b, st.headRev)
+	if err != nil {
 		return res, fmt.Errorf("checkpoint workspace %s/%s: store head: %w", tenant, name, err)
 	}
-	st.head, st.files, st.dirs = h, sc.files, sc.dirState
+	if !swapped {
+		// Another worker checkpointed the workspace since this copy was restored or saved: its changes
+		// cannot be kept without losing that checkpoint's. Forget what is known of the copy, so that the
+		// next Restore compares it whole and makes it the latest checkpoint.
+		latest, _, _, _ := c.readHead(ctx, tenant, name)
+		was := st.head.Seq
+		st.head, st.headRev, st.files, st.dirs = Head{}, 0, nil, nil
+		return res, fmt.Errorf("checkpoint workspace %s/%s: %w (checkpoint %d, by worker %s at %s); this copy was at checkpoint %d",
+			tenant, name, ErrStale, latest.Seq, latest.Worker, latest.At.Format(time.RFC3339), was)
+	}
+	st.head, st.headRev, st.files, st.dirs = h, rev, sc.files, sc.dirState
 	res.Changed, res.Head, res.Took = true, h, time.Since(start)
 	return res, nil
 }
@@ -116,13 +134,21 @@ type fileJob struct {
 
 // scan reads the tree under root. Files whose stat matches what st knows keep their chunks, and
 // directories whose entries are the same keep their digests; the other files are read and cut into
-// chunks, which are stored when upload is set, as are the new trees.
-func (c *Checkpointer) scan(ctx context.Context, root int, tenant string, st *wsState, upload bool) (*scanned, error) {
+// chunks. With budget (a Save), budget is asked about the files' total bytes once the tree is walked,
+// and nothing is stored when it says no; then the new chunks and trees are stored.
+func (c *Checkpointer) scan(ctx context.Context, root int, tenant string, st *wsState, budget func(total int64) error) (*scanned, error) {
+	upload := budget != nil
 	sc := &scanned{dirs: map[string]string{}, files: map[string]fileState{}, dirState: map[string]dirState{}}
 	w := &walker{c: c, root: root, known: st.files, sc: sc}
 	top, err := w.run()
 	if err != nil {
 		return sc, err
+	}
+	if upload {
+		// Before anything is stored: a refused Save leaves nothing of itself behind.
+		if err := budget(sc.total); err != nil {
+			return sc, err
+		}
 	}
 	jobs := w.jobs
 	sc.read = len(jobs)
@@ -411,4 +437,34 @@ func sameEntry(a, b entry) bool {
 
 func sigOf(s *unix.Stat_t) statSig {
 	return statSig{ino: s.Ino, size: s.Size, mtime: s.Mtim.Nano(), ctime: s.Ctim.Nano(), mode: s.Mode}
+}
+
+// checkBudget says whether workspace name of tenant may be checkpointed with total bytes of files: under
+// the workspace's budget, and, with the latest checkpoints of the tenant's other workspaces, under the
+// tenant's.
+func (c *Checkpointer) checkBudget(ctx context.Context, tenant, name string, total int64) error {
+	if max := c.cfg.MaxWorkspaceBytes; max > 0 && total > max {
+		return fmt.Errorf("%w of a workspace: its files hold %d bytes, %d over the budget of %d (checkpoints.max_workspace_bytes): remove files from it",
+			ErrOverBudget, total, total-max, max)
+	}
+	max := c.cfg.MaxTenantBytes
+	if max <= 0 || total == 0 {
+		return nil
+	}
+	heads, err := c.heads.TenantHeads(ctx, tenant)
+	if err != nil {
+		return fmt.Errorf("count the checkpoints of tenant %s against its budget: %w", tenant, err)
+	}
+	var others int64
+	for ws, b := range heads {
+		var h Head
+		if ws != name && json.Unmarshal(b, &h) == nil && !h.Deleted {
+			others += h.Bytes
+		}
+	}
+	if others+total > max {
+		return fmt.Errorf("%w of tenant %s: its workspaces' checkpoints would hold %d bytes (this one %d, the others %d), %d over the budget of %d (checkpoints.max_tenant_bytes): remove files or workspaces",
+			ErrOverBudget, tenant, others+total, total, others, others+total-max, max)
+	}
+	return nil
 }

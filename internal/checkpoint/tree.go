@@ -174,21 +174,32 @@ func (c *Checkpointer) putObject(ctx context.Context, name string, b []byte) err
 	return nil
 }
 
-// readHead reads the workspace's head; ok is false when it has none.
-func (c *Checkpointer) readHead(ctx context.Context, tenant, name string) (h Head, ok bool, err error) {
-	rc, err := c.store.Open(ctx, headName(tenant, name))
-	if errors.Is(err, os.ErrNotExist) {
-		return Head{}, false, nil
-	}
+// readHead reads the workspace's head and its revision in Heads; ok is false when it has none. A
+// workspace whose head Heads does not have may have one an earlier version stored as an object: it is
+// read at revision 0, so that the next Save moves it into Heads.
+func (c *Checkpointer) readHead(ctx context.Context, tenant, name string) (h Head, rev uint64, ok bool, err error) {
+	b, rev, err := c.heads.GetHead(ctx, tenant, name)
 	if err != nil {
-		return Head{}, false, fmt.Errorf("read checkpoint head of %s/%s: %w", tenant, name, err)
+		return Head{}, 0, false, fmt.Errorf("read checkpoint head of %s/%s: %w", tenant, name, err)
 	}
-	defer rc.Close()
-	if err := json.NewDecoder(io.LimitReader(rc, 1<<20)).Decode(&h); err != nil {
-		return Head{}, false, fmt.Errorf("read checkpoint head of %s/%s: %w", tenant, name, err)
+	if b == nil {
+		rc, err := c.store.Open(ctx, headName(tenant, name))
+		if errors.Is(err, os.ErrNotExist) {
+			return Head{}, 0, false, nil
+		}
+		if err != nil {
+			return Head{}, 0, false, fmt.Errorf("read checkpoint head of %s/%s: %w", tenant, name, err)
+		}
+		defer rc.Close()
+		if b, err = io.ReadAll(io.LimitReader(rc, 1<<20)); err != nil {
+			return Head{}, 0, false, fmt.Errorf("read checkpoint head of %s/%s: %w", tenant, name, err)
+		}
+	}
+	if err := json.Unmarshal(b, &h); err != nil {
+		return Head{}, 0, false, fmt.Errorf("read checkpoint head of %s/%s: %w", tenant, name, err)
 	}
 	if !isDigest(h.Tree) {
-		return Head{}, false, fmt.Errorf("read checkpoint head of %s/%s: bad tree digest %q", tenant, name, h.Tree)
+		return Head{}, 0, false, fmt.Errorf("read checkpoint head of %s/%s: bad tree digest %q", tenant, name, h.Tree)
 	}
-	return h, true, nil
+	return h, rev, true, nil
 }

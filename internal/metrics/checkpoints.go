@@ -15,6 +15,7 @@ import (
 type Checkpointer interface {
 	Restore(ctx context.Context, tenant, name string) (checkpoint.Result, error)
 	Save(ctx context.Context, tenant, name string) (checkpoint.Result, error)
+	Unsaved() []checkpoint.Workspace
 }
 
 // checkpointMetrics are a worker's metrics of workspace checkpoints (docs/workspaces.md).
@@ -23,6 +24,7 @@ type checkpointMetrics struct {
 	seconds *prometheus.HistogramVec
 	bytes   *prometheus.CounterVec
 	files   *prometheus.CounterVec
+	rehomes prometheus.Counter
 	// unsaved reads the age of the oldest change no checkpoint holds (WatchUnsaved); nil: zero.
 	unsaved atomic.Pointer[func() time.Duration]
 }
@@ -39,6 +41,8 @@ func newCheckpointMetrics(reg prometheus.Registerer) *checkpointMetrics {
 			Help: "Chunk bytes moved to object storage (save) or from it (restore)."}, []string{"op"}),
 		files: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "checkpoint_files_total",
 			Help: "Files read and stored (save) or fetched and written (restore)."}, []string{"op"}),
+		rehomes: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "workspace_rehomes_total",
+			Help: "Restores that brought this worker's copy of a workspace to a checkpoint another worker wrote: the workspace moved here."}),
 	}
 	for _, op := range []string{"save", "restore"} {
 		for _, r := range []string{"changed", "unchanged", "failed"} {
@@ -56,7 +60,7 @@ func newCheckpointMetrics(reg prometheus.Registerer) *checkpointMetrics {
 			}
 			return 0
 		})
-	reg.MustRegister(m.ops, m.seconds, m.bytes, m.files, unsaved)
+	reg.MustRegister(m.ops, m.seconds, m.bytes, m.files, m.rehomes, unsaved)
 	return m
 }
 
@@ -78,6 +82,9 @@ func (o *observedCheckpoints) Restore(ctx context.Context, tenant, name string) 
 	start := time.Now()
 	r, err := o.next.Restore(ctx, tenant, name)
 	o.m.observe("restore", start, r, err)
+	if err == nil && r.Moved {
+		o.m.rehomes.Inc()
+	}
 	return r, err
 }
 
@@ -87,6 +94,8 @@ func (o *observedCheckpoints) Save(ctx context.Context, tenant, name string) (ch
 	o.m.observe("save", start, r, err)
 	return r, err
 }
+
+func (o *observedCheckpoints) Unsaved() []checkpoint.Workspace { return o.next.Unsaved() }
 
 func (m *checkpointMetrics) observe(op string, start time.Time, r checkpoint.Result, err error) {
 	m.seconds.WithLabelValues(op).Observe(time.Since(start).Seconds())

@@ -30,14 +30,16 @@ func (f *fakeCheckpointer) Restore(context.Context, string, string) (checkpoint.
 func (f *fakeCheckpointer) Save(context.Context, string, string) (checkpoint.Result, error) {
 	return f.next()
 }
+func (f *fakeCheckpointer) Unsaved() []checkpoint.Workspace { return nil }
 
-// TestObserveCheckpoints: each save and restore counted by result, with its bytes, files and time.
+// TestObserveCheckpoints: each save and restore counted by result, with its bytes, files and time; a
+// restore from another worker's checkpoint is a re-home.
 func TestObserveCheckpoints(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := metrics.NewWorker(reg, metrics.DefaultOptions())
 	f := &fakeCheckpointer{
-		results: []checkpoint.Result{{Changed: true, Files: 2, Bytes: 100}, {}, {}, {Changed: true, Files: 3, Bytes: 7}},
-		errs:    []error{nil, nil, errors.New("unreachable"), nil},
+		results: []checkpoint.Result{{Changed: true, Files: 2, Bytes: 100}, {}, {}, {Changed: true, Moved: true, Files: 3, Bytes: 7}, {Changed: true}},
+		errs:    []error{nil, nil, errors.New("unreachable"), nil, nil},
 	}
 	cp := metrics.ObserveCheckpoints(f, m)
 	ctx := context.Background()
@@ -45,10 +47,12 @@ func TestObserveCheckpoints(t *testing.T) {
 	cp.Save(ctx, "t", "w")
 	cp.Save(ctx, "t", "w")
 	cp.Restore(ctx, "t", "w")
+	cp.Restore(ctx, "t", "w")
 	mustSample(t, reg, "toolpool_checkpoint_ops_total", map[string]string{"op": "save", "result": "changed"}, 1)
 	mustSample(t, reg, "toolpool_checkpoint_ops_total", map[string]string{"op": "save", "result": "unchanged"}, 1)
 	mustSample(t, reg, "toolpool_checkpoint_ops_total", map[string]string{"op": "save", "result": "failed"}, 1)
-	mustSample(t, reg, "toolpool_checkpoint_ops_total", map[string]string{"op": "restore", "result": "changed"}, 1)
+	mustSample(t, reg, "toolpool_checkpoint_ops_total", map[string]string{"op": "restore", "result": "changed"}, 2)
+	mustSample(t, reg, "toolpool_workspace_rehomes_total", nil, 1)
 	mustSample(t, reg, "toolpool_checkpoint_bytes_total", map[string]string{"op": "save"}, 100)
 	mustSample(t, reg, "toolpool_checkpoint_files_total", map[string]string{"op": "restore"}, 3)
 	mustSample(t, reg, "toolpool_checkpoint_seconds", map[string]string{"op": "save"}, 3)

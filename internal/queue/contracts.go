@@ -116,6 +116,21 @@ type Leases interface {
 	LeaseHeld(ctx context.Context, id string) (bool, error)
 }
 
+// Homes is the workspaces' homes, one per tenant and workspace: a worker holds a workspace's home while
+// it runs a call that may change the workspace, so that such calls run one at a time across every
+// worker, whichever dispatcher queued them. A home is a Lease, kept on the queue server's clock: it lapses
+// when its holder goes a TTL without renewing it (the worker died), and the next call takes it elsewhere.
+type Homes interface {
+	// AcquireHome takes the home of tenant's workspace for holder (one word) for ttl (at least a second).
+	// ErrExists: another acquisition holds it, of another worker or of holder itself (each call takes
+	// its own). A home that lapsed but was not removed yet is taken over. The caller must Release the
+	// Lease or let it lapse.
+	AcquireHome(ctx context.Context, tenant, workspace, holder string, ttl time.Duration) (Lease, error)
+	// HomeOf returns who holds tenant's workspace's home: "" when nobody does (released, lapsed on the
+	// server's clock, or never taken).
+	HomeOf(ctx context.Context, tenant, workspace string) (string, error)
+}
+
 // Outputs is the store of outputs too large for a record (and of workspace transfers), by object name
 // (OutputName for a call's outputs). Objects are kept as long as the records.
 type Outputs interface {

@@ -7,6 +7,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -19,12 +20,16 @@ import (
 type Checkpoints interface {
 	// Restore brings this worker's copy of a workspace to its latest checkpoint.
 	Restore(ctx context.Context, tenant, name string) (checkpoint.Result, error)
-	// Save checkpoints what changed in this worker's copy of a workspace.
+	// Save checkpoints what changed in this worker's copy of a workspace; checkpoint.ErrStale when another
+	// worker checkpointed it since this copy was restored.
 	Save(ctx context.Context, tenant, name string) (checkpoint.Result, error)
+	// Unsaved returns the workspaces whose last Save failed.
+	Unsaved() []checkpoint.Workspace
 }
 
-// WithCheckpoints makes the worker keep workspaces in object storage; without it a workspace lives only
-// in the workspaces directory (which workers may share).
+// WithCheckpoints makes the worker keep workspaces in object storage (with WithHomes: calls that may
+// change a workspace run one at a time across workers); without it a workspace lives only in the
+// workspaces directory (which workers may share).
 func WithCheckpoints(cp Checkpoints) Option { return func(w *Worker) { w.checkpoints = cp } }
 
 // workspacesOf returns the workspaces call c runs in or operates on, and whether it may change them.
@@ -59,8 +64,13 @@ func (w *Worker) restoreFor(ctx context.Context, c *call.Call, r *call.Result) *
 	}
 	start := time.Now()
 	defer func() { r.Timing.RestoreMS = time.Since(start).Milliseconds() }()
-	names, _ := w.workspacesOf(c)
+	names, changes := w.workspacesOf(c)
 	for _, name := range names {
+		if !changes && w.writing.busy(c.Tenant, name) {
+			// A call of this worker is changing the workspace: this one reads that call's copy, as a
+			// process on one machine would, and never restores it under that call (homes.go, writers).
+			continue
+		}
 		res, err := w.checkpoints.Restore(ctx, c.Tenant, name)
 		if err != nil {
 			w.log.ErrorContext(ctx, "restore workspace", "call_id", c.ID, "workspace", name, "error", err)
@@ -104,6 +114,16 @@ func (w *Worker) checkpointAfter(ctx context.Context, c *call.Call, r *call.Resu
 			msg := fmt.Sprintf("the call ran, but the changes it made to workspace %q could not be checkpointed to object storage (%v): "+
 				"they are kept on worker %s, which checkpoints them again within a minute, with its next call into the workspace, or as it stops; until then other workers do not see them. "+
 				"Call again (a read-only call does not retry the checkpoint), later if the object storage is down.", name, err, w.cfg.ID)
+			if errors.Is(err, checkpoint.ErrOverBudget) {
+				msg = fmt.Sprintf("the call ran, but the changes it made to workspace %q were not checkpointed, and nothing of them was stored, because they go over a checkpoint budget (%v): "+
+					"they are kept on worker %s only, and other workers do not see them. Remove files (or ask the operator to raise the budget); "+
+					"the next call that may write checkpoints the workspace once it is under the budget.", name, err, w.cfg.ID)
+			}
+			if errors.Is(err, checkpoint.ErrStale) {
+				msg = fmt.Sprintf("the call ran, but the changes it made to workspace %q are not kept: while it ran, another worker checkpointed the workspace "+
+					"(worker %s's hold on it lapsed: it stalled or lost NATS), and changes made on an older copy never replace a newer checkpoint (%v). "+
+					"Look at the workspace as it is now and call again.", name, w.cfg.ID, err)
+			}
 			note := r.Output != ""
 			r.Fail(call.StatusError, call.ErrCheckpoint, msg)
 			if note {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/toolpool/toolpool/internal/call"
 	"github.com/toolpool/toolpool/internal/queue"
 )
 
@@ -35,7 +36,13 @@ func (w *Worker) Handle(ctx context.Context, d queue.Delivery) {
 	}
 	log := w.log.With("call_id", c.ID, "tenant", c.Tenant, "tool", c.Tool)
 	stopBeat := w.heartbeat(ctx, d)
-	s, res := w.process(ctx, c, d.Attempt())
+	// A call that may change a workspace kept in object storage runs under the workspace's home, held
+	// until its result is recorded: one such call at a time per workspace, on every worker.
+	s, res := settleRetry, (*call.Result)(nil)
+	if homes, ok := w.takeHomes(ctx, c); ok {
+		s, res = w.process(ctx, c, d.Attempt())
+		homes.release()
+	}
 	stopBeat()
 	if s == settleRetry && d.Attempt() >= uint64(w.cfg.MaxDeliver-1) && ctx.Err() == nil {
 		s, res = w.giveUp(settleCtx, c, d.Attempt())

@@ -135,6 +135,10 @@ type Worker struct {
 	transfers Transfers
 	// checkpoints keeps workspaces in object storage (checkpoints.go); nil: the workspaces directory only.
 	checkpoints Checkpoints
+	// homes orders the calls that change a workspace kept in object storage (homes.go); writing counts
+	// this worker's calls that hold one.
+	homes   Homes
+	writing writers
 }
 
 // New returns a Worker.
@@ -162,6 +166,9 @@ func New(cfg Config, rt sandbox.Runtime, store Store, reg *tools.Registry, log *
 	}
 	if w.leases == nil {
 		return nil, errors.New("new worker: a lease store is required (worker.WithLeases)")
+	}
+	if w.checkpoints != nil && w.homes == nil {
+		return nil, errors.New("new worker: workspaces kept in object storage need their homes (worker.WithHomes), or calls on two workers would overwrite each other's checkpoints")
 	}
 	return w, nil
 }

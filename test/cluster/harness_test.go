@@ -265,6 +265,9 @@ type pool struct {
 	dir        string
 	nats       *natsCluster
 	workspaces string
+	// checkpoints: each worker has its own workspaces directory (under its data dir) and keeps workspaces
+	// in JetStream's object store, instead of one directory shared by all.
+	checkpoints bool
 
 	mu          sync.Mutex
 	dispatchers map[string]*dispatcherProc
@@ -283,16 +286,22 @@ type workerProc struct {
 	proc    *testproc.Proc
 }
 
-func startPool(t *testing.T) *pool {
+func startPool(t *testing.T) *pool { return startPoolWith(t, false) }
+
+// startPoolWith starts the pool; with checkpoints, each worker has a workspaces directory of its own and
+// keeps workspaces in JetStream's object store.
+func startPoolWith(t *testing.T, checkpoints bool) *pool {
 	t.Helper()
 	ctrtest.RequirePrograms(t, "ctr") // containers() counts what is left with it
-	p := &pool{t: t, dir: ctrtest.ShortTempDir(t), dispatchers: map[string]*dispatcherProc{}, workers: map[string]*workerProc{}}
+	p := &pool{t: t, dir: ctrtest.ShortTempDir(t), dispatchers: map[string]*dispatcherProc{}, workers: map[string]*workerProc{},
+		checkpoints: checkpoints}
 	p.workspaces = filepath.Join(p.dir, "ws")
 	p.nats = startNATSCluster(t, p.dir)
 	// The workers run without a warm pool: the fault table counts every container left, and a ready
 	// pooled container is no call's (the pool's own crash recovery is tested in internal/sandbox).
 	for _, f := range []struct{ name, body string }{{"dispatcher.yaml", dispatcherConfig}, {"policy.yaml", permissivePolicy},
-		{"worker.yaml", fmt.Sprintf("heartbeat: %s\nlease: %s\nslots: 4\nlog_level: debug\npool: {max_size: 0}\n", heartbeat, lease)}} {
+		{"worker.yaml", fmt.Sprintf("heartbeat: %s\nlease: %s\nslots: 4\nlog_level: debug\npool: {max_size: 0}\n", heartbeat, lease)},
+		{"worker-checkpoints.yaml", fmt.Sprintf("heartbeat: %s\nlease: %s\nslots: 4\nlog_level: debug\npool: {max_size: 0}\ncheckpoints: {store: jetstream}\n", heartbeat, lease)}} {
 		if err := os.WriteFile(filepath.Join(p.dir, f.name), []byte(f.body), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -334,8 +343,12 @@ func (p *pool) startWorkers(specs ...workerSpec) []*workerProc {
 	p.t.Helper()
 	ws := make([]*workerProc, len(specs))
 	for i, s := range specs {
-		proc := launch(p.t, "worker-"+s.id, "worker", s.env, "--config", filepath.Join(p.dir, "worker.yaml"), "--id", s.id,
-			"--data-dir", s.dataDir, "--workspaces", p.workspaces, "--nats-url", p.nats.urls(), "--listen", "127.0.0.1:0")
+		config, workspaces := "worker.yaml", p.workspaces
+		if p.checkpoints {
+			config, workspaces = "worker-checkpoints.yaml", filepath.Join(s.dataDir, "ws")
+		}
+		proc := launch(p.t, "worker-"+s.id, "worker", s.env, "--config", filepath.Join(p.dir, config), "--id", s.id,
+			"--data-dir", s.dataDir, "--workspaces", workspaces, "--nats-url", p.nats.urls(), "--listen", "127.0.0.1:0")
 		ws[i] = &workerProc{id: s.id, dataDir: s.dataDir, proc: proc}
 	}
 	for _, w := range ws {

@@ -81,3 +81,62 @@ func workspacesWithoutSharedDir(t *testing.T, workerConfig string) {
 	slices.Sort(checkpointMS)
 	t.Logf("checkpoint_ms of %d calls that each changed one file: p50 %d, max %d", len(checkpointMS), checkpointMS[len(checkpointMS)/2], checkpointMS[len(checkpointMS)-1])
 }
+
+// TestWorkspaceFailover: two workers with their own workspaces directories, checkpoints in JetStream, and
+// a short lease (heartbeat 1s, lease 3s). kill -9 of the worker running a call in a workspace, after the
+// call wrote its line: the next call into the workspace runs on the other worker once the dead worker's
+// home lapses, and sees the line of the call that completed before, not the killed call's (it never
+// completed, and was never checkpointed). The time from the kill to the next call's start is logged:
+// issue 27's goal is under 5 s.
+func TestWorkspaceFailover(t *testing.T) {
+	s := startStackWith(t, stackOptions{policy: permissivePolicy + "builtin_asks: {redirect-write: allow}\n",
+		workerConfig: "checkpoints: {store: jetstream}\nheartbeat: 1s\nlease: 3s\n"})
+	secondArgs := []string{"--data-dir", filepath.Join(s.dataDir, "w2"), "--nats-url", s.natsURL, "--listen", "127.0.0.1:0",
+		"--id", "e2e-worker-2", "--slots", "4", "--runtime", ctrtest.Runtime(), "--config", filepath.Join(s.dataDir, "worker.yaml")}
+	second := start(t, "worker", secondArgs...)
+	second.WaitLog(t, "worker ready", 60*time.Second)
+
+	if r := s.shell(t, "dev-token", "fo", "echo done >> log.txt && wc -l < log.txt", nil).result(t); r.Status != call.StatusOK || r.Stdout != "1\n" {
+		t.Fatalf("first call: %s %q %+v", r.Status, r.Stdout, r.Error)
+	}
+	id := s.shell(t, "dev-token", "fo", "echo killed >> log.txt && sleep 30", map[string]any{"wait": false}).result(t).ID
+	dirs := map[string]string{"e2e-worker": "w", "e2e-worker-2": "w2"}
+	var victim string
+	deadline := time.Now().Add(time.Minute)
+	for {
+		r := s.do(t, http.MethodGet, "/v1/calls/"+id, "dev-token", nil).result(t)
+		if r.Status == call.StatusRunning {
+			b, _ := os.ReadFile(filepath.Join(s.dataDir, dirs[r.Worker], "workspaces", "dev", "fo", "log.txt"))
+			if strings.Contains(string(b), "killed") {
+				victim = r.Worker
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the call to kill did not write its line within a minute: %s on %q", r.Status, r.Worker)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	killed := time.Now()
+	if victim == "e2e-worker" {
+		s.worker.Kill9(t)
+	} else {
+		second.Kill9(t)
+	}
+	r := s.shell(t, "dev-token", "fo", "echo after >> log.txt && wc -l < log.txt", nil).result(t)
+	if r.Status != call.StatusOK || r.Stdout != "2\n" || r.Worker == victim {
+		t.Fatalf("the call after the kill of %s: %s on %s, %q %+v; want ok on the other worker with 2 lines", victim, r.Status, r.Worker, r.Stdout, r.Error)
+	}
+	t.Logf("kill -9 of %s: the next call started on %s %s after the kill (its result %s after it; lease 3s)", victim, r.Worker,
+		r.StartedAt.Sub(killed).Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
+	// The killed worker comes back on its data dir, clears what the kill left, and catches up.
+	if victim == "e2e-worker" {
+		s.startWorker(t)
+	} else {
+		second = start(t, "worker", secondArgs...)
+		second.WaitLog(t, "worker ready", 60*time.Second)
+	}
+	if r := s.shell(t, "dev-token", "fo", "echo last >> log.txt && wc -l < log.txt", nil).result(t); r.Status != call.StatusOK || r.Stdout != "3\n" {
+		t.Fatalf("call after the restart: %s on %s, %q %+v", r.Status, r.Worker, r.Stdout, r.Error)
+	}
+}

@@ -29,7 +29,15 @@ const checkpointTimeout = 2 * time.Minute
 // Checkpoints opens the checkpoint object store, creating it if it is missing (the first worker that
 // keeps checkpoints makes it, with the replicas of the calls stream).
 func (c *Conn) Checkpoints(ctx context.Context) (*Checkpoints, error) {
-	c.ckptOnce.Do(func() { c.ckpt, c.ckptErr = openCheckpoints(ctx, c.session) })
+	c.ckptOnce.Do(func() {
+		// Several workers starting at once on a cluster create and update the same stream: JetStream may
+		// not answer in time while it places it (measured: three workers on a fresh 3-server cluster).
+		err := whileClusterForms(ctx, provisionWait, func() (err error) {
+			c.ckpt, err = openCheckpoints(ctx, c.session)
+			return err
+		})
+		c.ckptErr = err
+	})
 	return c.ckpt, c.ckptErr
 }
 

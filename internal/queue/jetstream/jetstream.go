@@ -134,6 +134,7 @@ type Conn struct {
 	state     *SharedState
 	audit     *Audit
 	ckptState
+	headsState
 
 	closeOnce sync.Once
 	stop      context.CancelFunc
@@ -248,6 +249,7 @@ func (c Config) stateBucket() string       { return c.Bucket + "_state" }
 func (c Config) auditStream() string       { return c.Stream + "_AUDIT" }
 func (c Config) outputBucket() string      { return c.Bucket + "_outputs" }
 func (c Config) checkpointBucket() string  { return c.Bucket + "_checkpoints" }
+func (c Config) headsBucket() string       { return c.Bucket + "_heads" }
 func (c Config) advisoryStream() string    { return c.Stream + "_ADVISORIES" }
 func (c Config) liveStream() string        { return c.Stream + "_LIVE" }
 func (c Config) laneConsumer(l int) string { return c.Consumer + "_lane" + strconv.Itoa(l) }
