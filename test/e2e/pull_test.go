@@ -7,10 +7,12 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/toolpool/toolpool/internal/call"
+	"github.com/toolpool/toolpool/internal/sandbox/containerd"
 	"github.com/toolpool/toolpool/internal/sandbox/containerd/ctrtest"
 )
 
@@ -123,5 +125,34 @@ func TestCallsOnPulledImages(t *testing.T) {
 	refused, _ := run(hostile, "true")
 	if refused.Status != call.StatusError || refused.Error == nil || refused.Error.Type != call.ErrImageRefused || !strings.Contains(refused.Error.Message, "device node") {
 		t.Errorf("a hostile image: %s %+v", refused.Status, refused.Error)
+	}
+}
+
+// TestPinnedImagePulledAtStart: a worker pulls its pinned image when it starts, before any call names
+// it, and keeps a container of it warm: the first call on it runs warm, with its registry gone.
+func TestPinnedImagePulledAtStart(t *testing.T) {
+	ctrtest.RequirePrograms(t, "ctr")
+	const password = "pinned-s3cret-e2e"
+	reg := ctrtest.StartPrivateRegistry(t, "puller", password)
+	pinned := ctrtest.PushShellImage(t, reg, "tools/pinned:1")
+	s := startStackWith(t, stackOptions{
+		policy: permissivePolicy + "images:\n  allow: [" + reg.Host + "/tools/]\n",
+		workerConfig: fmt.Sprintf("images:\n  pinned: [%q]\n  registries:\n    - {host: %q, username: puller, password: %s, plain_http: true}\n",
+			pinned, reg.Host, password),
+	})
+	pulled := s.worker.WaitLog(t, "image pulled ahead", 2*time.Minute)
+	t.Logf("the worker pulled its pinned image ahead: %v", pulled)
+	runc := ctrtest.Runtime() == containerd.RuncRuntime // the pool holds runc containers only
+	if pulled["image"] != pinned || runc && pulled["warm"] != true {
+		t.Fatalf("pulled ahead: %v; want %s, warm", pulled, pinned)
+	}
+	reg.Close() // the first call on the pinned image needs nothing of the registry
+
+	res := s.shell(t, "dev-token", "pinned", `echo "$TOOLPOOL_IMAGE_MARK"`, map[string]any{"image": pinned}).result(t)
+	if res.Status != call.StatusOK || res.Stdout != "shell\n" || !strings.HasPrefix(res.Image, reg.Host+"/tools/pinned@sha256:") {
+		t.Fatalf("first call on the pinned image: %s %q %q image %q %+v", res.Status, res.Stdout, res.Stderr, res.Image, res.Error)
+	}
+	if runc && !res.Timing.Warm {
+		t.Errorf("the first call on the pinned image ran cold: timing %+v", res.Timing)
 	}
 }
