@@ -104,6 +104,30 @@ func TestCallsOnPulledImages(t *testing.T) {
 		own.Stdout != "py 42\nno python\n" || !strings.HasPrefix(own.Image, reg.Host+"/tools/shell@sha256:") {
 		t.Fatalf("a call's own image over its workspace's: %s %q image %q", own.Status, own.Stdout, own.Image)
 	}
+	// Changing the workspace's image: its next calls run on the new one, with its files; "" removes it.
+	patchImage := func(image string) response {
+		r, _ := s.send(t, http.MethodPatch, "/v1/workspaces/pyws", "dev-token", map[string]any{"image": image}, map[string]string{"Content-Type": "application/json"})
+		return r
+	}
+	if r := patchImage(shellImage); r.code != http.StatusOK || wsInfo(t, r).Image != shellImage {
+		t.Fatalf("change the workspace's image: HTTP %d %s", r.code, r.body)
+	}
+	if got, _ := s.send(t, http.MethodGet, "/v1/workspaces/pyws", "dev-token", nil, nil); wsInfo(t, got).Image != shellImage {
+		t.Errorf("the workspace after the change: %s", got.body)
+	}
+	onNew := s.shell(t, "dev-token", "pyws", "cat out; command -v python3 || echo no python", nil).result(t)
+	if onNew.Status != call.StatusOK || onNew.Stdout != "py 42\nno python\n" || !strings.HasPrefix(onNew.Image, reg.Host+"/tools/shell@sha256:") {
+		t.Fatalf("a call after the image changed: %s %q image %q", onNew.Status, onNew.Stdout, onNew.Image)
+	}
+	if r := patchImage("docker.io/library/node:22"); r.code != http.StatusForbidden || r.errorInfo(t).Type != call.ErrPolicyDenied {
+		t.Errorf("change to an image policy does not list: HTTP %d %s", r.code, r.body)
+	}
+	if r := patchImage(""); r.code != http.StatusOK || wsInfo(t, r).Image != "" {
+		t.Fatalf("remove the workspace's image: HTTP %d %s", r.code, r.body)
+	}
+	if onHost := s.shell(t, "dev-token", "pyws", "cat out", nil).result(t); onHost.Status != call.StatusOK || onHost.Image != "" || onHost.Stdout != "py 42\n" {
+		t.Fatalf("a call after the image was removed: %s %q image %q", onHost.Status, onHost.Stdout, onHost.Image)
+	}
 	refusedWS, _ := s.send(t, http.MethodPut, "/v1/workspaces/nodews", "dev-token", map[string]any{"image": "docker.io/library/node:22"}, map[string]string{"Content-Type": "application/json"})
 	if e := refusedWS.errorInfo(t); refusedWS.code != http.StatusForbidden || e.Type != call.ErrPolicyDenied || !strings.Contains(e.Message, reg.Host+"/tools/") {
 		t.Errorf("a workspace image policy does not list: HTTP %d %+v", refusedWS.code, e)
