@@ -10,24 +10,33 @@ import (
 	"github.com/toolpool/toolpool/internal/workspace"
 )
 
-// TestCreateWorkspaceWithImage: PUT /v1/workspaces/{name} takes a default image in its JSON body (alone
-// or with a git source) or as ?image=; policy's images sections must admit it (403 with the rule and the
-// patterns, 422 for a reference that does not parse), checked before anything is stored or queued, and
-// the operation carries it to the worker.
-func TestCreateWorkspaceWithImage(t *testing.T) {
+// imageHarness is a dispatcher whose policy admits the images of registry.example.com/tools/, with a
+// worker that answers every workspace operation with the workspace's description, its image the
+// operation's.
+func imageHarness(t *testing.T) *harness {
+	t.Helper()
 	images, err := policy.Parse([]byte("version: 1\ndefault_action: allow\nimages: {allow: [registry.example.com/tools/]}\n"), "policy.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	const img = "registry.example.com/tools/python:3.12"
 	h := newHarness(t, setup{})
 	h.pol.images = images
-	h.answerWorkspaceOps(t, func(c *call.Call) string { // a worker that creates: the workspace's description
+	h.answerWorkspaceOps(t, func(c *call.Call) string {
 		var a workspace.Args
 		json.Unmarshal(c.Args, &a)
 		out, _ := json.Marshal(workspace.Output{Workspace: &workspace.Info{Name: c.Workspace, Image: a.Image}})
 		return string(out)
 	})
+	return h
+}
+
+// TestCreateWorkspaceWithImage: PUT /v1/workspaces/{name} takes a default image in its JSON body (alone
+// or with a git source) or as ?image=; policy's images sections must admit it (403 with the rule and the
+// patterns, 422 for a reference that does not parse), checked before anything is stored or queued, and
+// the operation carries it to the worker.
+func TestCreateWorkspaceWithImage(t *testing.T) {
+	const img = "registry.example.com/tools/python:3.12"
+	h := imageHarness(t)
 	putJSON := func(path string, body any) reply {
 		return h.do(http.MethodPut, path, acmeCaller, body, "Content-Type", "application/json")
 	}
@@ -71,19 +80,8 @@ func TestCreateWorkspaceWithImage(t *testing.T) {
 // with the new image, checked against policy's images sections first (403, 422, nothing queued);
 // {"image": ""} removes it; a body without "image", with another field, or not JSON is refused.
 func TestChangeWorkspaceImage(t *testing.T) {
-	images, err := policy.Parse([]byte("version: 1\ndefault_action: allow\nimages: {allow: [registry.example.com/tools/]}\n"), "policy.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
 	const img = "registry.example.com/tools/node:22"
-	h := newHarness(t, setup{})
-	h.pol.images = images
-	h.answerWorkspaceOps(t, func(c *call.Call) string { // a worker that sets the image: the workspace's description
-		var a workspace.Args
-		json.Unmarshal(c.Args, &a)
-		out, _ := json.Marshal(workspace.Output{Workspace: &workspace.Info{Name: c.Workspace, Image: a.Image}})
-		return string(out)
-	})
+	h := imageHarness(t)
 	patch := func(body any) reply {
 		return h.do(http.MethodPatch, "/v1/workspaces/ws", acmeCaller, body, "Content-Type", "application/json")
 	}
