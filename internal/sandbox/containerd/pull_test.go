@@ -540,7 +540,8 @@ func TestPullAheadPinnedImages(t *testing.T) {
 	python := ctrtest.PushPythonImage(t, reg, "tools/python:1")
 	missing := reg.Host + "/tools/missing:1"
 	base, shellOwn, pythonOwn := ctrtest.ToolchainLayerBytes(t)
-	rt, d, probe := newPooledRuntime(t, containerd.Config{Pull: containerd.PullConfig{
+	// runc whatever the suite's runtime: the pool holds runc containers only.
+	rt, d, probe := newPooledRuntime(t, containerd.Config{RuntimeName: containerd.RuncRuntime, Pull: containerd.PullConfig{
 		Registries: []containerd.RegistryConfig{{Host: reg.Host, PlainHTTP: true}},
 		CacheBytes: base + pythonOwn + shellOwn/2, // the python image fits; the shell image besides does not
 		Pinned:     []string{shell},
