@@ -20,7 +20,9 @@ import (
 // credentials of its config, each call sees its image's toolchain and the shared workspace, the result
 // names the image by digest, a workspace created with an image runs its calls on it unless they ask for
 // another, policy refuses an image it does not list (403), and a pull that fails or an
-// image with a hostile layer ends the call with image_pull_failed or image_refused.
+// image with a hostile layer ends the call with image_pull_failed or image_refused. The worker pulls its
+// pinned image (from a second registry) when it starts, before any call names it, and keeps a container
+// of it warm: the first call on it runs warm, with that registry gone.
 func TestCallsOnPulledImages(t *testing.T) {
 	ctrtest.Require(t)
 	const password = "pull-s3cret-e2e"
@@ -29,9 +31,12 @@ func TestCallsOnPulledImages(t *testing.T) {
 	pythonImage := ctrtest.PushPythonImage(t, reg, "tools/python:3.11")
 	hostile := ctrtest.PushImage(t, reg, "tools/hostile:1", v1.Config{}, ctrtest.BaseLayer(t),
 		ctrtest.LayerTar(t, ctrtest.TarEntry{Name: "dev/kmem", Type: tar.TypeChar, Mode: 0o666, Devmajor: 1, Devminor: 2}))
+	pinReg := ctrtest.StartRegistry(t)
+	pinned := ctrtest.PushShellImage(t, pinReg, "tools/pinned:1")
 	s := startStackWith(t, stackOptions{
-		policy:       permissivePolicy + "builtin_asks: {redirect-write: allow, unresolved: allow}\nimages:\n  allow: [" + reg.Host + "/tools/]\n",
-		workerConfig: fmt.Sprintf("images:\n  registries:\n    - {host: %q, username: puller, password: %s, plain_http: true}\n", reg.Host, password),
+		policy: permissivePolicy + "builtin_asks: {redirect-write: allow, unresolved: allow}\nimages:\n  allow: [" + reg.Host + "/tools/, " + pinReg.Host + "/tools/]\n",
+		workerConfig: fmt.Sprintf("images:\n  pinned: [%q]\n  registries:\n    - {host: %q, username: puller, password: %s, plain_http: true}\n    - {host: %q, plain_http: true}\n",
+			pinned, reg.Host, password, pinReg.Host),
 	})
 	run := func(image, command string) (*call.Result, string) {
 		t.Helper()
@@ -40,6 +45,22 @@ func TestCallsOnPulledImages(t *testing.T) {
 			t.Errorf("a result shows the registry password: %s", r.body)
 		}
 		return r.result(t), string(r.body)
+	}
+
+	// The pinned image, pulled when the worker started: its first call runs warm without its registry.
+	pulled := s.worker.WaitLog(t, "image pulled ahead", 2*time.Minute)
+	t.Logf("the worker pulled its pinned image ahead: %v", pulled)
+	runc := ctrtest.Runtime() == containerd.RuncRuntime // the pool holds runc containers only
+	if pulled["image"] != pinned || runc && pulled["warm"] != true {
+		t.Fatalf("pulled ahead: %v; want %s, warm", pulled, pinned)
+	}
+	pinReg.Close()
+	onPinned := s.shell(t, "dev-token", "pinned", `echo "$TOOLPOOL_IMAGE_MARK"`, map[string]any{"image": pinned}).result(t)
+	if onPinned.Status != call.StatusOK || onPinned.Stdout != "shell\n" || !strings.HasPrefix(onPinned.Image, pinReg.Host+"/tools/pinned@sha256:") {
+		t.Fatalf("first call on the pinned image: %s %q %q image %q %+v", onPinned.Status, onPinned.Stdout, onPinned.Stderr, onPinned.Image, onPinned.Error)
+	}
+	if runc && !onPinned.Timing.Warm {
+		t.Errorf("the first call on the pinned image ran cold: timing %+v", onPinned.Timing)
 	}
 
 	// The first call pulls its image: its event stream shows the pull's progress as status events.
@@ -149,34 +170,5 @@ func TestCallsOnPulledImages(t *testing.T) {
 	refused, _ := run(hostile, "true")
 	if refused.Status != call.StatusError || refused.Error == nil || refused.Error.Type != call.ErrImageRefused || !strings.Contains(refused.Error.Message, "device node") {
 		t.Errorf("a hostile image: %s %+v", refused.Status, refused.Error)
-	}
-}
-
-// TestPinnedImagePulledAtStart: a worker pulls its pinned image when it starts, before any call names
-// it, and keeps a container of it warm: the first call on it runs warm, with its registry gone.
-func TestPinnedImagePulledAtStart(t *testing.T) {
-	ctrtest.RequirePrograms(t, "ctr")
-	const password = "pinned-s3cret-e2e"
-	reg := ctrtest.StartPrivateRegistry(t, "puller", password)
-	pinned := ctrtest.PushShellImage(t, reg, "tools/pinned:1")
-	s := startStackWith(t, stackOptions{
-		policy: permissivePolicy + "images:\n  allow: [" + reg.Host + "/tools/]\n",
-		workerConfig: fmt.Sprintf("images:\n  pinned: [%q]\n  registries:\n    - {host: %q, username: puller, password: %s, plain_http: true}\n",
-			pinned, reg.Host, password),
-	})
-	pulled := s.worker.WaitLog(t, "image pulled ahead", 2*time.Minute)
-	t.Logf("the worker pulled its pinned image ahead: %v", pulled)
-	runc := ctrtest.Runtime() == containerd.RuncRuntime // the pool holds runc containers only
-	if pulled["image"] != pinned || runc && pulled["warm"] != true {
-		t.Fatalf("pulled ahead: %v; want %s, warm", pulled, pinned)
-	}
-	reg.Close() // the first call on the pinned image needs nothing of the registry
-
-	res := s.shell(t, "dev-token", "pinned", `echo "$TOOLPOOL_IMAGE_MARK"`, map[string]any{"image": pinned}).result(t)
-	if res.Status != call.StatusOK || res.Stdout != "shell\n" || !strings.HasPrefix(res.Image, reg.Host+"/tools/pinned@sha256:") {
-		t.Fatalf("first call on the pinned image: %s %q %q image %q %+v", res.Status, res.Stdout, res.Stderr, res.Image, res.Error)
-	}
-	if runc && !res.Timing.Warm {
-		t.Errorf("the first call on the pinned image ran cold: timing %+v", res.Timing)
 	}
 }
