@@ -8,7 +8,7 @@
 //	toolpool cancel ID
 //	toolpool tools [--format native|openai|anthropic|mcp]
 //	toolpool policy check TOOL [key=value | key:=json]...
-//	toolpool ws create|ls|info|push|pull|snapshot|fork|restore|rm ...
+//	toolpool ws create|image|ls|info|push|pull|snapshot|fork|restore|rm ...
 //
 // It reads the dispatcher's address from $TOOLPOOL_URL (default http://127.0.0.1:8080) and the bearer
 // token from $TOOLPOOL_TOKEN (default dev).
@@ -46,7 +46,7 @@ usage:
   toolpool approvals approve ID [--always --prefix 'git push']   approve one (and, with --always, like it)
   toolpool approvals deny ID [--reason TEXT]              deny one (the reason is told to the caller)
   toolpool audit [--since 1h] [--limit N] [--json]        the tenant's audit log
-  toolpool ws create|ls|info|push|pull|snapshot|fork|restore|rm ...
+  toolpool ws create|image|ls|info|push|pull|snapshot|fork|restore|rm ...
                                                           manage workspaces (toolpool ws for details)
   toolpool bench [--concurrency 4] [--rate R] [--duration 30s] [--mix shell=8,list=1]
                                                           load test: throughput, latency, final states

@@ -24,6 +24,7 @@ const wsUsage = `usage:
   toolpool ws create NAME [--from DIR|ARCHIVE]   a new workspace, empty or seeded (tar, tar.gz, zip)
   toolpool ws create NAME --git URL [--ref REF]  a new workspace cloned from git (https; default branch)
       create's --image REF                       the workspace's default image: its calls that name none run on it
+  toolpool ws image NAME REF|--none              change a workspace's default image (--none removes it)
   toolpool ws ls                                 your workspaces: size, files, last use, expiry
   toolpool ws info NAME                          one workspace, with its snapshots
   toolpool ws push NAME DIR|ARCHIVE [--path P]   upload a directory or an archive into path P
@@ -50,6 +51,7 @@ func cmdWorkspace(c *client, args []string, stdout, stderr io.Writer) error {
 	gitURL := fs.String("git", "", "clone this git repository (https URL)")
 	ref := fs.String("ref", "", "the branch, tag or commit to clone (default: the default branch)")
 	image := fs.String("image", "", "create: the workspace's default image (an OCI reference policy admits)")
+	none := fs.Bool("none", false, "image: remove the workspace's default image")
 	if err := parseFlags(fs, flags); err != nil {
 		return err
 	}
@@ -84,6 +86,14 @@ func cmdWorkspace(c *client, args []string, stdout, stderr io.Writer) error {
 			return c.wsDo(ctx, http.MethodPut, path, nil, stdout)
 		}
 		return c.upload(ctx, http.MethodPut, path, *from, stdout, stderr)
+	case "image":
+		if *none {
+			pos = append(pos, "")
+		}
+		if err := need(2, "NAME REF|--none"); err != nil {
+			return err
+		}
+		return c.wsDo(ctx, http.MethodPatch, "/v1/workspaces/"+url.PathEscape(pos[0]), map[string]any{"image": pos[1]}, stdout)
 	case "push":
 		if err := need(2, "NAME DIR|ARCHIVE"); err != nil {
 			return err

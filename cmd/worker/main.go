@@ -145,8 +145,17 @@ func run(args []string) (retErr error) {
 	}
 	td.OnClose(func() error { rt.Close(); return nil })
 	// The first call of the usual profile (the worker's root filesystem, default limits) finds a container
-	// ready; other profiles warm up from their first call.
-	rt.Prewarm(sandbox.Spec{Image: cfg.Image})
+	// ready; other profiles warm up from their first call. The worker's default image and its pinned
+	// images are pulled in the background from the start, each then kept warm like the host view: the
+	// worker takes calls meanwhile (a call on one of them joins its pull).
+	var ahead []string
+	if cfg.Image == "" {
+		rt.Prewarm(sandbox.Spec{})
+	} else {
+		ahead = append(ahead, cfg.Image)
+	}
+	ahead = append(ahead, cfg.Images.Pinned...)
+	td.Go(func() { pullAhead(ctx, rt, ahead, cfg.Pool.MaxSize > 0, log) })
 	// Draining a worker drains its pool: no idle containers are kept for calls that will not come.
 	td.Go(func() {
 		<-ctx.Done()
@@ -428,4 +437,37 @@ func importImage(args []string) int {
 	}
 	fmt.Println("imported:", strings.Join(names, ", "))
 	return 0
+}
+
+// pullAheadWarmWithin bounds how long the worker waits, after pulling an image ahead, for the pool to have a
+// container of it ready before it logs the image as pulled but not warm.
+const pullAheadWarmWithin = time.Minute
+
+// pullAhead pulls images (the worker's default image and its pinned ones) into the store one at a time
+// and, when pooled, waits until the pool holds a ready container of each, logging each image's outcome:
+// "image pulled ahead" (with warm, and why not), or a warning when it could not be pulled (calls on it
+// then pull it). It returns when every image is done or ctx ends.
+func pullAhead(ctx context.Context, rt *containerd.Runtime, images []string, pooled bool, log *slog.Logger) {
+	for _, ref := range images {
+		began := time.Now()
+		if err := rt.PullAhead(ctx, ref); err != nil {
+			if ctx.Err() != nil {
+				return // the worker is stopping
+			}
+			log.Warn("pull image ahead: calls on it will pull it", "image", ref, "error", err)
+			continue
+		}
+		took := time.Since(began).Round(time.Millisecond)
+		why := "the warm pool is off (pool.max_size: 0)"
+		if pooled {
+			wctx, cancel := context.WithTimeout(ctx, pullAheadWarmWithin)
+			err := rt.WaitWarm(wctx, sandbox.Spec{Image: ref})
+			cancel()
+			why = ""
+			if err != nil {
+				why = err.Error()
+			}
+		}
+		log.Info("image pulled ahead", "image", ref, "took", took.String(), "warm", why == "", "not_warm_because", why)
+	}
 }

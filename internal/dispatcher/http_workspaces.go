@@ -25,6 +25,7 @@ func (s *api) routeWorkspaces(mux *http.ServeMux) {
 	mux.Handle("PUT /v1/workspaces/{name}", s.auth(s.createWorkspace))
 	mux.Handle("GET /v1/workspaces/{name}", s.auth(s.simpleWorkspaceOp(workspace.OpInfo)))
 	mux.Handle("DELETE /v1/workspaces/{name}", s.auth(s.simpleWorkspaceOp(workspace.OpDelete)))
+	mux.Handle("PATCH /v1/workspaces/{name}", s.auth(s.setWorkspaceImage))
 	mux.Handle("POST /v1/workspaces/{name}/files", s.auth(s.uploadArchive))
 	mux.Handle("PUT /v1/workspaces/{name}/files/{path...}", s.auth(s.uploadFile))
 	mux.Handle("GET /v1/workspaces/{name}/files/{path...}", s.auth(s.downloadFile))
@@ -177,18 +178,7 @@ type workspaceSource struct {
 func (s *api) jsonSource(w http.ResponseWriter, r *http.Request) (workspaceSource, bool) {
 	const shape = `{"git": {"url": "https://host/owner/repo.git", "ref": "main"}, "image": "registry/repository:tag"} (ref optional: the default branch; git, image or both)`
 	var body workspaceSource
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&body); err != nil {
-		why := describeJSONError(err)
-		if msg, unknown := strings.CutPrefix(err.Error(), "json: "); unknown && strings.HasPrefix(msg, "unknown field") {
-			why = msg
-		}
-		writeErr(w, invalid("the body is not a workspace source: %s; send %s", why, shape))
-		return body, false
-	}
-	if dec.More() {
-		writeErr(w, invalid("the body has data after the JSON object: send exactly %s", shape))
+	if !s.decodeStrict(w, r, &body, "a workspace source", shape) {
 		return body, false
 	}
 	if body.Git == nil && body.Image == "" {
@@ -202,6 +192,61 @@ func (s *api) jsonSource(w http.ResponseWriter, r *http.Request) (workspaceSourc
 		}
 	}
 	return body, true
+}
+
+// decodeStrict decodes r's body (at most MaxBodyBytes) into v: exactly one JSON object, no field v does not
+// have. It answers the refusal itself (400, naming what the body should be, what, and its shape) when bad.
+func (s *api) decodeStrict(w http.ResponseWriter, r *http.Request, v any, what, shape string) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		why := describeJSONError(err)
+		if msg, unknown := strings.CutPrefix(err.Error(), "json: "); unknown && strings.HasPrefix(msg, "unknown field") {
+			why = msg
+		}
+		writeErr(w, invalid("the body is not %s: %s; send %s", what, why, shape))
+		return false
+	}
+	if dec.More() {
+		writeErr(w, invalid("the body has data after the JSON object: send exactly %s", shape))
+		return false
+	}
+	return true
+}
+
+// setWorkspaceImage: PATCH /v1/workspaces/{name} with {"image": REF} changes an existing workspace's
+// default image; {"image": ""} removes it (its calls then run on the tenant's or the worker's default).
+// A new image is checked against policy's images sections here, as at create, before anything is
+// queued. The operation (workspace_set_image) waits for the calls running in the workspace to end, so
+// that each call runs on one image; calls queued after it run on the new one.
+func (s *api) setWorkspaceImage(w http.ResponseWriter, r *http.Request) {
+	name, ok := workspaceName(w, r)
+	if !ok {
+		return
+	}
+	const shape = `{"image": "registry/repository:tag"} ("" removes the workspace's default image)`
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
+		writeErr(w, call.Reject(call.KindUnsupportedMedia, call.ErrInvalidRequest, "send the workspace's new default image as JSON, "+shape+", with Content-Type: application/json"))
+		return
+	}
+	var body struct {
+		Image *string `json:"image"`
+	}
+	if !s.decodeStrict(w, r, &body, "a workspace image change", shape) {
+		return
+	}
+	if body.Image == nil {
+		writeErr(w, invalid("the JSON body names no image: send %s", shape))
+		return
+	}
+	if !s.imageAllowed(w, r, *body.Image) {
+		return
+	}
+	res, out := s.workspaceOp(w, r, workspace.OpSetImage, name, workspace.Args{Image: *body.Image})
+	if out == nil {
+		return
+	}
+	writeWorkspace(w, http.StatusOK, res, out)
 }
 
 // uploadArchive: POST /v1/workspaces/{name}/files?path=DIR with an archive as the body.

@@ -404,7 +404,7 @@ func join(at []string, more ...string) []string {
 // each its own kind (workspace.Ops) so that postures and tenants can allow or ask each one.
 var toolKinds = []string{"read", "edit", "delete", "move", "search", "execute", "fetch", "other",
 	"workspace_create", "workspace_clone", "workspace_list", "workspace_info", "workspace_upload", "workspace_read_file",
-	"workspace_archive", "workspace_snapshot", "workspace_fork", "workspace_restore", "workspace_delete"}
+	"workspace_archive", "workspace_snapshot", "workspace_fork", "workspace_restore", "workspace_delete", "workspace_set_image"}
 
 func validKind(k string) bool { return slices.Contains(toolKinds, k) }
 

@@ -115,6 +115,8 @@ func (w *Worker) workspaceOp(ctx context.Context, c *call.Call, a workspace.Args
 		return one(w.wsm.Restore(ctx, c.Tenant, c.Workspace, a.Snapshot))
 	case workspace.OpDelete:
 		return out, w.wsm.Delete(ctx, c.Tenant, c.Workspace)
+	case workspace.OpSetImage:
+		return one(w.wsm.SetImage(ctx, c.Tenant, c.Workspace, a.Image))
 	case workspace.OpReadFile:
 		out.Object = c.ID + "/file"
 		err := w.wsm.ReadFile(ctx, c.Tenant, c.Workspace, a.Path, func(f *os.File, size int64) error {

@@ -18,10 +18,12 @@ const (
 	OpFork     = "workspace_fork"
 	OpRestore  = "workspace_restore"
 	OpDelete   = "workspace_delete"
+	// OpSetImage changes the default image of an existing workspace (Args.Image; "" for none).
+	OpSetImage = "workspace_set_image"
 )
 
 // Ops lists the workspace operations.
-var Ops = []string{OpCreate, OpClone, OpList, OpInfo, OpUpload, OpReadFile, OpArchive, OpSnapshot, OpFork, OpRestore, OpDelete}
+var Ops = []string{OpCreate, OpClone, OpList, OpInfo, OpUpload, OpReadFile, OpArchive, OpSnapshot, OpFork, OpRestore, OpDelete, OpSetImage}
 
 // IsOp reports whether tool is a workspace operation.
 func IsOp(tool string) bool { return strings.HasPrefix(tool, "workspace_") }
@@ -36,8 +38,8 @@ type Args struct {
 	Snapshot string `json:"snapshot,omitempty"`
 	// Git is the repository a clone seeds the new workspace from.
 	Git *Git `json:"git,omitempty"`
-	// Image is the default image of the workspace a create or clone makes (Manager.SetImage), as the
-	// dispatcher admitted it.
+	// Image is the default image of the workspace a create or clone makes, or that a set_image gives an
+	// existing one ("" for none) (Manager.SetImage), as the dispatcher admitted it.
 	Image string `json:"image,omitempty"`
 	// To names the new workspace of a fork.
 	To string `json:"to,omitempty"`

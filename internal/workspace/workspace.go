@@ -242,7 +242,7 @@ func (m *Manager) lockNew(ctx context.Context, tenant, name string) (done func(f
 func (m *Manager) refuseTaken(tenant, name string) error {
 	ok, err := m.exists(tenant, name)
 	if err == nil && ok {
-		err = &Error{Type: TypeExists, Msg: fmt.Sprintf("workspace %q exists already: create it under a new name, upload into it (POST /v1/workspaces/%s/files), or delete it first", name, name)}
+		err = &Error{Type: TypeExists, Msg: fmt.Sprintf("workspace %q exists already: create it under a new name, upload into it (POST /v1/workspaces/%s/files), change its default image (PATCH /v1/workspaces/%s with {\"image\": REF}), or delete it first", name, name, name)}
 	}
 	return err
 }

@@ -165,6 +165,14 @@ func TestOpenAPIContract(t *testing.T) {
 	want(c.send("POST", ws+"w1/restore", approverToken, map[string]any{"snapshot": "s1"}), 200, "restore")
 	wantError(c.send("POST", ws+"w1/restore", approverToken, map[string]any{"snapshot": "s9"}), 404, "not_found", "restore a missing snapshot")
 	want(c.send("DELETE", ws+"w1b", approverToken, nil), 200, "delete")
+	want(c.send("PATCH", ws+"w2", approverToken, map[string]any{"image": ""}, "Content-Type", "application/json"), 200, "remove the default image")
+	wantError(c.send("PATCH", ws+"w2", approverToken, map[string]any{"image": "registry.test/tools/python:3.12"}, "Content-Type", "application/json"),
+		403, "policy_denied", "an image policy does not admit")
+	wantError(c.send("PATCH", ws+"w2", approverToken, map[string]any{"image": "Not A Reference!"}, "Content-Type", "application/json"),
+		422, "invalid_params", "an image that does not parse")
+	wantError(c.send("PATCH", ws+"nope", approverToken, map[string]any{"image": ""}, "Content-Type", "application/json"), 404, "not_found", "change an unknown workspace")
+	wantError(c.send("PATCH", ws+"w2", approverToken, map[string]any{}, "Content-Type", "application/json"), 400, "invalid_request", "no image")
+	wantError(c.send("PATCH", ws+"w2", approverToken, `{"image": ""}`, "Content-Type", "text/plain"), 415, "invalid_request", "not JSON")
 
 	// Every operation of the document answered at least once.
 	for _, op := range c.contract.operations() {

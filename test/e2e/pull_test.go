@@ -7,10 +7,12 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/toolpool/toolpool/internal/call"
+	"github.com/toolpool/toolpool/internal/sandbox/containerd"
 	"github.com/toolpool/toolpool/internal/sandbox/containerd/ctrtest"
 )
 
@@ -18,7 +20,9 @@ import (
 // credentials of its config, each call sees its image's toolchain and the shared workspace, the result
 // names the image by digest, a workspace created with an image runs its calls on it unless they ask for
 // another, policy refuses an image it does not list (403), and a pull that fails or an
-// image with a hostile layer ends the call with image_pull_failed or image_refused.
+// image with a hostile layer ends the call with image_pull_failed or image_refused. The worker pulls its
+// pinned image (from a second registry) when it starts, before any call names it, and keeps a container
+// of it warm: the first call on it runs warm, with that registry gone.
 func TestCallsOnPulledImages(t *testing.T) {
 	ctrtest.Require(t)
 	const password = "pull-s3cret-e2e"
@@ -27,9 +31,12 @@ func TestCallsOnPulledImages(t *testing.T) {
 	pythonImage := ctrtest.PushPythonImage(t, reg, "tools/python:3.11")
 	hostile := ctrtest.PushImage(t, reg, "tools/hostile:1", v1.Config{}, ctrtest.BaseLayer(t),
 		ctrtest.LayerTar(t, ctrtest.TarEntry{Name: "dev/kmem", Type: tar.TypeChar, Mode: 0o666, Devmajor: 1, Devminor: 2}))
+	pinReg := ctrtest.StartRegistry(t)
+	pinned := ctrtest.PushShellImage(t, pinReg, "tools/pinned:1")
 	s := startStackWith(t, stackOptions{
-		policy:       permissivePolicy + "builtin_asks: {redirect-write: allow, unresolved: allow}\nimages:\n  allow: [" + reg.Host + "/tools/]\n",
-		workerConfig: fmt.Sprintf("images:\n  registries:\n    - {host: %q, username: puller, password: %s, plain_http: true}\n", reg.Host, password),
+		policy: permissivePolicy + "builtin_asks: {redirect-write: allow, unresolved: allow}\nimages:\n  allow: [" + reg.Host + "/tools/, " + pinReg.Host + "/tools/]\n",
+		workerConfig: fmt.Sprintf("images:\n  pinned: [%q]\n  registries:\n    - {host: %q, username: puller, password: %s, plain_http: true}\n    - {host: %q, plain_http: true}\n",
+			pinned, reg.Host, password, pinReg.Host),
 	})
 	run := func(image, command string) (*call.Result, string) {
 		t.Helper()
@@ -38,6 +45,22 @@ func TestCallsOnPulledImages(t *testing.T) {
 			t.Errorf("a result shows the registry password: %s", r.body)
 		}
 		return r.result(t), string(r.body)
+	}
+
+	// The pinned image, pulled when the worker started: its first call runs warm without its registry.
+	pulled := s.worker.WaitLog(t, "image pulled ahead", 2*time.Minute)
+	t.Logf("the worker pulled its pinned image ahead: %v", pulled)
+	runc := ctrtest.Runtime() == containerd.RuncRuntime // the pool holds runc containers only
+	if pulled["image"] != pinned || runc && pulled["warm"] != true {
+		t.Fatalf("pulled ahead: %v; want %s, warm", pulled, pinned)
+	}
+	pinReg.Close()
+	onPinned := s.shell(t, "dev-token", "pinned", `echo "$TOOLPOOL_IMAGE_MARK"`, map[string]any{"image": pinned}).result(t)
+	if onPinned.Status != call.StatusOK || onPinned.Stdout != "shell\n" || !strings.HasPrefix(onPinned.Image, pinReg.Host+"/tools/pinned@sha256:") {
+		t.Fatalf("first call on the pinned image: %s %q %q image %q %+v", onPinned.Status, onPinned.Stdout, onPinned.Stderr, onPinned.Image, onPinned.Error)
+	}
+	if runc && !onPinned.Timing.Warm {
+		t.Errorf("the first call on the pinned image ran cold: timing %+v", onPinned.Timing)
 	}
 
 	// The first call pulls its image: its event stream shows the pull's progress as status events.
@@ -101,6 +124,30 @@ func TestCallsOnPulledImages(t *testing.T) {
 	if own := s.shell(t, "dev-token", "pyws", "cat out; command -v python3 || echo no python", map[string]any{"image": shellImage}).result(t); own.Status != call.StatusOK ||
 		own.Stdout != "py 42\nno python\n" || !strings.HasPrefix(own.Image, reg.Host+"/tools/shell@sha256:") {
 		t.Fatalf("a call's own image over its workspace's: %s %q image %q", own.Status, own.Stdout, own.Image)
+	}
+	// Changing the workspace's image: its next calls run on the new one, with its files; "" removes it.
+	patchImage := func(image string) response {
+		r, _ := s.send(t, http.MethodPatch, "/v1/workspaces/pyws", "dev-token", map[string]any{"image": image}, map[string]string{"Content-Type": "application/json"})
+		return r
+	}
+	if r := patchImage(shellImage); r.code != http.StatusOK || wsInfo(t, r).Image != shellImage {
+		t.Fatalf("change the workspace's image: HTTP %d %s", r.code, r.body)
+	}
+	if got, _ := s.send(t, http.MethodGet, "/v1/workspaces/pyws", "dev-token", nil, nil); wsInfo(t, got).Image != shellImage {
+		t.Errorf("the workspace after the change: %s", got.body)
+	}
+	onNew := s.shell(t, "dev-token", "pyws", "cat out; command -v python3 || echo no python", nil).result(t)
+	if onNew.Status != call.StatusOK || onNew.Stdout != "py 42\nno python\n" || !strings.HasPrefix(onNew.Image, reg.Host+"/tools/shell@sha256:") {
+		t.Fatalf("a call after the image changed: %s %q image %q", onNew.Status, onNew.Stdout, onNew.Image)
+	}
+	if r := patchImage("docker.io/library/node:22"); r.code != http.StatusForbidden || r.errorInfo(t).Type != call.ErrPolicyDenied {
+		t.Errorf("change to an image policy does not list: HTTP %d %s", r.code, r.body)
+	}
+	if r := patchImage(""); r.code != http.StatusOK || wsInfo(t, r).Image != "" {
+		t.Fatalf("remove the workspace's image: HTTP %d %s", r.code, r.body)
+	}
+	if onHost := s.shell(t, "dev-token", "pyws", "cat out", nil).result(t); onHost.Status != call.StatusOK || onHost.Image != "" || onHost.Stdout != "py 42\n" {
+		t.Fatalf("a call after the image was removed: %s %q image %q", onHost.Status, onHost.Stdout, onHost.Image)
 	}
 	refusedWS, _ := s.send(t, http.MethodPut, "/v1/workspaces/nodews", "dev-token", map[string]any{"image": "docker.io/library/node:22"}, map[string]string{"Content-Type": "application/json"})
 	if e := refusedWS.errorInfo(t); refusedWS.code != http.StatusForbidden || e.Type != call.ErrPolicyDenied || !strings.Contains(e.Message, reg.Host+"/tools/") {

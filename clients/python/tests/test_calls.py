@@ -268,6 +268,22 @@ def test_workspace_image_reaches_policy(tp):
         tp.create_workspace("img-" + uuid.uuid4().hex[:6], archive=b"", image="Not A Reference!")
 
 
+def test_set_workspace_image(tp):
+    # Changing an existing workspace's image goes to policy like a create's (which here admits none);
+    # "" removes it; a workspace that does not exist is NotFound.
+    name = "setimg-" + uuid.uuid4().hex[:6]
+    tp.create_workspace(name)
+    with pytest.raises(Forbidden) as e:
+        tp.set_workspace_image(name, "registry.test/tools/python:3.12")
+    assert "image" in str(e.value)
+    with pytest.raises(InvalidParams):
+        tp.set_workspace_image(name, "Not A Reference!")
+    ws = tp.set_workspace_image(name, "")
+    assert ws.name == name and not ws.image and ws.call_id
+    with pytest.raises(NotFound):
+        tp.set_workspace_image("none-" + uuid.uuid4().hex[:6], "")
+
+
 def test_async_client(url, tp):
     async def main():
         a = AsyncClient(url, tp.token)

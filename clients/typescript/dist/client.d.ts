@@ -123,6 +123,13 @@ export declare class Client {
         ref?: string;
         image?: string;
     }): Promise<Workspace>;
+    /**
+     * Change an existing workspace's default image ("" removes it; its calls then run on the tenant's or
+     * worker's default). A new image must pass policy's images.allow (Forbidden; InvalidParams for a
+     * reference that does not parse); the change waits for calls running in the workspace to end. Rejects
+     * with NotFound when the workspace does not exist.
+     */
+    setWorkspaceImage(name: string, image: string): Promise<Workspace>;
     workspaces(): Promise<Workspace[]>;
     workspaceInfo(name: string): Promise<Workspace>;
     deleteWorkspace(name: string): Promise<void>;

@@ -405,6 +405,16 @@ export class Client {
     return this.workspaceAnswer("PUT", `/v1/workspaces/${seg(name)}`, [201], { body, retry: false });
   }
 
+  /**
+   * Change an existing workspace's default image ("" removes it; its calls then run on the tenant's or
+   * worker's default). A new image must pass policy's images.allow (Forbidden; InvalidParams for a
+   * reference that does not parse); the change waits for calls running in the workspace to end. Rejects
+   * with NotFound when the workspace does not exist.
+   */
+  setWorkspaceImage(name: string, image: string): Promise<Workspace> {
+    return this.workspaceAnswer("PATCH", `/v1/workspaces/${seg(name)}`, [200], { body: { image }, retry: false });
+  }
+
   async workspaces(): Promise<Workspace[]> {
     return ((await (await this.workspaceOp("GET", "/v1/workspaces", [200])).json()) as { workspaces: Workspace[] }).workspaces;
   }

@@ -255,6 +255,17 @@ test("workspaces: a default image goes to policy, which here admits none", async
   await rejects(tp.createWorkspace(`img-${randomUUID().slice(0, 6)}`, { archive: new Uint8Array(), image: "Not A Reference!" }), InvalidParams);
 });
 
+test("workspaces: changing the default image goes to policy; \"\" removes it", async () => {
+  const name = `setimg-${randomUUID().slice(0, 6)}`;
+  await tp.createWorkspace(name);
+  await rejects(tp.setWorkspaceImage(name, "registry.test/tools/python:3.12"), Forbidden);
+  await rejects(tp.setWorkspaceImage(name, "Not A Reference!"), InvalidParams);
+  const ws = await tp.setWorkspaceImage(name, "");
+  assert.equal(ws.name, name);
+  assert.ok(!ws.image && ws.call_id);
+  await rejects(tp.setWorkspaceImage(`none-${randomUUID().slice(0, 6)}`, ""), NotFound);
+});
+
 test("workspaces: from a directory, files, ranges, archive, snapshot, fork, restore, delete", async () => {
   const dir = mkdtempSync(join(tmpdir(), "tp-ts-"));
   mkdirSync(join(dir, "src"));

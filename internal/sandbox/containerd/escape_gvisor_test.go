@@ -56,7 +56,7 @@ var gvisorSafe = map[string]safeCheck{
 	"fork bomb": func(t *testing.T, s *suite, ws string, out sandbox.Outcome) {
 		cannotFork := out.ExitCode == 2 && strings.Contains(out.Stderr.String(), "Cannot fork")
 		if !out.TimedOut && !cannotFork {
-			t.Errorf("timedOut %v signal %q exit %d; the bomb should end by the timeout's kill or by the process limit", out.TimedOut, out.Signal, out.ExitCode)
+			t.Errorf("timedOut %v signal %q exit %d stderr %q; the bomb should end by the timeout's kill or by the process limit", out.TimedOut, out.Signal, out.ExitCode, out.Stderr.String())
 		}
 		began := time.Now()
 		if after := s.run(t, ws, "echo fine", sandbox.Limits{}); after.Stdout.String() != "fine\n" {
@@ -124,7 +124,7 @@ var gvisorSafe = map[string]safeCheck{
 	// gVisor has no separate /proc/sys mount (see "write /proc/sys").
 	"root, /usr, /sys and /proc/sys are read-only mounts": func(t *testing.T, s *suite, ws string, out sandbox.Outcome) {
 		got := strings.Split(strings.TrimSpace(out.Stdout.String()), "\n")
-		if want := []string{"/ ro", "/sys ro", "/tmp rw", "/usr ro", "/workspace rw"}; len(got) < 1 || !slices.Equal(got[1:], want) {
+		if want := s.rootMounts("/ ro", "/sys ro", "/tmp rw", "/usr ro", "/workspace rw"); len(got) < 1 || !slices.Equal(got[1:], want) {
 			t.Errorf("mounts %q, want %q", got[min(1, len(got)):], want)
 		}
 		again := s.run(t, ws, `touch /x /usr/x 2>&1 | grep -c -e 'Permission denied' -e 'Read-only'; ls /x /usr/x 2>&1 | grep -c 'No such file'`, sandbox.Limits{})

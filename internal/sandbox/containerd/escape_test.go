@@ -106,10 +106,19 @@ type suite struct {
 	// coldRuns count how runIn's calls ran.
 	pooled             bool
 	warmRuns, coldRuns atomic.Int64
+	// onImage, set by TOOLPOOL_TEST_IMAGE=1, is the reference of the escape image (ctrtest.PushEscapeImage)
+	// in a registry the suite starts: every call of the suite runs on that image, pulled by the runtime,
+	// instead of the host view.
+	onImage string
 }
 
 // envTestPool, set to 1, runs the escape suite against pooled containers: `make test-escape` does.
 const envTestPool = "TOOLPOOL_TEST_POOL"
+
+// envTestImage, set to 1, runs the escape suite with every call on an OCI image pulled from a registry
+// (suite.onImage): make test runs a subset of it so (escapeOnImageSubset in the Makefile), make
+// test-escape all of it, under runc and gVisor.
+const envTestImage = "TOOLPOOL_TEST_IMAGE"
 
 // image returns the probe image, imported on first use.
 func (s *suite) image(t *testing.T) string {
@@ -136,6 +145,14 @@ func newSuite(t *testing.T) *suite {
 		// The probe is the pool's init: every call of the suite mounts it where the pool does, so each one
 		// that the pool can serve runs in a pooled container (runIn checks that it did).
 		cfg.Pool = containerd.PoolConfig{MaxSize: 2, InitBinary: s.probe, InitPath: probePath}
+	}
+	if os.Getenv(envTestImage) == "1" {
+		if s.pooled {
+			t.Fatalf("%s=1 and %s=1: run the suite on an image or in the pool, one at a time", envTestImage, envTestPool)
+		}
+		reg := ctrtest.StartRegistry(t)
+		s.onImage = ctrtest.PushEscapeImage(t, reg, "toolpool/escape:1")
+		cfg.Pull = containerd.PullConfig{Registries: []containerd.RegistryConfig{{Host: reg.Host, PlainHTTP: true}}}
 	}
 	if binary := os.Getenv("TOOLPOOL_TEST_RUNTIME_BINARY"); binary != "" && filepath.Base(binary) == "crun" {
 		// make test-escape's crun tier (not part of make test): a host where crun cannot start a container
@@ -246,6 +263,9 @@ func (s *suite) runIn(t *testing.T, ws, cwd, cmd string, lim sandbox.Limits) san
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
+	if s.onImage != "" && !strings.HasPrefix(out.Image, s.onImage[:strings.LastIndex(s.onImage, ":")]+"@sha256:") {
+		t.Errorf("the call ran on %q, not on the escape image %s", out.Image, s.onImage)
+	}
 	if s.pooled {
 		switch {
 		case out.Warm:
@@ -294,9 +314,32 @@ func (s *suite) spec(ws, cmd string, lim sandbox.Limits) sandbox.Spec {
 		lim.Timeout = 20 * time.Second
 	}
 	return sandbox.Spec{
-		ID: newID("esc"), Argv: []string{"/bin/sh", "-c", cmd}, WorkspaceDir: ws, Limits: lim,
+		ID: newID("esc"), Image: s.onImage, Argv: []string{"/bin/sh", "-c", cmd}, WorkspaceDir: ws, Limits: lim,
 		Mounts: []sandbox.Mount{{Source: s.probe, Destination: probePath}},
 	}
+}
+
+// refusedOnImage asserts that a call on the suite's image with working directory cwd is refused before
+// any container exists: an image root runs calls only in /workspace (it may have no shell to enter a
+// directory of the shared workspace safely), so a symlink planted where cwd points is never followed.
+func (s *suite) refusedOnImage(t *testing.T, ws, cwd string) {
+	t.Helper()
+	spec := s.spec(ws, "pwd", sandbox.Limits{})
+	spec.Cwd = cwd
+	out, err := s.rt.Run(context.Background(), spec)
+	if !errors.Is(err, sandbox.ErrNotStarted) || !strings.Contains(err.Error(), "an image root runs only in /workspace") {
+		t.Errorf("working directory %s on an image: err %v, stdout %q; want the call refused, not started", cwd, err, out.Stdout.String())
+	}
+	s.assertGone(t, cmp.Or(out.ContainerID, spec.ID))
+}
+
+// rootMounts returns want without "/usr ro" on an image, whose /usr is part of its read-only root rather
+// than a mount of the host's.
+func (s *suite) rootMounts(want ...string) []string {
+	if s.onImage == "" {
+		return want
+	}
+	return slices.DeleteFunc(slices.Clone(want), func(m string) bool { return m == "/usr ro" })
 }
 
 // assertGone checks that nothing of container id is left on the host (see assertGone).
@@ -309,8 +352,10 @@ func (s *suite) assertGone(t *testing.T, id string) {
 type escapeCase struct {
 	name string
 	// cmd prepares the host side (files in the workspace) and returns the command to run under /bin/sh.
-	cmd    func(t *testing.T, s *suite, ws string) string
-	cwd    string // the call's working directory; empty means /workspace
+	cmd func(t *testing.T, s *suite, ws string) string
+	// cwd is the call's working directory; empty means /workspace. On an image (TOOLPOOL_TEST_IMAGE=1) a
+	// case with one checks instead that the call is refused (refusedOnImage).
+	cwd    string
 	limits sandbox.Limits
 	// safe asserts the outcome that proves the boundary held.
 	safe func(t *testing.T, s *suite, ws string, out sandbox.Outcome)
@@ -661,7 +706,7 @@ func TestEscape(t *testing.T) {
 					lines("1", "/ ro", "/proc/sys ro", "/sys ro", "/tmp rw", "/usr ro", "/workspace ro", "/workspace rw")(t, s, ws, out)
 					return
 				}
-				lines("1", "/ ro", "/proc/sys ro", "/sys ro", "/tmp rw", "/usr ro", "/workspace rw")(t, s, ws, out)
+				lines(s.rootMounts("1", "/ ro", "/proc/sys ro", "/sys ro", "/tmp rw", "/usr ro", "/workspace rw")...)(t, s, ws, out)
 			}},
 		{name: "only the standard devices",
 			// crun also makes /dev/core, a symlink to /proc/kcore, which is masked (the masked-paths case
@@ -730,6 +775,13 @@ func TestEscape(t *testing.T) {
 		}
 		t.Run(c.name, func(t *testing.T) {
 			ws := workspace(t)
+			if s.onImage != "" && c.cwd != "" {
+				if c.attack == nil {
+					c.cmd(t, s, ws) // plants what the case would attack through
+				}
+				s.refusedOnImage(t, ws, c.cwd)
+				return
+			}
 			if c.attack != nil {
 				c.attack(t, s, ws)
 				return
@@ -806,6 +858,7 @@ func cwdCases() []escapeCase {
 			// One call swaps a directory for a symlink to /proc/self/fd/N in a tight loop while other calls
 			// in the same workspace start with that directory as their working directory: the race that
 			// host-side checks of the path cannot close.
+			cwd: "/workspace/d",
 			attack: func(t *testing.T, s *suite, ws string) {
 				swapper := `i=0; while :; do rm -rf /workspace/d; mkdir /workspace/d; rm -rf /workspace/d; ln -s /proc/self/fd/$((3 + i % 8)) /workspace/d; i=$((i+1)); done`
 				ctx, cancel := context.WithCancel(context.Background())

@@ -3,11 +3,13 @@ package containerd
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/content"
+	"github.com/containerd/containerd/namespaces"
 
 	"github.com/toolpool/toolpool/internal/sandbox"
 )
@@ -33,6 +35,35 @@ func (r *Runtime) prepareImage(ctx context.Context, spec *sandbox.Spec) (digest 
 	}
 	spec.Env = append(env, spec.Env...)
 	return byDigest(img), release, nil
+}
+
+// PullAhead brings the images refs name into the store before any call needs them (a worker passes its
+// pinned images and its default image when it starts) and, with a pool, makes the pool keep a container
+// of each ready (Prewarm, with the default limits), so that the first call on one is warm. Each image is
+// pulled as a call of no tenant pulls it: with its registry's entry for every tenant (an image of a
+// registry whose entries are all bound to tenants is refused, sandbox.ErrImageRefused). Images are pulled
+// one at a time, in order; a pull of the same image that a call started meanwhile is joined, not
+// repeated. An empty ref is skipped. It blocks until every pull has ended, or ctx ends, and returns an
+// error naming each image it could not have; the others are pulled and warm all the same.
+func (r *Runtime) PullAhead(ctx context.Context, refs ...string) error {
+	ctx = namespaces.WithNamespace(ctx, r.cfg.Namespace)
+	var errs []error
+	for _, ref := range refs {
+		if ref == "" {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return errors.Join(append(errs, fmt.Errorf("pull images ahead: %w", err))...)
+		}
+		img, release, err := r.images.ensure(ctx, ref, "", nil)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("pull image %s ahead: %w", ref, err))
+			continue
+		}
+		release()
+		r.Prewarm(sandbox.Spec{Image: img.Name()})
+	}
+	return errors.Join(errs...)
 }
 
 // byDigest names img as repository@digest.

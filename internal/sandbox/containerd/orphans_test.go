@@ -33,11 +33,15 @@ const (
 	envPoolInit = "TOOLPOOL_CRASH_POOL_INIT"
 )
 
-// TestMain runs this test binary as the crash helper when TestRemoveOrphansAfterCrash asks for one.
+// TestMain runs this test binary as the crash helper when TestRemoveOrphansAfterCrash asks for one, and
+// as the pull helper (a second worker process) when TestTwoWorkerProcessesPullOneImage does.
 func TestMain(m *testing.M) {
 	if os.Getenv(envCrashHelper) == "1" {
 		crashHelper()
 		os.Exit(1)
+	}
+	if os.Getenv(envPullHelper) == "1" {
+		os.Exit(pullHelper())
 	}
 	code := m.Run()
 	removeProbes()

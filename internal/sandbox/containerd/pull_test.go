@@ -528,3 +528,65 @@ func TestFailedPullKeepsAnImportedImage(t *testing.T) {
 		t.Errorf("the imported image is gone after a failed pull: %v", err)
 	}
 }
+
+// TestPullAheadPinnedImages: PullAhead (what a worker does at start with its pinned images) pulls a
+// pinned image before any call, says which image it could not have without giving up on the others, and
+// makes the pool keep a container of it ready: the first call on it runs warm, with no registry left to
+// ask. Under a cache budget that does not hold it besides another image, the pinned image is never evicted.
+func TestPullAheadPinnedImages(t *testing.T) {
+	ctrtest.Require(t)
+	reg := ctrtest.StartRegistry(t)
+	shell := ctrtest.PushShellImage(t, reg, "tools/shell:1")
+	python := ctrtest.PushPythonImage(t, reg, "tools/python:1")
+	missing := reg.Host + "/tools/missing:1"
+	base, shellOwn, pythonOwn := ctrtest.ToolchainLayerBytes(t)
+	// runc whatever the suite's runtime: the pool holds runc containers only.
+	rt, d, probe := newPooledRuntime(t, containerd.Config{RuntimeName: containerd.RuncRuntime, Pull: containerd.PullConfig{
+		Registries: []containerd.RegistryConfig{{Host: reg.Host, PlainHTTP: true}},
+		CacheBytes: base + pythonOwn + shellOwn/2, // the python image fits; the shell image besides does not
+		Pinned:     []string{shell},
+	}})
+	client, err := ctdclient.New(d.Address())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	stored := func(ref string) bool {
+		_, err := client.ImageService().Get(namespaces.WithNamespace(context.Background(), "toolpool-test"), ref)
+		return err == nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	err = rt.PullAhead(ctx, missing, shell)
+	if !errors.Is(err, sandbox.ErrImagePull) || !strings.Contains(err.Error(), "pull image "+missing+" ahead") || strings.Contains(err.Error(), "tools/shell") {
+		t.Errorf("PullAhead: %v; want an error naming %s only", err, missing)
+	}
+	if !stored(shell) {
+		t.Fatalf("the pinned image %s was not pulled ahead", shell)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for rt.PoolStats().Ready < 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no pooled container of the pinned image within a minute of PullAhead: %+v", rt.PoolStats())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	ws := workspace(t)
+	if out, err := rt.Run(ctx, imageCall(python, ws, "/usr/bin/python3", "-c", "pass")); err != nil || out.ExitCode != 0 {
+		t.Fatalf("python call: err %v exit %d stderr %q", err, out.ExitCode, out.Stderr.String())
+	}
+	if !stored(shell) || !stored(python) {
+		t.Errorf("pinned shell stored %v, python just pulled stored %v: both must stay", stored(shell), stored(python))
+	}
+
+	reg.Close() // the first call on the pinned image needs nothing of the registry
+	spec := warmSpec(probe, ws, `echo "$TOOLPOOL_IMAGE_MARK"`)
+	spec.Image = shell
+	out, err := rt.Run(ctx, spec)
+	if err != nil || !out.Warm || out.Stdout.String() != "shell\n" {
+		t.Errorf("first call on the pinned image: err %v warm %v (cold: %q) stdout %q stderr %q; want it warm",
+			err, out.Warm, out.ColdReason, out.Stdout.String(), out.Stderr.String())
+	}
+}

@@ -347,6 +347,14 @@ class Client:
         d = self._workspace("PUT", path, (201,), body=body, retry=False)
         return Workspace.from_dict(d["workspace"], d.get("call_id", ""))
 
+    def set_workspace_image(self, name: str, image: str) -> Workspace:
+        """Change an existing workspace's default image (``""`` removes it; its calls then run on the
+        tenant's or worker's default). A new image must pass policy's ``images.allow`` (``Forbidden``;
+        ``InvalidParams`` for a reference that does not parse); the change waits for calls running in the
+        workspace to end. Raises ``NotFound`` when the workspace does not exist."""
+        d = self._workspace("PATCH", f"/v1/workspaces/{_seg(name)}", (200,), body={"image": image}, retry=False)
+        return Workspace.from_dict(d["workspace"], d.get("call_id", ""))
+
     def workspaces(self) -> List[Workspace]:
         d = self._workspace("GET", "/v1/workspaces", (200,))
         return [Workspace.from_dict(w) for w in d["workspaces"]]

@@ -35,6 +35,15 @@ var (
 	ShellPrograms = []string{"/usr/bin/cat", "/usr/bin/ls", "/usr/bin/id", "/usr/bin/env", "/usr/bin/touch", "/usr/bin/stat"}
 )
 
+// EscapePrograms are the programs of the escape image's second layer: everything the escape suite
+// (TestEscape) runs besides /bin/sh and its probe, which the suite mounts in.
+var EscapePrograms = []string{
+	"/usr/bin/awk", "/usr/bin/cat", "/usr/bin/cut", "/usr/bin/date", "/usr/bin/env", "/usr/bin/grep",
+	"/usr/bin/head", "/usr/bin/id", "/usr/bin/ln", "/usr/bin/ls", "/usr/bin/mkdir", "/usr/bin/nohup",
+	"/usr/bin/readlink", "/usr/bin/rm", "/usr/bin/setsid", "/usr/bin/sleep", "/usr/bin/sort", "/usr/bin/stat",
+	"/usr/bin/tail", "/usr/bin/touch", "/usr/bin/tr", "/usr/bin/wc",
+}
+
 // ImageMarkEnv is a variable each toolchain image's config sets to the image's name ("shell", "python"),
 // so that a test can tell that the image's ENV reached the call.
 const ImageMarkEnv = "TOOLPOOL_IMAGE_MARK"
@@ -122,6 +131,28 @@ func PushShellImage(t testing.TB, reg *Registry, repoTag string) string {
 	t.Helper()
 	base, shell, _ := toolchainLayers(t)
 	return PushImage(t, reg, repoTag, hostileConfig("shell"), base, shell)
+}
+
+// PushEscapeImage pushes the escape image to reg as repo:tag and returns its reference: the toolchain
+// images' base layer, then this host's EscapePrograms with their libraries and an /etc/passwd and
+// /etc/group naming the sandbox user, with the toolchain images' hostile config. The escape suite runs in
+// it with TOOLPOOL_TEST_IMAGE=1.
+func PushEscapeImage(t testing.TB, reg *Registry, repoTag string) string {
+	t.Helper()
+	base, _, _ := toolchainLayers(t)
+	tools, err := buildLayer(func(b *layerBuilder) error {
+		if err := b.data("etc/passwd", 0o644, fmt.Sprintf("root:x:0:0:root:/root:/bin/sh\nsandbox:x:%d:%d:sandbox:/tmp:/bin/sh\n", SandboxUID, SandboxGID)); err != nil {
+			return err
+		}
+		if err := b.data("etc/group", 0o644, fmt.Sprintf("root:x:0:\nsandbox:x:%d:\n", SandboxGID)); err != nil {
+			return err
+		}
+		return b.programs(EscapePrograms...)
+	})
+	if err != nil {
+		t.Fatalf("build the escape image's layer from this host's files: %v", err)
+	}
+	return PushImage(t, reg, repoTag, hostileConfig("escape"), base, tools)
 }
 
 // PushPythonImage pushes the python image (sh and this host's python3 with its standard library) to reg
@@ -269,6 +300,17 @@ func (b *layerBuilder) parents(rel string) {
 	b.parents(path.Dir(rel))
 	b.seen[rel] = true
 	_ = b.header(&tar.Header{Name: rel + "/", Typeflag: tar.TypeDir, Mode: 0o755})
+}
+
+// data adds a regular file rel holding text.
+func (b *layerBuilder) data(rel string, mode int64, text string) error {
+	b.parents(path.Dir(rel))
+	b.seen[rel] = true
+	if err := b.header(&tar.Header{Name: rel, Typeflag: tar.TypeReg, Mode: mode, Size: int64(len(text))}); err != nil {
+		return err
+	}
+	_, err := io.WriteString(b.tw, text)
+	return err
 }
 
 func (b *layerBuilder) symlink(abs, target string) error {

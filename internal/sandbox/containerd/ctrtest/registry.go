@@ -48,6 +48,66 @@ type Registry struct {
 	manifestHeads      atomic.Int64
 	closed             chan struct{} // closed by Close: stalled answers end
 	closeOnce          sync.Once
+
+	mu       sync.Mutex
+	blobGets map[string]int // GETs of each blob answered, by digest (HoldBlobs' waiting ones too)
+	held     chan struct{}  // while not nil, blob GETs wait until it is closed (HoldBlobs)
+	waiting  int            // blob GETs waiting on held
+}
+
+// BlobGets returns how many GET requests for blob digest ("sha256:...") the registry has taken: a client
+// that fetches a layer once asks once.
+func (r *Registry) BlobGets(digest string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.blobGets[digest]
+}
+
+// HoldBlobs makes every blob GET from now on wait until the returned release is called (or the registry
+// closes), so that a test can have several pulls under way at once; Waiting says how many wait.
+func (r *Registry) HoldBlobs() (release func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	held := make(chan struct{})
+	r.held = held
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			r.mu.Lock()
+			r.held = nil
+			r.mu.Unlock()
+			close(held)
+		})
+	}
+}
+
+// Waiting returns how many blob GETs wait for HoldBlobs' release.
+func (r *Registry) Waiting() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.waiting
+}
+
+// takeBlob counts a GET of blob digest and waits while blobs are held.
+func (r *Registry) takeBlob(req *http.Request, digest string) {
+	r.mu.Lock()
+	r.blobGets[digest]++
+	held := r.held
+	if held != nil {
+		r.waiting++
+	}
+	r.mu.Unlock()
+	if held == nil {
+		return
+	}
+	select {
+	case <-held:
+	case <-req.Context().Done():
+	case <-r.closed:
+	}
+	r.mu.Lock()
+	r.waiting--
+	r.mu.Unlock()
 }
 
 // ManifestResolves counts the HEAD requests for manifests the registry has answered: containerd resolves
@@ -69,7 +129,7 @@ func StartPrivateRegistry(t testing.TB, user, password string) *Registry {
 }
 
 func startRegistry(t testing.TB, user, password string) *Registry {
-	r := &Registry{Username: user, Password: password, closed: make(chan struct{})}
+	r := &Registry{Username: user, Password: password, closed: make(chan struct{}), blobGets: map[string]int{}}
 	inner := newDistribution(t)
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if user != "" {
@@ -84,6 +144,7 @@ func startRegistry(t testing.TB, user, password string) *Registry {
 			r.manifestHeads.Add(1)
 		}
 		if req.Method == http.MethodGet && strings.Contains(req.URL.Path, "/blobs/sha256:") {
+			r.takeBlob(req, req.URL.Path[strings.LastIndex(req.URL.Path, "/")+1:])
 			if f := Fault(r.fault.Load()); f != NoFault {
 				rec := httptest.NewRecorder()
 				inner.ServeHTTP(rec, req)
