@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/toolpool/toolpool/internal/queue"
+	"github.com/toolpool/toolpool/internal/queue/jetstream"
 	"github.com/toolpool/toolpool/internal/queue/jetstream/jstest"
 )
 
@@ -83,18 +84,9 @@ func TestHomes(t *testing.T) {
 // revision its writer read, a stale writer is refused and changes nothing, and every worker reads the
 // latest head; TenantHeads lists a tenant's heads, not another's.
 func TestHeads(t *testing.T) {
-	srv := jstest.Server(t, "")
-	jstest.Connect(t, srv.URL(), "dispatcher", true)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	a, err := jstest.Connect(t, srv.URL(), "worker-a", false).Heads(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := jstest.Connect(t, srv.URL(), "worker-b", false).Heads(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, b := twoWorkersHeads(ctx, t)
 	if v, rev, err := a.GetHead(ctx, "acme", "x..y"); err != nil || v != nil || rev != 0 {
 		t.Fatalf("GetHead of none = %q, %d, %v", v, rev, err)
 	}
@@ -137,18 +129,9 @@ func TestHeads(t *testing.T) {
 // nothing), listed by workspace and name for its tenant only, never among the tenant's heads, and deleted
 // with its workspace's snapshots, not another workspace's.
 func TestSnapshotHeads(t *testing.T) {
-	srv := jstest.Server(t, "")
-	jstest.Connect(t, srv.URL(), "dispatcher", true)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	a, err := jstest.Connect(t, srv.URL(), "worker-a", false).Heads(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := jstest.Connect(t, srv.URL(), "worker-b", false).Heads(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, b := twoWorkersHeads(ctx, t)
 	if _, ok, err := a.SwapHead(ctx, "acme", "ws", []byte("h1"), 0); err != nil || !ok {
 		t.Fatalf("head: %v %v", ok, err)
 	}
@@ -181,4 +164,19 @@ func TestSnapshotHeads(t *testing.T) {
 	if err := a.DeleteSnapshots(ctx, "nobody", "ws"); err != nil {
 		t.Fatalf("delete the snapshots of a workspace with none: %v", err)
 	}
+}
+
+// twoWorkersHeads opens the heads bucket from two workers' connections to one server (the first makes it).
+func twoWorkersHeads(ctx context.Context, t *testing.T) (a, b *jetstream.Heads) {
+	t.Helper()
+	srv := jstest.Server(t, "")
+	jstest.Connect(t, srv.URL(), "dispatcher", true)
+	var err error
+	if a, err = jstest.Connect(t, srv.URL(), "worker-a", false).Heads(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if b, err = jstest.Connect(t, srv.URL(), "worker-b", false).Heads(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return a, b
 }
