@@ -5,9 +5,12 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/toolpool/toolpool/internal/call"
 	"github.com/toolpool/toolpool/internal/checkpoint"
@@ -55,8 +58,7 @@ func (w *Worker) headsOp(ctx context.Context, c *call.Call, a workspace.Args) (o
 		if err := checkNames(c.Tenant, c.Workspace, a.To); err != nil {
 			return out, true, err
 		}
-		admit := func(h checkpoint.Head) error { return w.wsm.CheckCopy(a.To, h.Bytes, c.Workspace, a.Snapshot) }
-		return one(w.checkpoints.Fork(ctx, c.Tenant, c.Workspace, a.Snapshot, a.To, admit))
+		return one(w.checkpoints.Fork(ctx, c.Tenant, c.Workspace, a.Snapshot, a.To, w.admitFork(ctx, c, a)))
 	case workspace.OpRestore:
 		if err := checkNames(c.Tenant, c.Workspace, a.Snapshot); err != nil {
 			return out, true, err
@@ -89,6 +91,32 @@ func (w *Worker) headsOp(ctx context.Context, c *call.Call, a workspace.Args) (o
 		return out, true, nil
 	}
 	return out, false, nil
+}
+
+// admitFork refuses a fork of call c whose tree is over the workspace quota (too_large), or that would
+// take the tenant past its number of workspaces (workspaces.max_per_tenant, quota_exceeded), counted from
+// the shared heads.
+func (w *Worker) admitFork(ctx context.Context, c *call.Call, a workspace.Args) func(checkpoint.Head) error {
+	return func(h checkpoint.Head) error {
+		if err := w.wsm.CheckCopy(a.To, h.Bytes, c.Workspace, a.Snapshot); err != nil {
+			return err
+		}
+		max := w.cfg.Workspaces.MaxWorkspaces
+		if max <= 0 {
+			return nil
+		}
+		list, err := w.checkpoints.List(ctx, c.Tenant)
+		if err != nil || len(list) < max {
+			return err
+		}
+		slices.SortFunc(list, func(x, y checkpoint.Listed) int { return cmp.Compare(y.Head.Bytes, x.Head.Bytes) })
+		var largest []string
+		for _, l := range list[:min(5, len(list))] {
+			largest = append(largest, fmt.Sprintf("%s (%s)", l.Name, workspace.FormatBytes(l.Head.Bytes)))
+		}
+		return &workspace.Error{Type: call.ErrQuota, Msg: fmt.Sprintf("tenant %s has %d workspaces, its limit (workspaces.max_per_tenant): remove one you no longer need (DELETE /v1/workspaces/{name}, or toolpool ws rm NAME) before forking; the largest: %s",
+			c.Tenant, len(list), strings.Join(largest, ", "))}
+	}
 }
 
 // headInfo describes workspace n as its head does: its files' bytes (not disk usage), its latest

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/toolpool/toolpool/internal/call"
+	"github.com/toolpool/toolpool/internal/checkpoint"
 	"github.com/toolpool/toolpool/internal/workspace"
 )
 
@@ -96,5 +97,48 @@ func TestSnapshotsAcrossWorkers(t *testing.T) {
 	}
 	if inf := op(a, workspace.OpInfo, "ws", `{}`).Workspace; inf == nil || len(inf.Snapshots) != 0 {
 		t.Fatalf("info of a new workspace of a deleted one's name: %+v; want no snapshot", inf)
+	}
+}
+
+// TestForkOnCheckpointsCountsWorkspaces: with checkpoints, a fork is counted against the tenant's number
+// of workspaces from the shared heads, whichever worker made them: a fork past workspaces.max_per_tenant
+// is refused (quota_exceeded, naming the largest), and nothing is written.
+func TestForkOnCheckpointsCountsWorkspaces(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, store, records := checkpointStore(t)
+	other := checkpointWorker(t, conn.Homes(), store, records, "other")
+	cfg := testConfig(t)
+	cfg.Workspaces.MaxWorkspaces = 2
+	cp, err := checkpoint.New(checkpoint.Config{Dir: cfg.WorkspacesDir, UID: testUID, GID: testGID, Worker: cfg.ID}, store, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newTestWorkerWith(t, cfg, shellRuntime(t), records, WithLeases(newFakeLeases()), WithCheckpoints(cp), WithHomes(conn.Homes()))
+	handle := func(w *Worker, tool, ws, args string) *call.Result {
+		c := newCall(tool, args)
+		c.Workspace = ws
+		records.Put(call.NewResult(c, call.StatusQueued))
+		w.Handle(ctx, &fakeDelivery{c: c})
+		return records.Result(c.ID)
+	}
+	for _, ws := range []string{"one", "two"} {
+		if r := handle(other, "run_shell", ws, `{"command":"write f.txt `+ws+`"}`); r.Status != call.StatusOK {
+			t.Fatalf("write into %s on the other worker: %s %+v", ws, r.Status, r.Error)
+		}
+	}
+	r := handle(w, workspace.OpFork, "one", `{"to":"three"}`)
+	if r.Error == nil || r.Error.Type != call.ErrQuota || !strings.Contains(r.Error.Message, "tenant t has 2 workspaces, its limit (workspaces.max_per_tenant)") ||
+		!strings.Contains(r.Error.Message, "one (3 bytes)") {
+		t.Fatalf("a fork past max_per_tenant: %s %+v; want quota_exceeded naming the workspaces", r.Status, r.Error)
+	}
+	if h, _, err := store.GetHead(ctx, "t", "three"); err != nil || h != nil {
+		t.Fatalf("the refused fork's head: %q, %v; want none", h, err)
+	}
+	if r := handle(w, workspace.OpDelete, "two", `{}`); r.Status != call.StatusOK {
+		t.Fatalf("delete: %s %+v", r.Status, r.Error)
+	}
+	if r := handle(w, workspace.OpFork, "one", `{"to":"three"}`); r.Status != call.StatusOK {
+		t.Fatalf("a fork under max_per_tenant: %s %+v", r.Status, r.Error)
 	}
 }
