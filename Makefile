@@ -159,7 +159,7 @@ mutants:
 CLUSTER_BENCH ?= 30s
 bench: deps-test
 	$(GO) test -run '^$$' -bench . -benchtime 100x -timeout 30m ./internal/sandbox/containerd/ ./internal/queue/jetstream/ ./test/e2e/
-	$(GO) test -run '^$$' -bench 'SaveOneFileChange' -benchtime 100x -timeout 30m ./internal/checkpoint/
+	$(GO) test -run '^$$' -bench 'SaveOneFileChange|SnapshotForkRestore' -benchtime 100x -timeout 30m ./internal/checkpoint/
 	$(GO) test -run '^$$' -bench 'Workspace100k' -benchtime 1x -timeout 60m ./internal/checkpoint/
 	TOOLPOOL_CLUSTER_BENCH=$(CLUSTER_BENCH) $(GO) test -count=1 -v -run '^TestClusterBench$$' -timeout 30m ./test/cluster/
 

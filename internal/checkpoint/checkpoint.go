@@ -58,8 +58,15 @@ type Heads interface {
 	// SwapHead stores value as the head if it is still at revision rev (0: none) and returns the new
 	// revision; swapped is false, and nothing is written, when it moved on since rev.
 	SwapHead(ctx context.Context, tenant, name string, value []byte, rev uint64) (newRev uint64, swapped bool, err error)
-	// TenantHeads returns every head of tenant's workspaces, by workspace name.
+	// TenantHeads returns every head of tenant's workspaces, by workspace name (never a snapshot).
 	TenantHeads(ctx context.Context, tenant string) (map[string][]byte, error)
+	// CreateSnapshot stores value as snapshot snap of tenant's workspace name; created is false, and
+	// nothing is written, when the workspace has a snapshot of that name.
+	CreateSnapshot(ctx context.Context, tenant, name, snap string, value []byte) (created bool, err error)
+	// Snapshots returns every snapshot of tenant's workspaces, by workspace and snapshot name.
+	Snapshots(ctx context.Context, tenant string) (map[string]map[string][]byte, error)
+	// DeleteSnapshots removes every snapshot of tenant's workspace name.
+	DeleteSnapshots(ctx context.Context, tenant, name string) error
 }
 
 // ErrStale reports a Save refused because another worker checkpointed the workspace since this worker's
@@ -114,11 +121,15 @@ type Head struct {
 	// Seq counts the checkpoints of the workspace, as the worker that wrote this one knew them.
 	Seq uint64 `json:"seq"`
 	// Deleted is set when the workspace was deleted: a worker that holds a copy removes it.
-	Deleted bool      `json:"deleted,omitempty"`
-	Worker  string    `json:"worker"`
-	At      time.Time `json:"at"`
-	Files   int       `json:"files"`
-	Bytes   int64     `json:"bytes"`
+	Deleted bool `json:"deleted,omitempty"`
+	// Worker wrote it, At (a snapshot's: when it was taken).
+	Worker string    `json:"worker"`
+	At     time.Time `json:"at"`
+	// Files and Bytes count the workspace's regular files and their bytes.
+	Files int   `json:"files"`
+	Bytes int64 `json:"bytes"`
+	// Created is when the workspace was first checkpointed (zero in heads of earlier versions).
+	Created time.Time `json:"created,omitzero"`
 }
 
 // Result says what a Save or a Restore did.

@@ -648,3 +648,25 @@ func noChunk(t *testing.T, s backend, tenant, content string) {
 		t.Fatalf("a refused save stored a chunk (%v, %v)", has, err)
 	}
 }
+
+// TestRestoreOfARemovedCopy: a copy removed behind the checkpointer's back (the workspaces sweep expires a
+// worker's copy of an idle workspace) is restored whole by the next Restore, never taken for up to date:
+// a call would otherwise run on an empty directory, and its checkpoint drop every other file.
+func TestRestoreOfARemovedCopy(t *testing.T) {
+	ctx := ctx(t)
+	a := newNode(t, jsStore(t), "a", 0)
+	write(t, a.ws("acme", "ws"), "keep.txt", "kept", 0o644)
+	if _, err := a.cp.Save(ctx, "acme", "ws"); err != nil {
+		t.Fatal(err)
+	}
+	want := listing(t, a.ws("acme", "ws"))
+	if err := os.RemoveAll(a.ws("acme", "ws")); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := a.cp.Restore(ctx, "acme", "ws"); err != nil || !r.Changed {
+		t.Fatalf("restore of a removed copy: %+v, %v; want it restored", r, err)
+	}
+	if got := listing(t, a.ws("acme", "ws")); got != want {
+		t.Fatalf("restored copy:\n%s\nwant:\n%s", got, want)
+	}
+}

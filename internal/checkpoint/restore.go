@@ -38,6 +38,11 @@ func (c *Checkpointer) Restore(ctx context.Context, tenant, name string) (Result
 		return Result{}, nil
 	}
 	res := Result{Head: h}
+	if st.head.Tree != "" && st.head == h && !h.Deleted && !c.hasCopy(tenant, name) {
+		// The copy was removed behind this worker's back (the workspaces sweep expired it): it is not at
+		// the head, it is not there. Restore it whole.
+		st.head, st.headRev, st.files, st.dirs = Head{}, 0, nil, nil
+	}
 	if st.head.Tree != "" && st.head == h {
 		st.headRev = rev
 		// Nobody checkpointed the workspace since this worker last did or restored it: its copy is at
@@ -97,6 +102,16 @@ func (c *Checkpointer) Restore(ctx context.Context, tenant, name string) (Result
 	res.Changed, res.Files, res.Chunks, res.Bytes, res.Took = true, len(a.jobs), a.chunks, a.bytes, time.Since(start)
 	res.Moved = h.Worker != c.cfg.Worker
 	return res, nil
+}
+
+// hasCopy reports whether Dir/<tenant>/<name> is there (an error to open it counts as there: the call's
+// own opening of its workspace reports it).
+func (c *Checkpointer) hasCopy(tenant, name string) bool {
+	fd, exists, err := c.openWorkspace(tenant, name)
+	if exists {
+		unix.Close(fd)
+	}
+	return exists || err != nil
 }
 
 // removeWorkspace removes Dir/<tenant>/<name> if it is there.

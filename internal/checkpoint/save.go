@@ -36,9 +36,14 @@ var ErrTooDeep = fmt.Errorf("directories nest deeper than %d levels", MaxDepth)
 // Save reads the workspace as it stands; the caller keeps writers out, or accepts that a file written
 // meanwhile is saved as it was when read (the next Save catches up).
 func (c *Checkpointer) Save(ctx context.Context, tenant, name string) (res Result, err error) {
-	start := time.Now()
 	st := c.state(tenant, name)
 	defer st.mu.Unlock()
+	return c.save(ctx, tenant, name, st)
+}
+
+// save is Save with the workspace's state st locked.
+func (c *Checkpointer) save(ctx context.Context, tenant, name string, st *wsState) (res Result, err error) {
+	start := time.Now()
 	defer func() {
 		switch {
 		case err == nil || errors.Is(err, ErrStale):
@@ -60,7 +65,7 @@ func (c *Checkpointer) Save(ctx context.Context, tenant, name string) (res Resul
 		}
 	}
 	res = Result{Files: sc.read, Chunks: int(sc.chunks.Load()), Bytes: sc.bytes.Load()}
-	seq := st.head.Seq
+	seq, created := st.head.Seq, st.head.Created
 	if st.head.Tree == "" {
 		// This copy was restored from no checkpoint (a new workspace, or a worker that restarted): it is
 		// the latest checkpoint only if it holds what that checkpoint holds. Otherwise the head is written
@@ -73,7 +78,7 @@ func (c *Checkpointer) Save(ctx context.Context, tenant, name string) (res Resul
 		case ok && h.Tree == sc.root && h.Deleted == !exists:
 			st.head, st.headRev = h, rev
 		case ok:
-			seq = h.Seq
+			seq, created = h.Seq, h.Created
 		case !exists:
 			return res, nil // never saved, and gone: nothing to say
 		}
@@ -81,9 +86,13 @@ func (c *Checkpointer) Save(ctx context.Context, tenant, name string) (res Resul
 	if st.head.Tree != "" && st.head.Tree == sc.root && st.head.Deleted == !exists {
 		st.files, st.dirs = sc.files, sc.dirState
 		res.Head, res.Took = st.head, time.Since(start)
-		return res, nil
+		return res, c.dropSnapshots(ctx, tenant, name, st.head) // a retry of a delete whose snapshots stayed
 	}
-	h := Head{Tree: sc.root, Seq: seq + 1, Deleted: !exists, Worker: c.cfg.Worker, At: c.cfg.Now().UTC(), Files: len(sc.files), Bytes: sc.total}
+	now := c.cfg.Now().UTC()
+	h := Head{Tree: sc.root, Seq: seq + 1, Deleted: !exists, Worker: c.cfg.Worker, At: now, Files: len(sc.files), Bytes: sc.total, Created: created}
+	if h.Created.IsZero() || st.head.Deleted {
+		h.Created = now
+	}
 	b, _ := json.Marshal(h)
 	rev, swapped, err := c.heads.SwapHead(ctx, tenant, name, b, st.headRev)
 	if err != nil {
@@ -101,7 +110,19 @@ func (c *Checkpointer) Save(ctx context.Context, tenant, name string) (res Resul
 	}
 	st.head, st.headRev, st.files, st.dirs = h, rev, sc.files, sc.dirState
 	res.Changed, res.Head, res.Took = true, h, time.Since(start)
-	return res, nil
+	return res, c.dropSnapshots(ctx, tenant, name, h)
+}
+
+// dropSnapshots removes the snapshots of a workspace whose head h says it was deleted: they go with it.
+// Should it fail, the Save fails, and its retry (SaveUnsaved) removes them.
+func (c *Checkpointer) dropSnapshots(ctx context.Context, tenant, name string, h Head) error {
+	if !h.Deleted {
+		return nil
+	}
+	if err := c.heads.DeleteSnapshots(ctx, tenant, name); err != nil {
+		return fmt.Errorf("checkpoint workspace %s/%s (deleted): %w", tenant, name, err)
+	}
+	return nil
 }
 
 // scanned is a workspace as read by scan.

@@ -16,6 +16,12 @@ type Checkpointer interface {
 	Restore(ctx context.Context, tenant, name string) (checkpoint.Result, error)
 	Save(ctx context.Context, tenant, name string) (checkpoint.Result, error)
 	Unsaved() []checkpoint.Workspace
+	// The operations on heads pass through uncounted: they move no data.
+	Snapshot(ctx context.Context, tenant, name, snap string) (checkpoint.Head, error)
+	Fork(ctx context.Context, tenant, name, snap, to string, admit func(checkpoint.Head) error) (checkpoint.Head, error)
+	RestoreSnapshot(ctx context.Context, tenant, name, snap string, admit func(checkpoint.Head) error) (checkpoint.Head, error)
+	SnapshotsOf(ctx context.Context, tenant, name string) ([]checkpoint.Named, error)
+	List(ctx context.Context, tenant string) ([]checkpoint.Listed, error)
 }
 
 // checkpointMetrics are a worker's metrics of workspace checkpoints (docs/workspaces.md).
@@ -70,10 +76,12 @@ func (m *WorkerMetrics) WatchUnsaved(age func() time.Duration) { m.checkpoints.u
 
 // ObserveCheckpoints counts next's saves and restores in m.
 func ObserveCheckpoints(next Checkpointer, m *WorkerMetrics) Checkpointer {
-	return &observedCheckpoints{next: next, m: m.checkpoints}
+	return &observedCheckpoints{Checkpointer: next, next: next, m: m.checkpoints}
 }
 
+// observedCheckpoints counts Restore and Save; the other methods are next's (embedded).
 type observedCheckpoints struct {
+	Checkpointer
 	next Checkpointer
 	m    *checkpointMetrics
 }
@@ -94,8 +102,6 @@ func (o *observedCheckpoints) Save(ctx context.Context, tenant, name string) (ch
 	o.m.observe("save", start, r, err)
 	return r, err
 }
-
-func (o *observedCheckpoints) Unsaved() []checkpoint.Workspace { return o.next.Unsaved() }
 
 func (m *checkpointMetrics) observe(op string, start time.Time, r checkpoint.Result, err error) {
 	m.seconds.WithLabelValues(op).Observe(time.Since(start).Seconds())

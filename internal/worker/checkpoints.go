@@ -25,6 +25,13 @@ type Checkpoints interface {
 	Save(ctx context.Context, tenant, name string) (checkpoint.Result, error)
 	// Unsaved returns the workspaces whose last Save failed.
 	Unsaved() []checkpoint.Workspace
+	// Snapshot, Fork and RestoreSnapshot run those operations on heads, copying nothing (snapshots.go).
+	Snapshot(ctx context.Context, tenant, name, snap string) (checkpoint.Head, error)
+	Fork(ctx context.Context, tenant, name, snap, to string, admit func(checkpoint.Head) error) (checkpoint.Head, error)
+	RestoreSnapshot(ctx context.Context, tenant, name, snap string, admit func(checkpoint.Head) error) (checkpoint.Head, error)
+	// SnapshotsOf and List read the shared heads: a workspace's snapshots, a tenant's workspaces.
+	SnapshotsOf(ctx context.Context, tenant, name string) ([]checkpoint.Named, error)
+	List(ctx context.Context, tenant string) ([]checkpoint.Listed, error)
 }
 
 // WithCheckpoints makes the worker keep workspaces in object storage (with WithHomes: calls that may
@@ -59,7 +66,7 @@ func (w *Worker) workspacesOf(c *call.Call) (names []string, changes bool) {
 // returns the call's error when one could not be: the call must not run on a copy that may be old, and
 // nothing ran.
 func (w *Worker) restoreFor(ctx context.Context, c *call.Call, r *call.Result) *call.ErrorInfo {
-	if w.checkpoints == nil {
+	if w.checkpoints == nil || w.onHeads(c) {
 		return nil
 	}
 	start := time.Now()
@@ -96,7 +103,7 @@ const saveTimeout = 10 * time.Minute
 // are only on this worker until a later Save stores them.
 func (w *Worker) checkpointAfter(ctx context.Context, c *call.Call, r *call.Result) {
 	names, changes := w.workspacesOf(c)
-	if w.checkpoints == nil || !changes {
+	if w.checkpoints == nil || !changes || w.onHeads(c) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, saveTimeout)

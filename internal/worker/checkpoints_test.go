@@ -95,6 +95,18 @@ func (s *checkingStore) TenantHeads(ctx context.Context, tenant string) (map[str
 	return s.heads.TenantHeads(ctx, tenant)
 }
 
+func (s *checkingStore) CreateSnapshot(ctx context.Context, tenant, name, snap string, value []byte) (bool, error) {
+	return s.heads.CreateSnapshot(ctx, tenant, name, snap, value)
+}
+
+func (s *checkingStore) Snapshots(ctx context.Context, tenant string) (map[string]map[string][]byte, error) {
+	return s.heads.Snapshots(ctx, tenant)
+}
+
+func (s *checkingStore) DeleteSnapshots(ctx context.Context, tenant, name string) error {
+	return s.heads.DeleteSnapshots(ctx, tenant, name)
+}
+
 func (s *checkingStore) GetHead(ctx context.Context, tenant, name string) ([]byte, uint64, error) {
 	if s.failOpen.Load() {
 		return nil, 0, errors.New("object store unreachable")

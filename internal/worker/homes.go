@@ -86,12 +86,12 @@ func (h *heldHomes) release() {
 	h.leases, h.stop = nil, nil
 }
 
-// homesOf returns the workspaces whose homes call c must hold to run: those it may change, when
-// workspaces are kept in object storage (a shared workspaces directory orders calls with its own locks),
+// homesOf returns the workspaces whose homes call c must hold to run: those it may change, or whose heads
+// it writes (a snapshot), when workspaces are kept in object storage (a shared workspaces directory orders calls with its own locks),
 // sorted, so that two calls that need the same two homes take them in one order.
 func (w *Worker) homesOf(c *call.Call) []string {
 	names, changes := w.workspacesOf(c)
-	if w.checkpoints == nil || !changes {
+	if w.checkpoints == nil || !changes && !w.onHeads(c) {
 		return nil
 	}
 	names = slices.Clone(names)

@@ -71,6 +71,9 @@ func (w *Worker) workspaceOp(ctx context.Context, c *call.Call, a workspace.Args
 		out.Workspace = &inf
 		return out, err
 	}
+	if out, ok, err := w.headsOp(ctx, c, a); ok {
+		return out, err
+	}
 	if (c.Tool == workspace.OpReadFile || c.Tool == workspace.OpArchive) && w.outputs == nil {
 		return out, errors.New("this worker has no output store to send files through")
 	}

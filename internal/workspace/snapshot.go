@@ -201,3 +201,10 @@ func (m *Manager) Restore(ctx context.Context, tenant, name, snap string) (Info,
 	inf.Reflinked = &reflinked
 	return inf, err
 }
+
+// CheckCopy refuses (too_large) making workspace name a copy of a tree of size bytes, workspace from's
+// (its snapshot snap, when not empty), past the workspace quota: for forks and restores made elsewhere
+// than in the workspaces directory (on checkpoints).
+func (m *Manager) CheckCopy(name string, size int64, from, snap string) error {
+	return m.checkCopyQuota(name, size, from, snap)
+}

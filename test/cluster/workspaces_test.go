@@ -60,6 +60,7 @@ func TestWorkspacesAcrossNodes(t *testing.T) {
 		ran[appendLine(urls[i%2]).Worker]++
 	}
 	t.Logf("20 calls one after the other ran on %v", ran)
+	p.workspaceOp(urls[0], "ws", "snapshot", map[string]any{"snapshot": "at20"}, http.StatusCreated)
 
 	// At once, through both dispatchers: one at a time under the workspace's home, each on the
 	// checkpoint of the one before.
@@ -132,6 +133,28 @@ func TestWorkspacesAcrossNodes(t *testing.T) {
 	}
 	t.Logf("SIGTERM of %s: it drained and exited; the next call ran on %s, %s after the signal", drained.id, r.Worker,
 		time.Since(stopped).Round(time.Millisecond))
+
+	// The snapshot taken after the first 20 calls (its worker may be gone since): restored through the
+	// other dispatcher, the workspace holds its 20 lines; a fork of it too.
+	p.workspaceOp(urls[1], "ws", "restore", map[string]any{"snapshot": "at20"}, http.StatusOK)
+	lines = 20
+	appendLine(urls[0])
+	p.workspaceOp(urls[0], "ws", "fork", map[string]any{"to": "branch", "snapshot": "at20"}, http.StatusCreated)
+	if r := p.runCall(urls[1], shellCall("branch", "wc -l < log.txt", true)); r.Status != call.StatusOK || strings.TrimSpace(r.Stdout) != "20" {
+		t.Fatalf("the fork of the snapshot: %s %q %+v; want its 20 lines", r.Status, r.Stdout, r.Error)
+	}
+}
+
+// workspaceOp posts op (snapshot, fork, restore) of workspace ws with body through url and checks the
+// answer's status.
+func (p *pool) workspaceOp(url, ws, op string, body map[string]any, want int) {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	code, data, err := do(ctx, http.MethodPost, url+"/v1/workspaces/"+ws+"/"+op, body)
+	if err != nil || code != want {
+		p.t.Fatalf("%s of workspace %s: HTTP %d %v: %.300s", op, ws, code, err, data)
+	}
 }
 
 // appendLineCmd appends line to log.txt (awk: the pool's policy asks a person about shell redirections).

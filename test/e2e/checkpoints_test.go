@@ -20,7 +20,8 @@ import (
 // filesystem, keep one workspace through checkpoints in object storage (JetStream's object store, then a
 // real S3 server). Each call appends a line and counts the lines: with both workers taking calls, then
 // with the first stopped, every call sees every line written before it, wherever that call ran. A worker
-// restarted on its old, stale copy brings it up to date before its first call.
+// restarted on its old, stale copy brings it up to date before its first call. A snapshot taken on the
+// second worker is restored and forked on the first, and listed by it.
 func TestWorkspacesWithoutSharedDir(t *testing.T) {
 	t.Run("jetstream", func(t *testing.T) { workspacesWithoutSharedDir(t, "checkpoints: {store: jetstream}\n") })
 	t.Run("s3", func(t *testing.T) {
@@ -73,11 +74,31 @@ func workspacesWithoutSharedDir(t *testing.T, workerConfig string) {
 	if r := s.do(t, http.MethodGet, "/v1/workspaces/shared/files/log.txt", "dev-token", nil); r.code != http.StatusOK || string(r.body) != string(b) {
 		t.Fatalf("GET the file: HTTP %d, %d bytes; want the second worker's %d", r.code, len(r.body), len(b))
 	}
+	// A snapshot taken on the second worker: a head in NATS, restored and forked below on the first.
+	if r := s.do(t, http.MethodPost, "/v1/workspaces/shared/snapshot", "dev-token", map[string]any{"snapshot": "at20"}); r.code != http.StatusCreated {
+		t.Fatalf("snapshot on the second worker: HTTP %d %s", r.code, r.body)
+	}
 
 	// The first worker comes back on its stale copy, with nothing in memory of it; the second stops.
 	s.startWorker(t)
 	second.Stop(t)
 	appendLine("e2e-worker")
+	// The snapshot the second worker took, restored and forked on the first: its 20 lines, not the 21st.
+	if r := s.do(t, http.MethodPost, "/v1/workspaces/shared/restore", "dev-token", map[string]any{"snapshot": "at20"}); r.code != http.StatusOK {
+		t.Fatalf("restore on the first worker of the second's snapshot: HTTP %d %s", r.code, r.body)
+	}
+	lines = 20
+	appendLine("e2e-worker")
+	if r := s.do(t, http.MethodPost, "/v1/workspaces/shared/fork", "dev-token", map[string]any{"to": "branch", "snapshot": "at20"}); r.code != http.StatusCreated {
+		t.Fatalf("fork on the first worker of the second's snapshot: HTTP %d %s", r.code, r.body)
+	}
+	if r := s.shell(t, "dev-token", "branch", "wc -l < log.txt", nil).result(t); r.Status != call.StatusOK || strings.TrimSpace(r.Stdout) != "20" {
+		t.Fatalf("the fork: %s %q %+v; want the snapshot's 20 lines", r.Status, r.Stdout, r.Error)
+	}
+	if r := s.do(t, http.MethodGet, "/v1/workspaces", "dev-token", nil); r.code != http.StatusOK ||
+		!strings.Contains(string(r.body), `"name":"branch"`) || !strings.Contains(string(r.body), `"name":"at20"`) {
+		t.Fatalf("GET /v1/workspaces: HTTP %d %s; want branch, and shared with its snapshot at20", r.code, r.body)
+	}
 	slices.Sort(checkpointMS)
 	t.Logf("checkpoint_ms of %d calls that each changed one file: p50 %d, max %d", len(checkpointMS), checkpointMS[len(checkpointMS)/2], checkpointMS[len(checkpointMS)-1])
 }

@@ -107,29 +107,113 @@ func (h *Heads) SwapHead(ctx context.Context, tenant, workspace string, value []
 // TenantHeads returns every head of tenant's workspaces, by workspace name (none: an empty map). It reads
 // them through one watch of the tenant's keys, from the stream's leader.
 func (h *Heads) TenantHeads(ctx context.Context, tenant string) (map[string][]byte, error) {
-	w, err := h.kv.WatchFiltered(ctx, []string{base64.RawURLEncoding.EncodeToString([]byte(tenant)) + ".*"}, jetstream.IgnoreDeletes())
+	heads := map[string][]byte{}
+	err := h.watchKeys(ctx, base64.RawURLEncoding.EncodeToString([]byte(tenant))+".*", func(key string, value []byte) error {
+		_, enc, _ := strings.Cut(key, ".")
+		name, err := base64.RawURLEncoding.DecodeString(enc)
+		if err != nil {
+			return fmt.Errorf("key %q: %w", key, err)
+		}
+		heads[string(name)] = value
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("read checkpoint heads of tenant %s: %w", tenant, err)
 	}
+	return heads, nil
+}
+
+// snapshotKey is the key of snapshot snap of tenant's workspace: a third token after the workspace's
+// head key, so that TenantHeads (two tokens) never sees it.
+func snapshotKey(tenant, workspace, snap string) string {
+	return headKey(tenant, workspace) + "." + base64.RawURLEncoding.EncodeToString([]byte(snap))
+}
+
+// CreateSnapshot stores value as snapshot snap of tenant's workspace, unless the workspace has a snapshot
+// of that name (created false, nothing written). A write retried after its reply was lost, which finds its
+// own value, counts as created.
+func (h *Heads) CreateSnapshot(ctx context.Context, tenant, workspace, snap string, value []byte) (bool, error) {
+	key := snapshotKey(tenant, workspace, snap)
+	_, err := h.kv.Create(ctx, key, value)
+	if err == nil {
+		return true, nil
+	}
+	if e, gerr := h.kv.Get(ctx, key); gerr == nil && bytes.Equal(e.Value(), value) {
+		return true, nil // our own write, whose reply was lost
+	}
+	if errors.Is(err, jetstream.ErrKeyExists) || isWrongSequence(err) {
+		return false, nil
+	}
+	return false, fmt.Errorf("write snapshot %s of %s/%s: %w", snap, tenant, workspace, err)
+}
+
+// Snapshots returns every snapshot of tenant's workspaces, by workspace and snapshot name (none: an empty
+// map). It reads them through one watch of the tenant's snapshot keys, from the stream's leader.
+func (h *Heads) Snapshots(ctx context.Context, tenant string) (map[string]map[string][]byte, error) {
+	out := map[string]map[string][]byte{}
+	err := h.watchKeys(ctx, base64.RawURLEncoding.EncodeToString([]byte(tenant))+".*.*", func(key string, value []byte) error {
+		_, rest, _ := strings.Cut(key, ".")
+		wenc, senc, _ := strings.Cut(rest, ".")
+		ws, err := base64.RawURLEncoding.DecodeString(wenc)
+		if err != nil {
+			return fmt.Errorf("key %q: %w", key, err)
+		}
+		snap, err := base64.RawURLEncoding.DecodeString(senc)
+		if err != nil {
+			return fmt.Errorf("key %q: %w", key, err)
+		}
+		if out[string(ws)] == nil {
+			out[string(ws)] = map[string][]byte{}
+		}
+		out[string(ws)][string(snap)] = value
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read snapshots of tenant %s: %w", tenant, err)
+	}
+	return out, nil
+}
+
+// DeleteSnapshots removes every snapshot of tenant's workspace (none is not an error).
+func (h *Heads) DeleteSnapshots(ctx context.Context, tenant, workspace string) error {
+	var keys []string
+	err := h.watchKeys(ctx, headKey(tenant, workspace)+".*", func(key string, _ []byte) error {
+		keys = append(keys, key)
+		return nil
+	})
+	for _, k := range keys {
+		if err != nil {
+			break
+		}
+		err = h.kv.Purge(ctx, k)
+	}
+	if err != nil {
+		return fmt.Errorf("delete snapshots of %s/%s: %w", tenant, workspace, err)
+	}
+	return nil
+}
+
+// watchKeys calls fn with every current key matching filter and its value, deleted keys left out.
+func (h *Heads) watchKeys(ctx context.Context, filter string, fn func(key string, value []byte) error) error {
+	w, err := h.kv.WatchFiltered(ctx, []string{filter}, jetstream.IgnoreDeletes())
+	if err != nil {
+		return err
+	}
 	defer w.Stop()
-	heads := map[string][]byte{}
 	for {
 		select {
 		case e, ok := <-w.Updates():
 			if !ok {
-				return nil, fmt.Errorf("read checkpoint heads of tenant %s: the watch ended", tenant)
+				return errors.New("the watch ended")
 			}
 			if e == nil {
-				return heads, nil // every current head delivered
+				return nil // every current key delivered
 			}
-			_, enc, _ := strings.Cut(e.Key(), ".")
-			name, err := base64.RawURLEncoding.DecodeString(enc)
-			if err != nil {
-				return nil, fmt.Errorf("read checkpoint heads of tenant %s: key %q: %w", tenant, e.Key(), err)
+			if err := fn(e.Key(), e.Value()); err != nil {
+				return err
 			}
-			heads[string(name)] = e.Value()
 		case <-ctx.Done():
-			return nil, fmt.Errorf("read checkpoint heads of tenant %s: %w", tenant, ctx.Err())
+			return ctx.Err()
 		}
 	}
 }

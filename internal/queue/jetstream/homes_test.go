@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/toolpool/toolpool/internal/queue"
+	"github.com/toolpool/toolpool/internal/queue/jetstream"
 	"github.com/toolpool/toolpool/internal/queue/jetstream/jstest"
 )
 
@@ -83,18 +84,9 @@ func TestHomes(t *testing.T) {
 // revision its writer read, a stale writer is refused and changes nothing, and every worker reads the
 // latest head; TenantHeads lists a tenant's heads, not another's.
 func TestHeads(t *testing.T) {
-	srv := jstest.Server(t, "")
-	jstest.Connect(t, srv.URL(), "dispatcher", true)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	a, err := jstest.Connect(t, srv.URL(), "worker-a", false).Heads(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := jstest.Connect(t, srv.URL(), "worker-b", false).Heads(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, b := twoWorkersHeads(ctx, t)
 	if v, rev, err := a.GetHead(ctx, "acme", "x..y"); err != nil || v != nil || rev != 0 {
 		t.Fatalf("GetHead of none = %q, %d, %v", v, rev, err)
 	}
@@ -131,4 +123,60 @@ func TestHeads(t *testing.T) {
 	if none, err := b.TenantHeads(ctx, "nobody"); err != nil || len(none) != 0 {
 		t.Fatalf("TenantHeads of a tenant without heads = %q, %v", none, err)
 	}
+}
+
+// TestSnapshotHeads: a snapshot is created once under its name (a second create is refused and changes
+// nothing), listed by workspace and name for its tenant only, never among the tenant's heads, and deleted
+// with its workspace's snapshots, not another workspace's.
+func TestSnapshotHeads(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a, b := twoWorkersHeads(ctx, t)
+	if _, ok, err := a.SwapHead(ctx, "acme", "ws", []byte("h1"), 0); err != nil || !ok {
+		t.Fatalf("head: %v %v", ok, err)
+	}
+	for _, s := range []struct{ tenant, ws, snap, v string }{
+		{"acme", "ws", "s1", "v1"}, {"acme", "ws", "s.2", "v2"}, {"acme", "other", "s1", "o1"}, {"acme.ws", "s1", "x", "t2"},
+	} {
+		if ok, err := a.CreateSnapshot(ctx, s.tenant, s.ws, s.snap, []byte(s.v)); err != nil || !ok {
+			t.Fatalf("create snapshot %+v: %v %v", s, ok, err)
+		}
+	}
+	if ok, err := b.CreateSnapshot(ctx, "acme", "ws", "s1", []byte("again")); err != nil || ok {
+		t.Fatalf("a snapshot of a name taken: %v %v; want refused", ok, err)
+	}
+	all, err := b.Snapshots(ctx, "acme")
+	if err != nil || len(all) != 2 || len(all["ws"]) != 2 || string(all["ws"]["s1"]) != "v1" || string(all["ws"]["s.2"]) != "v2" || string(all["other"]["s1"]) != "o1" {
+		t.Fatalf("Snapshots(acme) = %q, %v; want ws's s1 and s.2, other's s1", all, err)
+	}
+	if heads, err := b.TenantHeads(ctx, "acme"); err != nil || len(heads) != 1 || string(heads["ws"]) != "h1" {
+		t.Fatalf("TenantHeads(acme) = %q, %v; want the head of ws alone, no snapshot", heads, err)
+	}
+	if err := a.DeleteSnapshots(ctx, "acme", "ws"); err != nil {
+		t.Fatal(err)
+	}
+	if all, err := b.Snapshots(ctx, "acme"); err != nil || len(all) != 1 || string(all["other"]["s1"]) != "o1" {
+		t.Fatalf("Snapshots(acme) after deleting ws's = %q, %v; want other's alone", all, err)
+	}
+	if ok, err := b.CreateSnapshot(ctx, "acme", "ws", "s1", []byte("new")); err != nil || !ok {
+		t.Fatalf("a snapshot of a deleted snapshot's name: %v %v", ok, err)
+	}
+	if err := a.DeleteSnapshots(ctx, "nobody", "ws"); err != nil {
+		t.Fatalf("delete the snapshots of a workspace with none: %v", err)
+	}
+}
+
+// twoWorkersHeads opens the heads bucket from two workers' connections to one server (the first makes it).
+func twoWorkersHeads(ctx context.Context, t *testing.T) (a, b *jetstream.Heads) {
+	t.Helper()
+	srv := jstest.Server(t, "")
+	jstest.Connect(t, srv.URL(), "dispatcher", true)
+	var err error
+	if a, err = jstest.Connect(t, srv.URL(), "worker-a", false).Heads(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if b, err = jstest.Connect(t, srv.URL(), "worker-b", false).Heads(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return a, b
 }
