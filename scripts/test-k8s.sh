@@ -66,6 +66,105 @@ if [ ! -x "$HELM" ]; then
 fi
 ETCD=$(command -v etcd) || die "etcd not found: scripts/deps.sh k8s installs Debian's etcd-server"
 
+# One run at a time per machine (the bridge, the DNS address, the kubepods cgroups and the KUBE- chains are
+# the machine's): a second run stops here instead of tearing down the first one's cluster.
+LOCK=/run/toolpool-k8s.lock
+exec 9<>"$LOCK"
+flock -n 9 || die "another make test-k8s is running on this machine (pid $(cat "$LOCK")): wait for it to finish"
+echo $$ >"$LOCK"
+if p=$(pgrep -x kubelet); then
+  die "a kubelet already runs on this machine (pid $(echo $p)): make test-k8s needs a machine without one (it owns the kubepods cgroups and the KUBE- iptables chains)"
+fi
+
+# What the kubelet creates outside its --root-dir (the device plugins' socket, the containers' log links):
+# removed at the end unless they were here before.
+made_dirs=()
+for d in /var/lib/kubelet /var/log/containers /var/lib/cni; do [ -e "$d" ] || made_dirs+=("$d"); done
+
+# clean_node PREFIX: removes from the machine what a cluster of this script leaves behind when it is not
+# stopped cleanly: the pods' processes (whatever is still in the kubepods cgroups) and the shims of the
+# cluster's containerd (its address starts with PREFIX) with their sockets, mounts under PREFIX (network
+# namespaces included: containerd keeps them under its state directory), the kubelet's and kube-proxy's
+# iptables chains (IPv4 and IPv6), the bridge plugin's masquerade rules and cached results for this network,
+# the kubepods cgroups and the bridge. Idempotent. Run at the end with PREFIX $WORK/, and at the start with
+# PREFIX /tmp/toolpool-k8s. for what an earlier run that was killed (SIGKILL, a reboot) left.
+clean_node() {
+  local prefix=$1 n p ino procs ipt t c rule chains cni f id
+  for ((n = 0; n < 100; n++)); do
+    # shellcheck disable=SC2046
+    procs=$(cat $(find /sys/fs/cgroup -path '*/kubepods*' -name cgroup.procs 2>/dev/null) /dev/null 2>/dev/null | sort -u)
+    [ -z "$procs" ] && break
+    # shellcheck disable=SC2086
+    kill -9 $procs 2>/dev/null
+    sleep 0.1
+  done
+  for p in $(pgrep -f "containerd-shim-runc-v2 .*-address $prefix" 2>/dev/null); do
+    # The shim's socket (under /run/containerd/s, whatever containerd's state directory) outlives a killed shim.
+    for ino in $(ls -l "/proc/$p/fd" 2>/dev/null | sed -n 's/.*socket:\[\([0-9]*\)\]$/\1/p'); do
+      awk -v i="$ino" '$7 == i && $8 ~ /^\/run\/containerd\/s\// {print $8}' /proc/net/unix
+    done >"/tmp/toolpool-k8s-shim-sockets.$$"
+    kill -9 "$p" 2>/dev/null
+    xargs -r rm -f <"/tmp/toolpool-k8s-shim-sockets.$$"
+  done
+  rm -f "/tmp/toolpool-k8s-shim-sockets.$$"
+  [ -n "${KBIN:-}" ] && [ -x "$KBIN/kube-proxy" ] && "$KBIN/kube-proxy" --cleanup >/dev/null 2>&1
+  for ipt in iptables ip6tables; do
+    command -v "$ipt" >/dev/null || continue
+    for t in filter nat mangle; do
+      # The kubelet's and kube-proxy's chains (KUBE-FIREWALL drops outside packets to 127.0.0.0/8, the
+      # canaries, ...): the jumps into them from the built-in chains, then the chains.
+      "$ipt" -t "$t" -S 2>/dev/null | grep -E '^-A [A-Z]+ .*-j KUBE-' | grep -v '^-A KUBE-' | sed 's/^-A/-D/' |
+        while read -r rule; do eval "$ipt" -t "$t" "$rule"; done
+      chains=$("$ipt" -t "$t" -S 2>/dev/null | sed -n 's/^-N \(KUBE-[^ ]*\)$/\1/p')
+      for c in $chains; do "$ipt" -t "$t" -F "$c"; done
+      for c in $chains; do "$ipt" -t "$t" -X "$c"; done
+      # The bridge plugin's masquerade rules of a pod whose network was never torn down: they name the network.
+      cni=$("$ipt" -t "$t" -S 2>/dev/null | grep -F 'name: \"toolpool-k8s\"' | grep -oE -- '-j CNI-[0-9a-f]+' | awk '{print $2}' | sort -u)
+      "$ipt" -t "$t" -S 2>/dev/null | grep -F 'name: \"toolpool-k8s\"' | grep -v '^-A CNI-' | sed 's/^-A/-D/' |
+        while read -r rule; do eval "$ipt" -t "$t" "$rule"; done
+      for c in $cni; do "$ipt" -t "$t" -F "$c"; "$ipt" -t "$t" -X "$c"; done
+    done
+  done
+  # containerd's CNI library caches each attachment's result in /var/lib/cni/results, whatever the config.
+  for f in /var/lib/cni/results/toolpool-k8s-*; do
+    [ -e "$f" ] || continue
+    id=${f#/var/lib/cni/results/toolpool-k8s-}
+    id=${id%%-*}
+    rm -f "$f" "/var/lib/cni/results/cni-loopback-$id-lo"
+  done
+  find /var/log/containers -maxdepth 1 -type l -lname "$prefix*" -delete 2>/dev/null
+  ip link del "$BRIDGE" 2>/dev/null
+  # Unmount what the kubelet and containerd left under PREFIX, deepest first.
+  awk -v w="$prefix" 'index($2, w) == 1 {print $2}' /proc/self/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null; done
+  # The kubelet's cgroups (cgroupfs driver), deepest first; a cgroup is removed only once its processes are gone.
+  for ((n = 0; n < 100; n++)); do
+    find /sys/fs/cgroup -depth -mindepth 1 -type d -path '*/kubepods*' -exec rmdir {} + 2>/dev/null
+    [ -z "$(find /sys/fs/cgroup -mindepth 1 -maxdepth 2 -type d -name 'kubepods*' 2>/dev/null)" ] && break
+    sleep 0.1
+  done
+}
+
+# leftovers PREFIX: what clean_node should have removed and did not, one line each.
+leftovers() {
+  local prefix=$1 ipt t
+  pgrep -af -- "$prefix" | sed 's/^/process: /'
+  # shellcheck disable=SC2046
+  cat $(find /sys/fs/cgroup -path '*/kubepods*' -name cgroup.procs 2>/dev/null) /dev/null 2>/dev/null | sort -u | sed 's/^/process in the kubepods cgroups: /'
+  find /sys/fs/cgroup -mindepth 1 -maxdepth 2 -type d -name 'kubepods*' 2>/dev/null | sed 's/^/cgroup: /'
+  awk -v w="$prefix" 'index($2, w) == 1 {print "mount: " $2}' /proc/self/mounts
+  ip -o link show master "$BRIDGE" 2>/dev/null | awk '{print "interface: " $2}'
+  ip link show "$BRIDGE" >/dev/null 2>&1 && echo "bridge: $BRIDGE"
+  for ipt in iptables ip6tables; do
+    command -v "$ipt" >/dev/null || continue
+    for t in filter nat mangle; do
+      "$ipt" -t "$t" -S 2>/dev/null | grep -E -- '^-N KUBE-|-j KUBE-|name: \\"toolpool-k8s\\"' | sed "s/^/$ipt -t $t: /"
+    done
+  done
+  compgen -G '/var/lib/cni/results/toolpool-k8s-*' | sed 's/^/CNI result: /'
+  find /var/log/containers -maxdepth 1 -lname "$prefix*" 2>/dev/null | sed 's/^/log link: /'
+}
+
+clean_node /tmp/toolpool-k8s. || true   # || : its steps may fail (nothing to remove); set -e must not stop it
 WORK=$(mktemp -d /tmp/toolpool-k8s.XXXXXX)
 chmod 0755 "$WORK"
 pids=()
@@ -76,10 +175,15 @@ SYSCTLS=(vm.overcommit_memory kernel.panic kernel.panic_on_oops net.ipv4.ip_forw
 saved_sysctls=()
 for s in "${SYSCTLS[@]}"; do saved_sysctls+=("$s=$(sysctl -n "$s")"); done
 stop_cluster() {
-  set +e
-  if [ -n "${KUBECONFIG:-}" ] && [ -z "${TOOLPOOL_K8S_KEEP:-}" ]; then
-    # Pods first, through the kubelet, so that their containers and mounts go away cleanly.
-    timeout 60 "$KUBECTL" delete namespace "$NS" --wait=true >/dev/null 2>&1
+  set +eu
+  if [ -n "${KUBECONFIG:-}" ] && [ -n "${kcm_pid:-}" ]; then
+    # The pods first, through the kubelet, so that their containers, mounts, network namespaces and CNI
+    # rules go away cleanly: the controller manager is stopped so that nothing recreates them, then every
+    # pod is deleted and the node's containerd is given a minute to have no task left.
+    kill "$kcm_pid" 2>/dev/null
+    timeout 120 "$KUBECTL" delete pods --all --all-namespaces --grace-period=5 --wait=true >/dev/null 2>&1
+    local deadline=$(($(date +%s) + 60))
+    while [ -n "$("${CTR[@]}" tasks ls -q 2>/dev/null)" ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 0.5; done
   fi
   local i
   for ((i = ${#pids[@]} - 1; i >= 0; i--)); do kill "${pids[$i]}" 2>/dev/null; done
@@ -88,27 +192,29 @@ stop_cluster() {
     while kill -0 "${pids[$i]}" 2>/dev/null && [ $n -lt 100 ]; do sleep 0.1; n=$((n + 1)); done
     kill -9 "${pids[$i]}" 2>/dev/null
   done
-  # The pods' shims outlive containerd: kill those of this cluster's containerd only.
-  for p in $(pgrep -f "containerd-shim-runc-v2 .*-address $WORK/" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
-  [ -x "$KBIN/kube-proxy" ] && "$KBIN/kube-proxy" --cleanup >/dev/null 2>&1
-  # The kubelet's own chains (KUBE-FIREWALL drops outside packets to 127.0.0.0/8, the canaries, ...).
-  local t c rule chains
-  for t in filter nat mangle; do
-    iptables -t "$t" -S 2>/dev/null | grep -E '^-A [A-Z]+ .*-j KUBE-' | grep -v '^-A KUBE-' | sed 's/^-A/-D/' |
-      while read -r rule; do eval iptables -t "$t" "$rule"; done
-    chains=$(iptables -t "$t" -S 2>/dev/null | sed -n 's/^-N \(KUBE-[^ ]*\)$/\1/p')
-    for c in $chains; do iptables -t "$t" -F "$c"; done
-    for c in $chains; do iptables -t "$t" -X "$c"; done
-  done
-  ip link del "$BRIDGE" 2>/dev/null
+  clean_node "$WORK/"
   for s in "${saved_sysctls[@]}"; do sysctl -qw "$s"; done
-  # Unmount what the kubelet and containerd left under WORK, deepest first.
-  awk -v w="$WORK/" 'index($2, w) == 1 {print $2}' /proc/self/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null; done
+  for d in "${made_dirs[@]}"; do
+    case $d in
+      /var/lib/kubelet) rm -rf "$d" ;;                          # only the kubelet uses it
+      *) find "$d" -depth -type d -empty -delete 2>/dev/null ;; # others may have put something there meanwhile
+    esac
+  done
+  local left s
+  left=$(leftovers "$WORK/")
+  for s in "${saved_sysctls[@]}"; do [ "$(sysctl -n "${s%%=*}")" = "${s#*=}" ] || left+=$'\n'"sysctl: ${s%%=*} is $(sysctl -n "${s%%=*}"), was ${s#*=}"; done
+  for d in "${made_dirs[@]}"; do [ -e "$d" ] && left+=$'\n'"directory: $d"; done
   if [ -n "${TOOLPOOL_K8S_KEEP_LOGS:-}" ]; then
     echo "test-k8s: logs kept in $WORK/logs" >&2
   else
     rm -rf "$WORK"
   fi
+  left=$(sed '/^$/d' <<<"$left")
+  if [ -n "$left" ]; then
+    printf 'test-k8s: FAIL: the cleanup left this on the machine:\n%s\n' "$left" >&2
+    exit 1
+  fi
+  echo "test-k8s: nothing left on the machine (processes, mounts, interfaces, iptables rules, cgroups, sysctls)" >&2
 }
 trap stop_cluster EXIT
 trap 'exit 143' TERM
@@ -127,7 +233,7 @@ wait_for() { # wait_for SECONDS WHAT COMMAND...: polls COMMAND every half second
 start() { # start NAME COMMAND...: runs it in the background, its output in logs/NAME.log
   local name=$1
   shift
-  "$@" >"$WORK/logs/$name.log" 2>&1 &
+  "$@" >"$WORK/logs/$name.log" 2>&1 9>&- &
   pids+=($!)
 }
 mkdir -p "$WORK/logs" "$WORK/pki" "$WORK/cni" "$WORK/pv"
@@ -187,6 +293,7 @@ start kube-controller-manager "$KBIN/kube-controller-manager" --kubeconfig "$KUB
   --authentication-kubeconfig "$KUBECONFIG" --authorization-kubeconfig "$KUBECONFIG" \
   --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" --use-service-account-credentials \
   --service-cluster-ip-range "$SERVICE_CIDR" --leader-elect=false --bind-address 127.0.0.1 --secure-port "$(free_port)" --v=1
+kcm_pid=${pids[-1]}
 start kube-scheduler "$KBIN/kube-scheduler" --kubeconfig "$KUBECONFIG" \
   --authentication-kubeconfig "$KUBECONFIG" --authorization-kubeconfig "$KUBECONFIG" \
   --leader-elect=false --bind-address 127.0.0.1 --secure-port "$(free_port)" --v=1
@@ -215,6 +322,9 @@ state = "$CTRD/state"
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
   enable_selinux = false
+  # The pods' network namespaces and runc's state live under the run's directory, not in /run/netns and
+  # /run/containerd/runc, so that whatever a crash leaves is removed with it.
+  netns_mounts_under_state_dir = true
   restrict_oom_score_adj = $restrict_oom
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
@@ -223,6 +333,8 @@ state = "$CTRD/state"
     default_runtime_name = "runc"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        Root = "$CTRD/runc"
 TOML
 start containerd containerd --config "$CTRD/config.toml"
 wait_for 30 "containerd socket" test -S "$CTRD/containerd.sock"
@@ -383,7 +495,7 @@ expect() { # expect WHAT JQ-CONDITION ENVELOPE
 
 step "an allowed call, through kubectl port-forward svc/$RELEASE-dispatcher (the chart's README)"
 PF_PORT=$(free_port)
-"$KUBECTL" -n "$NS" port-forward "svc/$RELEASE-dispatcher" "$PF_PORT:8080" >"$WORK/logs/port-forward.log" 2>&1 &
+"$KUBECTL" -n "$NS" port-forward "svc/$RELEASE-dispatcher" "$PF_PORT:8080" >"$WORK/logs/port-forward.log" 2>&1 9>&- &
 pf=$!
 pids+=($pf)
 wait_for 30 "port-forward listening" curl -s "http://127.0.0.1:$PF_PORT/healthz"
