@@ -6,19 +6,22 @@
 #   1. binaries: kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy built from
 #      k8s.io/kubernetes, and CoreDNS (scripts/k8s-build.sh; cached in ~/.cache/toolpool/k8s); etcd, the CNI
 #      plugins, iptables and conntrack from Debian (scripts/deps.sh k8s);
-#   2. images: make images (dispatcher, worker, nats) and a pause image, imported into the kubelet's own
-#      containerd with ctr: nothing is pulled;
+#   2. images: make images (dispatcher, worker, nats) into bin/images, and a pause image, imported into the
+#      kubelet's own containerd with ctr: nothing is pulled;
 #   3. a one-node cluster: etcd, the API server, controller manager, scheduler, a private containerd, the
 #      kubelet (cgroupfs driver, cgroup v1 or v2), kube-proxy (iptables) and CoreDNS, on a bridge CNI
 #      network, every port but DNS's chosen free at start;
-#   4. the chart: helm install with deploy/helm/toolpool/ci/k8s-values.yaml, wait for Ready; calls through
+#   4. the chart: the README's steps word for word (kubectl create namespace, label, ctr import, helm install
+#      with deploy/helm/toolpool/ci/k8s-values.yaml), wait for Ready; calls through
 #      the dispatcher's Service: an allowed call, an approval, a seeded workspace, a streamed call; a worker
 #      pod killed mid-call (the call ends in exactly one final state); helm upgrade with a changed value
 #      under load (no accepted call lost); helm uninstall (only what docs/deploy.md says is kept remains).
 #
 # Needs root, Debian 12 (or a derivative), Go, and the Go module proxy and Debian's archive the first time.
-# One run at a time per machine: it owns the bridge tpk8s0, the DNS address 10.244.0.1:53 and kube-proxy's
-# iptables chains, and removes them at the end. TOOLPOOL_K8S_KEEP=1 leaves the cluster (not the release,
+# One run at a time per machine (a lock in /run): it owns the bridge tpk8s0, the DNS address 10.244.0.1:53,
+# the kubepods cgroups, the KUBE- iptables chains and /var/lib/toolpool/workspaces; at the end, passed or
+# failed, it removes everything it made and fails if anything is left (and removes at the start what a
+# killed earlier run left). TOOLPOOL_K8S_KEEP=1 leaves the cluster (not the release,
 # which the test uninstalls) running at the end, printing its KUBECONFIG, until Ctrl-C;
 # TOOLPOOL_K8S_KEEP_LOGS=1 keeps every component's log in the run's directory.
 set -euo pipefail
@@ -80,6 +83,12 @@ fi
 # removed at the end unless they were here before.
 made_dirs=()
 for d in /var/lib/kubelet /var/log/containers /var/lib/cni; do [ -e "$d" ] || made_dirs+=("$d"); done
+# The README's install keeps the chart's default workspaces directory on the node: the run's calls write
+# there, and it is removed at the end, so it must not hold anyone's workspaces before.
+WORKSPACES=/var/lib/toolpool/workspaces
+[ -e "$WORKSPACES" ] && die "$WORKSPACES exists: the chart's default workspaces directory, which the README's install uses on this node; move it away first"
+[ -e /var/lib/toolpool ] || made_dirs+=(/var/lib/toolpool)
+made_dirs+=("$WORKSPACES")
 
 # clean_node PREFIX: removes from the machine what a cluster of this script leaves behind when it is not
 # stopped cleanly: the pods' processes (whatever is still in the kubepods cgroups) and the shims of the
@@ -196,7 +205,7 @@ stop_cluster() {
   for s in "${saved_sysctls[@]}"; do sysctl -qw "$s"; done
   for d in "${made_dirs[@]}"; do
     case $d in
-      /var/lib/kubelet) rm -rf "$d" ;;                          # only the kubelet uses it
+      /var/lib/kubelet | /var/lib/toolpool | "$WORKSPACES") rm -rf "$d" ;; # only the kubelet, only this run
       *) find "$d" -depth -type d -empty -delete 2>/dev/null ;; # others may have put something there meanwhile
     esac
   done
@@ -299,7 +308,7 @@ start kube-scheduler "$KBIN/kube-scheduler" --kubeconfig "$KUBECONFIG" \
   --leader-elect=false --bind-address 127.0.0.1 --secure-port "$(free_port)" --v=1
 
 # --- the node: containerd, CNI, kubelet, kube-proxy, CoreDNS -------------------------------------------------
-step "the node's containerd ($(containerd --version | awk '{print $3}')), with the images (built twice, compared) imported"
+step "the node's containerd ($(containerd --version | awk '{print $3}')), and make images (built twice, compared) into bin/images"
 CTRD=$WORK/containerd
 mkdir -p "$CTRD"
 # The kubelet asks for negative oom_score_adj values (-998 for a pod's sandbox), which only a process with
@@ -340,20 +349,18 @@ start containerd containerd --config "$CTRD/config.toml"
 wait_for 30 "containerd socket" test -S "$CTRD/containerd.sock"
 CTR=(ctr --address "$CTRD/containerd.sock" -n k8s.io)
 
-IMAGES=$WORK/images
-# --check builds every image twice and fails unless both builds are identical: the images the cluster runs
-# are reproducible ones.
+# make images, into bin/images as the chart's README has it; --check builds every image twice and fails
+# unless both builds are identical: the images the cluster runs are reproducible ones. The README's own
+# ctr import loop loads them below, at the install.
+IMAGES=bin/images
 IMAGES_OUT=$IMAGES bash scripts/images.sh --check >"$WORK/logs/images.log" 2>&1 || { cat "$WORK/logs/images.log" >&2; die "make images failed"; }
 grep -E "^images: .*($IMAGES/|reproducible)" "$WORK/logs/images.log" | sed 's/^/   /' >&2
 mkdir -p "$WORK/pause-root/usr/local/bin"
 CGO_ENABLED=0 $GO -C deploy/images build -trimpath -ldflags "-s -w" -o "$WORK/pause-root/usr/local/bin/pause" ./pause
 $GO -C deploy/images build -o "$WORK/images-tool" .
-"$WORK/images-tool" -name toolpool.local/pause:dev -o "$IMAGES/pause.oci.tar" -layer "$WORK/pause-root" \
+"$WORK/images-tool" -name toolpool.local/pause:dev -o "$WORK/pause.oci.tar" -layer "$WORK/pause-root" \
   -user 65535:65535 -entrypoint /usr/local/bin/pause >/dev/null
-for n in pause dispatcher worker nats; do
-  "${CTR[@]}" images import "$IMAGES/$n.oci.tar" >/dev/null || die "ctr import $n failed"
-done
-"${CTR[@]}" images ls -q | grep -q toolpool.local/worker:dev || die "the worker image is not in the node's containerd"
+"${CTR[@]}" images import "$WORK/pause.oci.tar" >/dev/null || die "ctr import pause failed"
 
 step "CNI: bridge $BRIDGE, pods in $POD_CIDR"
 ip link add "$BRIDGE" type bridge 2>/dev/null || true
@@ -438,11 +445,14 @@ step "cluster up: $("$KUBECTL" version -o json | jq -r .serverVersion.gitVersion
 # (WaitForFirstConsumer, as local volumes should: with immediate binding the scheduler saw a claim still
 # unbound and left its pod Pending for minutes). hostPath volumes get no fsGroup ownership: they are made
 # owned by the NATS user (1000), as a provisioner that honours fsGroup would leave them.
-step "three hostPath PersistentVolumes of class toolpool-k8s-local for the built-in NATS's claims"
+# The class is the cluster's default, as a real cluster's is: the chart's values name none.
+step "three hostPath PersistentVolumes of the default class toolpool-k8s-local for the built-in NATS's claims"
 "$KUBECTL" apply -f - >/dev/null <<YAML
 apiVersion: storage.k8s.io/v1
 kind: StorageClass
-metadata: {name: toolpool-k8s-local}
+metadata:
+  name: toolpool-k8s-local
+  annotations: {storageclass.kubernetes.io/is-default-class: "true"}
 provisioner: kubernetes.io/no-provisioner
 volumeBindingMode: WaitForFirstConsumer
 YAML
@@ -462,13 +472,34 @@ YAML
 done
 
 VALUES=deploy/helm/toolpool/ci/k8s-values.yaml
-WORKSPACES=$WORK/workspaces
-# The chart's README steps, as written.
-step "helm install $RELEASE with $VALUES, --wait for every pod Ready"
-"$KUBECTL" create namespace "$NS" >/dev/null
-"$KUBECTL" label namespace "$NS" pod-security.kubernetes.io/enforce=privileged >/dev/null
-if ! "$HELM" install "$RELEASE" deploy/helm/toolpool -n "$NS" -f "$VALUES" --set "worker.workspaces.path=$WORKSPACES" \
-  --wait --timeout 10m >"$WORK/logs/helm-install.log" 2>&1; then
+# The chart's README steps, word for word: each line must be in deploy/helm/toolpool/README.md as it is here,
+# and runs as a user would type it (kubectl, helm and ctr on PATH; ctr reaches the node's containerd through
+# CONTAINERD_ADDRESS). Only `sudo make images` is not repeated: the images were built above, into the same
+# bin/images.
+README_STEPS=(
+  'kubectl create namespace toolpool'
+  'kubectl label namespace toolpool pod-security.kubernetes.io/enforce=privileged   # the workers run containers'
+  'for n in dispatcher worker nats; do ctr -n k8s.io images import bin/images/$n.oci.tar; done   # on every node'
+  'helm install toolpool deploy/helm/toolpool -n toolpool -f deploy/helm/toolpool/ci/k8s-values.yaml'
+)
+step "the chart's README steps, as written: kubectl create namespace, label, ctr import, helm install; then every pod Ready"
+for line in "${README_STEPS[@]}"; do
+  grep -qxF -- "$line" deploy/helm/toolpool/README.md || die "deploy/helm/toolpool/README.md no longer has the line this test runs: $line"
+done
+USER_PATH=$(dirname "$HELM"):$(dirname "$KUBECTL"):$PATH
+for line in "${README_STEPS[@]}"; do
+  echo "   \$ $line" >&2
+  (export PATH=$USER_PATH CONTAINERD_ADDRESS=$CTRD/containerd.sock && eval "$line") >>"$WORK/logs/helm-install.log" 2>&1 ||
+    { cat "$WORK/logs/helm-install.log" >&2; die "the README's step failed: $line"; }
+done
+"${CTR[@]}" images ls -q | grep -q toolpool.local/worker:dev || die "the README's ctr import left no worker image in the node's containerd"
+# What helm install --wait would do: every workload of the release rolled out.
+ready() {
+  "$KUBECTL" -n "$NS" rollout status "statefulset/$RELEASE-nats" --timeout 10m &&
+    "$KUBECTL" -n "$NS" rollout status "deployment/$RELEASE-dispatcher" --timeout 5m &&
+    "$KUBECTL" -n "$NS" rollout status "daemonset/$RELEASE-worker" --timeout 5m
+}
+if ! ready >>"$WORK/logs/helm-install.log" 2>&1; then
   cat "$WORK/logs/helm-install.log" >&2
   "$KUBECTL" -n "$NS" get pods -o wide >&2
   "$KUBECTL" -n "$NS" describe pods >&2 | tail -80
@@ -596,7 +627,7 @@ sleep 3
 pods_of() { "$KUBECTL" -n "$NS" get pods -l "app.kubernetes.io/component=$1" -o json | jq -r '.items[] | select(.metadata.deletionTimestamp == null) | .metadata.uid' | sort; }
 before=$( { pods_of dispatcher; pods_of worker; } | sort)
 ustart=$(date +%s)
-"$HELM" upgrade "$RELEASE" deploy/helm/toolpool -n "$NS" -f "$VALUES" --set "worker.workspaces.path=$WORKSPACES" \
+"$HELM" upgrade "$RELEASE" deploy/helm/toolpool -n "$NS" -f "$VALUES" \
   --set worker.slots=3 --set dispatcher.logLevel=debug --wait --timeout 10m >"$WORK/logs/helm-upgrade.log" 2>&1 \
   || { cat "$WORK/logs/helm-upgrade.log" >&2; die "helm upgrade failed"; }
 "$KUBECTL" -n "$NS" rollout status deployment/"$RELEASE-dispatcher" --timeout 5m >/dev/null
