@@ -183,8 +183,12 @@ SYSCTLS=(vm.overcommit_memory kernel.panic kernel.panic_on_oops net.ipv4.ip_forw
 [ -e /proc/sys/net/bridge/bridge-nf-call-iptables ] && SYSCTLS+=(net.bridge.bridge-nf-call-iptables)
 saved_sysctls=()
 for s in "${SYSCTLS[@]}"; do saved_sysctls+=("$s=$(sysctl -n "$s")"); done
+# The script's own stderr, kept on fd 8: a signal can run the cleanup below inside a step whose output goes
+# to a log in the run's directory, which the cleanup removes, and its report must not go there.
+exec 8>&2
 stop_cluster() {
   set +eu
+  exec 2>&8 1>&8
   if [ -n "${KUBECONFIG:-}" ] && [ -n "${kcm_pid:-}" ]; then
     # The pods first, through the kubelet, so that their containers, mounts, network namespaces and CNI
     # rules go away cleanly: the controller manager is stopped so that nothing recreates them, then every
