@@ -23,7 +23,9 @@
 # failed, it removes everything it made and fails if anything is left (and removes at the start what a
 # killed earlier run left). TOOLPOOL_K8S_KEEP=1 leaves the cluster (not the release,
 # which the test uninstalls) running at the end, printing its KUBECONFIG, until Ctrl-C;
-# TOOLPOOL_K8S_KEEP_LOGS=1 keeps every component's log in the run's directory.
+# TOOLPOOL_K8S_KEEP_LOGS=1 keeps every component's log in the run's directory. TOOLPOOL_K8S_GVISOR=1 builds
+# the worker image with gVisor's runsc (make images WORKER_GVISOR=1) and, with the production values, runs
+# tenant globex's calls under gVisor, as those values say.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -32,6 +34,7 @@ K8S_VERSION=${K8S_VERSION:-v1.33.13}
 COREDNS_VERSION=${COREDNS_VERSION:-v1.14.7}
 K8S_CACHE=${K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/toolpool/k8s}
 HELM_VERSION=${HELM_VERSION:-v3.21.4}
+GVISOR=${TOOLPOOL_K8S_GVISOR:-0}
 HELM=${HELM:-${XDG_CACHE_HOME:-$HOME/.cache}/toolpool/helm-$HELM_VERSION/helm}
 GO=${GO:-go}
 NS=toolpool
@@ -56,6 +59,7 @@ die() {
   exit 1
 }
 [ "$(id -u)" = 0 ] || die "run as root: the kubelet, containerd and kube-proxy need it"
+[[ $GVISOR =~ ^[01]$ ]] || die "TOOLPOOL_K8S_GVISOR=$GVISOR: want 1 (runsc in the worker image, globex's calls under gVisor) or 0"
 
 step "binaries: Kubernetes $K8S_VERSION and CoreDNS $COREDNS_VERSION (built once into $K8S_CACHE), helm, Debian's packages"
 bash scripts/deps.sh k8s
@@ -357,7 +361,7 @@ CTR=(ctr --address "$CTRD/containerd.sock" -n k8s.io)
 # unless both builds are identical: the images the cluster runs are reproducible ones. The README's own
 # ctr import loop loads them below, at the install.
 IMAGES=bin/images
-IMAGES_OUT=$IMAGES bash scripts/images.sh --check >"$WORK/logs/images.log" 2>&1 || { cat "$WORK/logs/images.log" >&2; die "make images failed"; }
+WORKER_GVISOR=$GVISOR IMAGES_OUT=$IMAGES bash scripts/images.sh --check >"$WORK/logs/images.log" 2>&1 || { cat "$WORK/logs/images.log" >&2; die "make images failed"; }
 grep -E "^images: .*($IMAGES/|reproducible)" "$WORK/logs/images.log" | sed 's/^/   /' >&2
 mkdir -p "$WORK/pause-root/usr/local/bin"
 CGO_ENABLED=0 $GO -C deploy/images build -trimpath -ldflags "-s -w" -o "$WORK/pause-root/usr/local/bin/pause" ./pause
@@ -699,7 +703,11 @@ worker:
   image: {repository: toolpool.local/worker, tag: dev, pullPolicy: Never}
   resources: {requests: {cpu: 200m, memory: 256Mi}, limits: {memory: 4Gi}}    # 2 CPUs, 4 GiB do not fit
   images: {pinned: [], registries: []}   # registry.example.com does not exist
-  gvisor: {disabled: true}               # the image has no runsc
+YAML
+# Without TOOLPOOL_K8S_GVISOR=1 the worker image has no runsc: gVisor is never offered, and globex (whose
+# calls must run under it) is not called.
+[ "$GVISOR" = 1 ] || echo "  gvisor: {disabled: true}" >>"$WORK/one-node.yaml"
+cat >>"$WORK/one-node.yaml" <<'YAML'
   drainTimeoutSeconds: 60
 jetstream:
   builtin:
@@ -729,6 +737,12 @@ expect "acme's echo (on no list) waits for approval" '.status == "pending_approv
 api -X POST "$API/v1/approvals/$id" -H 'Content-Type: application/json' -d '{"decision":"approve"}' >/dev/null
 await "$id" >/dev/null
 expect "approved, then run, on the shared workspaces claim" '.status == "ok" and .stdout == "hi\n"' "$(api "$API/v1/calls/$id")"
+if [ "$GVISOR" = 1 ]; then
+  # globex's calls run only under gVisor (tenants[].runtime): a worker without it answers runtime_unavailable.
+  # Its token is "bar" (its sha256 is in the values).
+  r=$(TOKEN=bar call '{"tool":"run_shell","args":{"command":"ls -d /workspace"},"workspace":"globex"}')
+  expect "globex's ls, under gVisor (runsc in the worker image)" '.status == "ok" and .stdout == "/workspace\n"' "$r"
+fi
 "$HELM" uninstall "$RELEASE" -n "$NS" --wait --timeout 5m >"$WORK/logs/helm-uninstall-production.log" 2>&1 \
   || { cat "$WORK/logs/helm-uninstall-production.log" >&2; die "helm uninstall (production values) failed"; }
 "$KUBECTL" -n monitoring get configmaps -o name | grep -q dashboard && die "the Grafana dashboard ConfigMap outlived helm uninstall"
