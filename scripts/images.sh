@@ -11,6 +11,9 @@
 #
 #   scripts/images.sh                 build all three into $IMAGES_OUT (bin/images)
 #   scripts/images.sh --check         build twice from the same inputs and fail unless the digests match
+#   WORKER_GVISOR=1 scripts/images.sh  the worker image also carries gVisor's runsc (/usr/local/bin/runsc,
+#                                     static, built from the Go module proxy at the version scripts/gvisor.sh
+#                                     pins): its worker then offers the gvisor runtime
 #
 # Output, per image: NAME.oci.tar (load it with `ctr -n k8s.io images import NAME.oci.tar`, or push it with
 # `crane push NAME.oci.tar REF` / `skopeo copy oci-archive:NAME.oci.tar docker://REF`), NAME.digest, and for
@@ -35,6 +38,7 @@ WORKER_EXTRA_PACKAGES=${WORKER_EXTRA_PACKAGES:-git python3 jq diffutils patch pr
 # pull in as dependencies).
 WORKER_BASE_PACKAGES="base-files bash coreutils dash debianutils diffutils findutils grep gzip hostname libc-bin
   mawk sed tar util-linux containerd runc tini ca-certificates"
+WORKER_GVISOR=${WORKER_GVISOR:-0}
 VERSION=$(git describe --tags --always 2>/dev/null || echo dev)
 REVISION=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 
@@ -42,6 +46,7 @@ die() { printf 'images: %s\n' "$*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || die "run as root: the worker's Debian files must keep their owners (root, and a few others)"
 command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null || die "needs apt-get and dpkg-deb (Debian 12 or a derivative)"
 [[ $EPOCH =~ ^[0-9]+$ ]] || die "SOURCE_DATE_EPOCH=$EPOCH: want seconds since 1970"
+[[ $WORKER_GVISOR =~ ^[01]$ ]] || die "WORKER_GVISOR=$WORKER_GVISOR: want 1 (runsc in the worker image) or 0"
 
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
@@ -54,6 +59,16 @@ build -o "$WORK/bin/" ./cmd/dispatcher ./cmd/worker ./cmd/toolpool-runner ./cmd/
 # nats-server at the version go.mod requires: the release toolpool is tested against.
 build -o "$WORK/bin/nats-server" github.com/nats-io/nats-server/v2
 NATS_VERSION=$($GO list -m -f '{{.Version}}' github.com/nats-io/nats-server/v2)
+if [ "$WORKER_GVISOR" = 1 ]; then
+  # The version scripts/gvisor.sh pins (one source), built as it builds it: static, or runsc cannot re-execute
+  # itself inside its chroot (scripts/gvisor.sh says why).
+  GVISOR_VERSION=$(sed -n 's/^GVISOR_VERSION=\${GVISOR_VERSION:-\(.*\)}$/\1/p' scripts/gvisor.sh)
+  [ -n "$GVISOR_VERSION" ] || die "WORKER_GVISOR=1: no GVISOR_VERSION pin found in scripts/gvisor.sh"
+  echo "images: building gVisor's runsc $GVISOR_VERSION for the worker (a few minutes the first time)" >&2
+  (cd "$WORK" && CGO_ENABLED=0 GOFLAGS= GOBIN="$WORK/gvisor" $GO install -trimpath \
+    -ldflags "-s -w -X gvisor.dev/gvisor/runsc/version.version=$GVISOR_VERSION" "gvisor.dev/gvisor/runsc@$GVISOR_VERSION") ||
+    die "WORKER_GVISOR=1: building runsc $GVISOR_VERSION failed"
+fi
 
 # labels TITLE DESCRIPTION: sets the array lbl to the -label flags of an image.
 labels() {
@@ -161,6 +176,7 @@ build_all() { # build_all OUTDIR
   debian_rootfs "$r/worker-debian" "$out/worker.debs.txt"
   install -m 0755 "$WORK/bin/worker" "$WORK/bin/toolpool-runner" "$WORK/bin/toolpool-init" "$r/worker-bin/usr/local/bin/"
   install -m 0755 deploy/docker/worker-entrypoint.sh "$r/worker-bin/usr/local/bin/toolpool-worker-entrypoint"
+  if [ "$WORKER_GVISOR" = 1 ]; then install -m 0755 "$WORK/gvisor/runsc" "$r/worker-bin/usr/local/bin/"; fi
   labels "toolpool worker" "toolpool's worker: runs every AI agent tool call in a fresh containerd container"
   # Root is required (docs/deploy.md, why the worker is privileged); the calls run as 65532, no capabilities.
   # tini reaps containerd's shims and passes SIGTERM on, so the worker drains.

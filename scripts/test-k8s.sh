@@ -6,21 +6,26 @@
 #   1. binaries: kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy built from
 #      k8s.io/kubernetes, and CoreDNS (scripts/k8s-build.sh; cached in ~/.cache/toolpool/k8s); etcd, the CNI
 #      plugins, iptables and conntrack from Debian (scripts/deps.sh k8s);
-#   2. images: make images (dispatcher, worker, nats) and a pause image, imported into the kubelet's own
-#      containerd with ctr: nothing is pulled;
+#   2. images: make images (dispatcher, worker, nats) into bin/images, and a pause image, imported into the
+#      kubelet's own containerd with ctr: nothing is pulled;
 #   3. a one-node cluster: etcd, the API server, controller manager, scheduler, a private containerd, the
 #      kubelet (cgroupfs driver, cgroup v1 or v2), kube-proxy (iptables) and CoreDNS, on a bridge CNI
 #      network, every port but DNS's chosen free at start;
-#   4. the chart: helm install with deploy/helm/toolpool/ci/k8s-values.yaml, wait for Ready; calls through
+#   4. the chart: the README's steps word for word (kubectl create namespace, label, ctr import, helm install
+#      with deploy/helm/toolpool/ci/k8s-values.yaml), wait for Ready; calls through
 #      the dispatcher's Service: an allowed call, an approval, a seeded workspace, a streamed call; a worker
 #      pod killed mid-call (the call ends in exactly one final state); helm upgrade with a changed value
 #      under load (no accepted call lost); helm uninstall (only what docs/deploy.md says is kept remains).
 #
 # Needs root, Debian 12 (or a derivative), Go, and the Go module proxy and Debian's archive the first time.
-# One run at a time per machine: it owns the bridge tpk8s0, the DNS address 10.244.0.1:53 and kube-proxy's
-# iptables chains, and removes them at the end. TOOLPOOL_K8S_KEEP=1 leaves the cluster (not the release,
+# One run at a time per machine (a lock in /run): it owns the bridge tpk8s0, the DNS address 10.244.0.1:53,
+# the kubepods cgroups, the KUBE- iptables chains and /var/lib/toolpool/workspaces; at the end, passed or
+# failed, it removes everything it made and fails if anything is left (and removes at the start what a
+# killed earlier run left). TOOLPOOL_K8S_KEEP=1 leaves the cluster (not the release,
 # which the test uninstalls) running at the end, printing its KUBECONFIG, until Ctrl-C;
-# TOOLPOOL_K8S_KEEP_LOGS=1 keeps every component's log in the run's directory.
+# TOOLPOOL_K8S_KEEP_LOGS=1 keeps every component's log in the run's directory. TOOLPOOL_K8S_GVISOR=1 builds
+# the worker image with gVisor's runsc (make images WORKER_GVISOR=1) and, with the production values, runs
+# tenant globex's calls under gVisor, as those values say.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -29,6 +34,7 @@ K8S_VERSION=${K8S_VERSION:-v1.33.13}
 COREDNS_VERSION=${COREDNS_VERSION:-v1.14.7}
 K8S_CACHE=${K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/toolpool/k8s}
 HELM_VERSION=${HELM_VERSION:-v3.21.4}
+GVISOR=${TOOLPOOL_K8S_GVISOR:-0}
 HELM=${HELM:-${XDG_CACHE_HOME:-$HOME/.cache}/toolpool/helm-$HELM_VERSION/helm}
 GO=${GO:-go}
 NS=toolpool
@@ -53,6 +59,7 @@ die() {
   exit 1
 }
 [ "$(id -u)" = 0 ] || die "run as root: the kubelet, containerd and kube-proxy need it"
+[[ $GVISOR =~ ^[01]$ ]] || die "TOOLPOOL_K8S_GVISOR=$GVISOR: want 1 (runsc in the worker image, globex's calls under gVisor) or 0"
 
 step "binaries: Kubernetes $K8S_VERSION and CoreDNS $COREDNS_VERSION (built once into $K8S_CACHE), helm, Debian's packages"
 bash scripts/deps.sh k8s
@@ -66,6 +73,111 @@ if [ ! -x "$HELM" ]; then
 fi
 ETCD=$(command -v etcd) || die "etcd not found: scripts/deps.sh k8s installs Debian's etcd-server"
 
+# One run at a time per machine (the bridge, the DNS address, the kubepods cgroups and the KUBE- chains are
+# the machine's): a second run stops here instead of tearing down the first one's cluster.
+LOCK=/run/toolpool-k8s.lock
+exec 9<>"$LOCK"
+flock -n 9 || die "another make test-k8s is running on this machine (pid $(cat "$LOCK")): wait for it to finish"
+echo $$ >"$LOCK"
+if p=$(pgrep -x kubelet); then
+  die "a kubelet already runs on this machine (pid $(echo $p)): make test-k8s needs a machine without one (it owns the kubepods cgroups and the KUBE- iptables chains)"
+fi
+
+# What the kubelet creates outside its --root-dir (the device plugins' socket, the containers' log links):
+# removed at the end unless they were here before.
+made_dirs=()
+for d in /var/lib/kubelet /var/log/containers /var/lib/cni; do [ -e "$d" ] || made_dirs+=("$d"); done
+# The README's install keeps the chart's default workspaces directory on the node: the run's calls write
+# there, and it is removed at the end, so it must not hold anyone's workspaces before.
+WORKSPACES=/var/lib/toolpool/workspaces
+[ -e "$WORKSPACES" ] && die "$WORKSPACES exists: the chart's default workspaces directory, which the README's install uses on this node; move it away first"
+[ -e /var/lib/toolpool ] || made_dirs+=(/var/lib/toolpool)
+made_dirs+=("$WORKSPACES")
+
+# clean_node PREFIX: removes from the machine what a cluster of this script leaves behind when it is not
+# stopped cleanly: the pods' processes (whatever is still in the kubepods cgroups) and the shims of the
+# cluster's containerd (its address starts with PREFIX) with their sockets, mounts under PREFIX (network
+# namespaces included: containerd keeps them under its state directory), the kubelet's and kube-proxy's
+# iptables chains (IPv4 and IPv6), the bridge plugin's masquerade rules and cached results for this network,
+# the kubepods cgroups and the bridge. Idempotent. Run at the end with PREFIX $WORK/, and at the start with
+# PREFIX /tmp/toolpool-k8s. for what an earlier run that was killed (SIGKILL, a reboot) left.
+clean_node() {
+  local prefix=$1 n p ino procs ipt t c rule chains cni f id
+  for ((n = 0; n < 100; n++)); do
+    # shellcheck disable=SC2046
+    procs=$(cat $(find /sys/fs/cgroup -path '*/kubepods*' -name cgroup.procs 2>/dev/null) /dev/null 2>/dev/null | sort -u)
+    [ -z "$procs" ] && break
+    # shellcheck disable=SC2086
+    kill -9 $procs 2>/dev/null
+    sleep 0.1
+  done
+  for p in $(pgrep -f "containerd-shim-runc-v2 .*-address $prefix" 2>/dev/null); do
+    # The shim's socket (under /run/containerd/s, whatever containerd's state directory) outlives a killed shim.
+    for ino in $(ls -l "/proc/$p/fd" 2>/dev/null | sed -n 's/.*socket:\[\([0-9]*\)\]$/\1/p'); do
+      awk -v i="$ino" '$7 == i && $8 ~ /^\/run\/containerd\/s\// {print $8}' /proc/net/unix
+    done >"/tmp/toolpool-k8s-shim-sockets.$$"
+    kill -9 "$p" 2>/dev/null
+    xargs -r rm -f <"/tmp/toolpool-k8s-shim-sockets.$$"
+  done
+  rm -f "/tmp/toolpool-k8s-shim-sockets.$$"
+  [ -n "${KBIN:-}" ] && [ -x "$KBIN/kube-proxy" ] && "$KBIN/kube-proxy" --cleanup >/dev/null 2>&1
+  for ipt in iptables ip6tables; do
+    command -v "$ipt" >/dev/null || continue
+    for t in filter nat mangle; do
+      # The kubelet's and kube-proxy's chains (KUBE-FIREWALL drops outside packets to 127.0.0.0/8, the
+      # canaries, ...): the jumps into them from the built-in chains, then the chains.
+      "$ipt" -t "$t" -S 2>/dev/null | grep -E '^-A [A-Z]+ .*-j KUBE-' | grep -v '^-A KUBE-' | sed 's/^-A/-D/' |
+        while read -r rule; do eval "$ipt" -t "$t" "$rule"; done
+      chains=$("$ipt" -t "$t" -S 2>/dev/null | sed -n 's/^-N \(KUBE-[^ ]*\)$/\1/p')
+      for c in $chains; do "$ipt" -t "$t" -F "$c"; done
+      for c in $chains; do "$ipt" -t "$t" -X "$c"; done
+      # The bridge plugin's masquerade rules of a pod whose network was never torn down: they name the network.
+      cni=$("$ipt" -t "$t" -S 2>/dev/null | grep -F 'name: \"toolpool-k8s\"' | grep -oE -- '-j CNI-[0-9a-f]+' | awk '{print $2}' | sort -u)
+      "$ipt" -t "$t" -S 2>/dev/null | grep -F 'name: \"toolpool-k8s\"' | grep -v '^-A CNI-' | sed 's/^-A/-D/' |
+        while read -r rule; do eval "$ipt" -t "$t" "$rule"; done
+      for c in $cni; do "$ipt" -t "$t" -F "$c"; "$ipt" -t "$t" -X "$c"; done
+    done
+  done
+  # containerd's CNI library caches each attachment's result in /var/lib/cni/results, whatever the config.
+  for f in /var/lib/cni/results/toolpool-k8s-*; do
+    [ -e "$f" ] || continue
+    id=${f#/var/lib/cni/results/toolpool-k8s-}
+    id=${id%%-*}
+    rm -f "$f" "/var/lib/cni/results/cni-loopback-$id-lo"
+  done
+  find /var/log/containers -maxdepth 1 -type l -lname "$prefix*" -delete 2>/dev/null
+  ip link del "$BRIDGE" 2>/dev/null
+  # Unmount what the kubelet and containerd left under PREFIX, deepest first.
+  awk -v w="$prefix" 'index($2, w) == 1 {print $2}' /proc/self/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null; done
+  # The kubelet's cgroups (cgroupfs driver), deepest first; a cgroup is removed only once its processes are gone.
+  for ((n = 0; n < 100; n++)); do
+    find /sys/fs/cgroup -depth -mindepth 1 -type d -path '*/kubepods*' -exec rmdir {} + 2>/dev/null
+    [ -z "$(find /sys/fs/cgroup -mindepth 1 -maxdepth 2 -type d -name 'kubepods*' 2>/dev/null)" ] && break
+    sleep 0.1
+  done
+}
+
+# leftovers PREFIX: what clean_node should have removed and did not, one line each.
+leftovers() {
+  local prefix=$1 ipt t
+  pgrep -af -- "$prefix" | sed 's/^/process: /'
+  # shellcheck disable=SC2046
+  cat $(find /sys/fs/cgroup -path '*/kubepods*' -name cgroup.procs 2>/dev/null) /dev/null 2>/dev/null | sort -u | sed 's/^/process in the kubepods cgroups: /'
+  find /sys/fs/cgroup -mindepth 1 -maxdepth 2 -type d -name 'kubepods*' 2>/dev/null | sed 's/^/cgroup: /'
+  awk -v w="$prefix" 'index($2, w) == 1 {print "mount: " $2}' /proc/self/mounts
+  ip -o link show master "$BRIDGE" 2>/dev/null | awk '{print "interface: " $2}'
+  ip link show "$BRIDGE" >/dev/null 2>&1 && echo "bridge: $BRIDGE"
+  for ipt in iptables ip6tables; do
+    command -v "$ipt" >/dev/null || continue
+    for t in filter nat mangle; do
+      "$ipt" -t "$t" -S 2>/dev/null | grep -E -- '^-N KUBE-|-j KUBE-|name: \\"toolpool-k8s\\"' | sed "s/^/$ipt -t $t: /"
+    done
+  done
+  compgen -G '/var/lib/cni/results/toolpool-k8s-*' | sed 's/^/CNI result: /'
+  find /var/log/containers -maxdepth 1 -lname "$prefix*" 2>/dev/null | sed 's/^/log link: /'
+}
+
+clean_node /tmp/toolpool-k8s. || true   # || : its steps may fail (nothing to remove); set -e must not stop it
 WORK=$(mktemp -d /tmp/toolpool-k8s.XXXXXX)
 chmod 0755 "$WORK"
 pids=()
@@ -75,11 +187,20 @@ SYSCTLS=(vm.overcommit_memory kernel.panic kernel.panic_on_oops net.ipv4.ip_forw
 [ -e /proc/sys/net/bridge/bridge-nf-call-iptables ] && SYSCTLS+=(net.bridge.bridge-nf-call-iptables)
 saved_sysctls=()
 for s in "${SYSCTLS[@]}"; do saved_sysctls+=("$s=$(sysctl -n "$s")"); done
+# The script's own stderr, kept on fd 8: a signal can run the cleanup below inside a step whose output goes
+# to a log in the run's directory, which the cleanup removes, and its report must not go there.
+exec 8>&2
 stop_cluster() {
-  set +e
-  if [ -n "${KUBECONFIG:-}" ] && [ -z "${TOOLPOOL_K8S_KEEP:-}" ]; then
-    # Pods first, through the kubelet, so that their containers and mounts go away cleanly.
-    timeout 60 "$KUBECTL" delete namespace "$NS" --wait=true >/dev/null 2>&1
+  set +eu
+  exec 2>&8 1>&8
+  if [ -n "${KUBECONFIG:-}" ] && [ -n "${kcm_pid:-}" ]; then
+    # The pods first, through the kubelet, so that their containers, mounts, network namespaces and CNI
+    # rules go away cleanly: the controller manager is stopped so that nothing recreates them, then every
+    # pod is deleted and the node's containerd is given a minute to have no task left.
+    kill "$kcm_pid" 2>/dev/null
+    timeout 120 "$KUBECTL" delete pods --all --all-namespaces --grace-period=5 --wait=true >/dev/null 2>&1
+    local deadline=$(($(date +%s) + 60))
+    while [ -n "$("${CTR[@]}" tasks ls -q 2>/dev/null)" ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 0.5; done
   fi
   local i
   for ((i = ${#pids[@]} - 1; i >= 0; i--)); do kill "${pids[$i]}" 2>/dev/null; done
@@ -88,27 +209,29 @@ stop_cluster() {
     while kill -0 "${pids[$i]}" 2>/dev/null && [ $n -lt 100 ]; do sleep 0.1; n=$((n + 1)); done
     kill -9 "${pids[$i]}" 2>/dev/null
   done
-  # The pods' shims outlive containerd: kill those of this cluster's containerd only.
-  for p in $(pgrep -f "containerd-shim-runc-v2 .*-address $WORK/" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
-  [ -x "$KBIN/kube-proxy" ] && "$KBIN/kube-proxy" --cleanup >/dev/null 2>&1
-  # The kubelet's own chains (KUBE-FIREWALL drops outside packets to 127.0.0.0/8, the canaries, ...).
-  local t c rule chains
-  for t in filter nat mangle; do
-    iptables -t "$t" -S 2>/dev/null | grep -E '^-A [A-Z]+ .*-j KUBE-' | grep -v '^-A KUBE-' | sed 's/^-A/-D/' |
-      while read -r rule; do eval iptables -t "$t" "$rule"; done
-    chains=$(iptables -t "$t" -S 2>/dev/null | sed -n 's/^-N \(KUBE-[^ ]*\)$/\1/p')
-    for c in $chains; do iptables -t "$t" -F "$c"; done
-    for c in $chains; do iptables -t "$t" -X "$c"; done
-  done
-  ip link del "$BRIDGE" 2>/dev/null
+  clean_node "$WORK/"
   for s in "${saved_sysctls[@]}"; do sysctl -qw "$s"; done
-  # Unmount what the kubelet and containerd left under WORK, deepest first.
-  awk -v w="$WORK/" 'index($2, w) == 1 {print $2}' /proc/self/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null; done
+  for d in "${made_dirs[@]}"; do
+    case $d in
+      /var/lib/kubelet | /var/lib/toolpool | "$WORKSPACES") rm -rf "$d" ;; # only the kubelet, only this run
+      *) find "$d" -depth -type d -empty -delete 2>/dev/null ;; # others may have put something there meanwhile
+    esac
+  done
+  local left s
+  left=$(leftovers "$WORK/")
+  for s in "${saved_sysctls[@]}"; do [ "$(sysctl -n "${s%%=*}")" = "${s#*=}" ] || left+=$'\n'"sysctl: ${s%%=*} is $(sysctl -n "${s%%=*}"), was ${s#*=}"; done
+  for d in "${made_dirs[@]}"; do [ -e "$d" ] && left+=$'\n'"directory: $d"; done
   if [ -n "${TOOLPOOL_K8S_KEEP_LOGS:-}" ]; then
     echo "test-k8s: logs kept in $WORK/logs" >&2
   else
     rm -rf "$WORK"
   fi
+  left=$(sed '/^$/d' <<<"$left")
+  if [ -n "$left" ]; then
+    printf 'test-k8s: FAIL: the cleanup left this on the machine:\n%s\n' "$left" >&2
+    exit 1
+  fi
+  echo "test-k8s: nothing left on the machine (processes, mounts, interfaces, iptables rules, cgroups, sysctls)" >&2
 }
 trap stop_cluster EXIT
 trap 'exit 143' TERM
@@ -127,7 +250,7 @@ wait_for() { # wait_for SECONDS WHAT COMMAND...: polls COMMAND every half second
 start() { # start NAME COMMAND...: runs it in the background, its output in logs/NAME.log
   local name=$1
   shift
-  "$@" >"$WORK/logs/$name.log" 2>&1 &
+  "$@" >"$WORK/logs/$name.log" 2>&1 9>&- &
   pids+=($!)
 }
 mkdir -p "$WORK/logs" "$WORK/pki" "$WORK/cni" "$WORK/pv"
@@ -187,12 +310,13 @@ start kube-controller-manager "$KBIN/kube-controller-manager" --kubeconfig "$KUB
   --authentication-kubeconfig "$KUBECONFIG" --authorization-kubeconfig "$KUBECONFIG" \
   --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" --use-service-account-credentials \
   --service-cluster-ip-range "$SERVICE_CIDR" --leader-elect=false --bind-address 127.0.0.1 --secure-port "$(free_port)" --v=1
+kcm_pid=${pids[-1]}
 start kube-scheduler "$KBIN/kube-scheduler" --kubeconfig "$KUBECONFIG" \
   --authentication-kubeconfig "$KUBECONFIG" --authorization-kubeconfig "$KUBECONFIG" \
   --leader-elect=false --bind-address 127.0.0.1 --secure-port "$(free_port)" --v=1
 
 # --- the node: containerd, CNI, kubelet, kube-proxy, CoreDNS -------------------------------------------------
-step "the node's containerd ($(containerd --version | awk '{print $3}')), with the images (built twice, compared) imported"
+step "the node's containerd ($(containerd --version | awk '{print $3}')), and make images (built twice, compared) into bin/images"
 CTRD=$WORK/containerd
 mkdir -p "$CTRD"
 # The kubelet asks for negative oom_score_adj values (-998 for a pod's sandbox), which only a process with
@@ -215,6 +339,9 @@ state = "$CTRD/state"
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
   enable_selinux = false
+  # The pods' network namespaces and runc's state live under the run's directory, not in /run/netns and
+  # /run/containerd/runc, so that whatever a crash leaves is removed with it.
+  netns_mounts_under_state_dir = true
   restrict_oom_score_adj = $restrict_oom
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
@@ -223,25 +350,25 @@ state = "$CTRD/state"
     default_runtime_name = "runc"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        Root = "$CTRD/runc"
 TOML
 start containerd containerd --config "$CTRD/config.toml"
 wait_for 30 "containerd socket" test -S "$CTRD/containerd.sock"
 CTR=(ctr --address "$CTRD/containerd.sock" -n k8s.io)
 
-IMAGES=$WORK/images
-# --check builds every image twice and fails unless both builds are identical: the images the cluster runs
-# are reproducible ones.
-IMAGES_OUT=$IMAGES bash scripts/images.sh --check >"$WORK/logs/images.log" 2>&1 || { cat "$WORK/logs/images.log" >&2; die "make images failed"; }
+# make images, into bin/images as the chart's README has it; --check builds every image twice and fails
+# unless both builds are identical: the images the cluster runs are reproducible ones. The README's own
+# ctr import loop loads them below, at the install.
+IMAGES=bin/images
+WORKER_GVISOR=$GVISOR IMAGES_OUT=$IMAGES bash scripts/images.sh --check >"$WORK/logs/images.log" 2>&1 || { cat "$WORK/logs/images.log" >&2; die "make images failed"; }
 grep -E "^images: .*($IMAGES/|reproducible)" "$WORK/logs/images.log" | sed 's/^/   /' >&2
 mkdir -p "$WORK/pause-root/usr/local/bin"
 CGO_ENABLED=0 $GO -C deploy/images build -trimpath -ldflags "-s -w" -o "$WORK/pause-root/usr/local/bin/pause" ./pause
 $GO -C deploy/images build -o "$WORK/images-tool" .
-"$WORK/images-tool" -name toolpool.local/pause:dev -o "$IMAGES/pause.oci.tar" -layer "$WORK/pause-root" \
+"$WORK/images-tool" -name toolpool.local/pause:dev -o "$WORK/pause.oci.tar" -layer "$WORK/pause-root" \
   -user 65535:65535 -entrypoint /usr/local/bin/pause >/dev/null
-for n in pause dispatcher worker nats; do
-  "${CTR[@]}" images import "$IMAGES/$n.oci.tar" >/dev/null || die "ctr import $n failed"
-done
-"${CTR[@]}" images ls -q | grep -q toolpool.local/worker:dev || die "the worker image is not in the node's containerd"
+"${CTR[@]}" images import "$WORK/pause.oci.tar" >/dev/null || die "ctr import pause failed"
 
 step "CNI: bridge $BRIDGE, pods in $POD_CIDR"
 ip link add "$BRIDGE" type bridge 2>/dev/null || true
@@ -326,11 +453,14 @@ step "cluster up: $("$KUBECTL" version -o json | jq -r .serverVersion.gitVersion
 # (WaitForFirstConsumer, as local volumes should: with immediate binding the scheduler saw a claim still
 # unbound and left its pod Pending for minutes). hostPath volumes get no fsGroup ownership: they are made
 # owned by the NATS user (1000), as a provisioner that honours fsGroup would leave them.
-step "three hostPath PersistentVolumes of class toolpool-k8s-local for the built-in NATS's claims"
+# The class is the cluster's default, as a real cluster's is: the chart's values name none.
+step "three hostPath PersistentVolumes of the default class toolpool-k8s-local for the built-in NATS's claims"
 "$KUBECTL" apply -f - >/dev/null <<YAML
 apiVersion: storage.k8s.io/v1
 kind: StorageClass
-metadata: {name: toolpool-k8s-local}
+metadata:
+  name: toolpool-k8s-local
+  annotations: {storageclass.kubernetes.io/is-default-class: "true"}
 provisioner: kubernetes.io/no-provisioner
 volumeBindingMode: WaitForFirstConsumer
 YAML
@@ -350,13 +480,34 @@ YAML
 done
 
 VALUES=deploy/helm/toolpool/ci/k8s-values.yaml
-WORKSPACES=$WORK/workspaces
-# The chart's README steps, as written.
-step "helm install $RELEASE with $VALUES, --wait for every pod Ready"
-"$KUBECTL" create namespace "$NS" >/dev/null
-"$KUBECTL" label namespace "$NS" pod-security.kubernetes.io/enforce=privileged >/dev/null
-if ! "$HELM" install "$RELEASE" deploy/helm/toolpool -n "$NS" -f "$VALUES" --set "worker.workspaces.path=$WORKSPACES" \
-  --wait --timeout 10m >"$WORK/logs/helm-install.log" 2>&1; then
+# The chart's README steps, word for word: each line must be in deploy/helm/toolpool/README.md as it is here,
+# and runs as a user would type it (kubectl, helm and ctr on PATH; ctr reaches the node's containerd through
+# CONTAINERD_ADDRESS). Only `sudo make images` is not repeated: the images were built above, into the same
+# bin/images.
+README_STEPS=(
+  'kubectl create namespace toolpool'
+  'kubectl label namespace toolpool pod-security.kubernetes.io/enforce=privileged   # the workers run containers'
+  'for n in dispatcher worker nats; do ctr -n k8s.io images import bin/images/$n.oci.tar; done   # on every node'
+  'helm install toolpool deploy/helm/toolpool -n toolpool -f deploy/helm/toolpool/ci/k8s-values.yaml'
+)
+step "the chart's README steps, as written: kubectl create namespace, label, ctr import, helm install; then every pod Ready"
+for line in "${README_STEPS[@]}"; do
+  grep -qxF -- "$line" deploy/helm/toolpool/README.md || die "deploy/helm/toolpool/README.md no longer has the line this test runs: $line"
+done
+USER_PATH=$(dirname "$HELM"):$(dirname "$KUBECTL"):$PATH
+for line in "${README_STEPS[@]}"; do
+  echo "   \$ $line" >&2
+  (export PATH=$USER_PATH CONTAINERD_ADDRESS=$CTRD/containerd.sock && eval "$line") >>"$WORK/logs/helm-install.log" 2>&1 ||
+    { cat "$WORK/logs/helm-install.log" >&2; die "the README's step failed: $line"; }
+done
+"${CTR[@]}" images ls -q | grep -q toolpool.local/worker:dev || die "the README's ctr import left no worker image in the node's containerd"
+# What helm install --wait would do: every workload of the release rolled out.
+ready() {
+  "$KUBECTL" -n "$NS" rollout status "statefulset/$RELEASE-nats" --timeout 10m &&
+    "$KUBECTL" -n "$NS" rollout status "deployment/$RELEASE-dispatcher" --timeout 5m &&
+    "$KUBECTL" -n "$NS" rollout status "daemonset/$RELEASE-worker" --timeout 5m
+}
+if ! ready >>"$WORK/logs/helm-install.log" 2>&1; then
   cat "$WORK/logs/helm-install.log" >&2
   "$KUBECTL" -n "$NS" get pods -o wide >&2
   "$KUBECTL" -n "$NS" describe pods >&2 | tail -80
@@ -383,7 +534,7 @@ expect() { # expect WHAT JQ-CONDITION ENVELOPE
 
 step "an allowed call, through kubectl port-forward svc/$RELEASE-dispatcher (the chart's README)"
 PF_PORT=$(free_port)
-"$KUBECTL" -n "$NS" port-forward "svc/$RELEASE-dispatcher" "$PF_PORT:8080" >"$WORK/logs/port-forward.log" 2>&1 &
+"$KUBECTL" -n "$NS" port-forward "svc/$RELEASE-dispatcher" "$PF_PORT:8080" >"$WORK/logs/port-forward.log" 2>&1 9>&- &
 pf=$!
 pids+=($pf)
 wait_for 30 "port-forward listening" curl -s "http://127.0.0.1:$PF_PORT/healthz"
@@ -484,7 +635,7 @@ sleep 3
 pods_of() { "$KUBECTL" -n "$NS" get pods -l "app.kubernetes.io/component=$1" -o json | jq -r '.items[] | select(.metadata.deletionTimestamp == null) | .metadata.uid' | sort; }
 before=$( { pods_of dispatcher; pods_of worker; } | sort)
 ustart=$(date +%s)
-"$HELM" upgrade "$RELEASE" deploy/helm/toolpool -n "$NS" -f "$VALUES" --set "worker.workspaces.path=$WORKSPACES" \
+"$HELM" upgrade "$RELEASE" deploy/helm/toolpool -n "$NS" -f "$VALUES" \
   --set worker.slots=3 --set dispatcher.logLevel=debug --wait --timeout 10m >"$WORK/logs/helm-upgrade.log" 2>&1 \
   || { cat "$WORK/logs/helm-upgrade.log" >&2; die "helm upgrade failed"; }
 "$KUBECTL" -n "$NS" rollout status deployment/"$RELEASE-dispatcher" --timeout 5m >/dev/null
@@ -552,7 +703,11 @@ worker:
   image: {repository: toolpool.local/worker, tag: dev, pullPolicy: Never}
   resources: {requests: {cpu: 200m, memory: 256Mi}, limits: {memory: 4Gi}}    # 2 CPUs, 4 GiB do not fit
   images: {pinned: [], registries: []}   # registry.example.com does not exist
-  gvisor: {disabled: true}               # the image has no runsc
+YAML
+# Without TOOLPOOL_K8S_GVISOR=1 the worker image has no runsc: gVisor is never offered, and globex (whose
+# calls must run under it) is not called.
+[ "$GVISOR" = 1 ] || echo "  gvisor: {disabled: true}" >>"$WORK/one-node.yaml"
+cat >>"$WORK/one-node.yaml" <<'YAML'
   drainTimeoutSeconds: 60
 jetstream:
   builtin:
@@ -582,6 +737,12 @@ expect "acme's echo (on no list) waits for approval" '.status == "pending_approv
 api -X POST "$API/v1/approvals/$id" -H 'Content-Type: application/json' -d '{"decision":"approve"}' >/dev/null
 await "$id" >/dev/null
 expect "approved, then run, on the shared workspaces claim" '.status == "ok" and .stdout == "hi\n"' "$(api "$API/v1/calls/$id")"
+if [ "$GVISOR" = 1 ]; then
+  # globex's calls run only under gVisor (tenants[].runtime): a worker without it answers runtime_unavailable.
+  # Its token is "bar" (its sha256 is in the values).
+  r=$(TOKEN=bar call '{"tool":"run_shell","args":{"command":"ls -d /workspace"},"workspace":"globex"}')
+  expect "globex's ls, under gVisor (runsc in the worker image)" '.status == "ok" and .stdout == "/workspace\n"' "$r"
+fi
 "$HELM" uninstall "$RELEASE" -n "$NS" --wait --timeout 5m >"$WORK/logs/helm-uninstall-production.log" 2>&1 \
   || { cat "$WORK/logs/helm-uninstall-production.log" >&2; die "helm uninstall (production values) failed"; }
 "$KUBECTL" -n monitoring get configmaps -o name | grep -q dashboard && die "the Grafana dashboard ConfigMap outlived helm uninstall"
