@@ -104,15 +104,7 @@ func unprivilegedWorkspace(t *testing.T, fs map[string]string, locked ...string)
 	if err := os.Chmod(ws, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for name, content := range fs {
-		p := filepath.Join(ws, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeFiles(t, ws, fs)
 	// Deepest first, so that a locked directory inside another is locked while its parent can be entered.
 	for i := len(locked) - 1; i >= 0; i-- {
 		p := filepath.Join(ws, locked[i])
