@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolpool/toolpool/internal/call"
 	"github.com/toolpool/toolpool/internal/queue"
 )
 
@@ -165,5 +168,61 @@ func TestOpenOutputBacksOff(t *testing.T) {
 	}
 	if took < outputLag-300*time.Millisecond {
 		t.Errorf("gave up after %s, want about outputLag (%s)", took, outputLag)
+	}
+}
+
+// timedGets is the real records bucket, noting when each Get starts.
+type timedGets struct {
+	jetstream.KeyValue
+	mu     sync.Mutex
+	starts []time.Time
+}
+
+func (kv *timedGets) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	kv.mu.Lock()
+	kv.starts = append(kv.starts, time.Now())
+	kv.mu.Unlock()
+	return kv.KeyValue.Get(ctx, key)
+}
+
+// TestWaitRereadsOnItsSchedule: with no update, Wait reads the record once, again after each of
+// waitRereads in turn, then every waitPoll, no sooner: the k-th read after the first comes at least the
+// sum of the first k delays after it (a timer never fires early, so this holds on any machine).
+func TestWaitRereadsOnItsSchedule(t *testing.T) {
+	c := provisioned(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := c.Records().Create(ctx, &call.Result{ID: "c_idle", Tenant: "t", Status: call.StatusQueued}); err != nil {
+		t.Fatal(err)
+	}
+	kv := &timedGets{KeyValue: c.records.kv}
+	records := &Records{session: c.session, kv: kv}
+	// The schedule waitRereads and waitPoll document, written out: a test that read it from them would
+	// follow them wherever they went.
+	schedule := []time.Duration{5 * time.Millisecond, 20 * time.Millisecond, 100 * time.Millisecond, 500 * time.Millisecond, 2 * time.Second}
+	var total time.Duration
+	for _, d := range schedule {
+		total += d
+	}
+	wctx, stop := context.WithTimeout(ctx, total+waitPoll/2)
+	defer stop()
+	if _, err := records.Wait(wctx, "c_idle", func(*call.Result) bool { return false }); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait = %v, want its ctx's deadline", err)
+	}
+	kv.mu.Lock()
+	starts := slices.Clone(kv.starts)
+	kv.mu.Unlock()
+	if len(starts) > len(schedule)+1 {
+		t.Errorf("%d reads in %s, want at most %d (one, then one per delay of %v)", len(starts), total+waitPoll/2, len(schedule)+1, schedule)
+	}
+	var due time.Duration
+	for k := 1; k < len(starts) && k <= len(schedule); k++ {
+		due += schedule[k-1]
+		if at := starts[k].Sub(starts[0]); at < due {
+			t.Errorf("read %d came %s after the first, want at least %s (the delays %v)", k, at, due, schedule[:k])
+		}
+	}
+	if len(starts) < len(schedule) {
+		t.Errorf("%d reads in %s, want the first and one after each delay but the last", len(starts), total+waitPoll/2)
 	}
 }
