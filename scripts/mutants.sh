@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make mutants: mutation testing (gremlins, github.com/go-gremlins/gremlins, built once from the Go module
 # proxy) over the code where a silent bug costs the most. Each target is one package, mutated only in the
-# files named, and tested by that package's own tests; targets run one at a time, each under
+# files named, and tested by that package's own tests (a per-test target: by those of them that run the
+# mutated position, see TARGETS); targets run one at a time, each under
 # MUTANTS_TIMEOUT. gremlins never runs the mutants it finds NOT COVERED, which include every mutant in a
 # switch's case conditions (no coverage block holds them): scripts/mutants_recheck.py applies and tests
 # each of those. For each target it prints the mutants killed, those that lived or that no test covers
@@ -32,12 +33,15 @@ BASELINE=scripts/mutants-baseline.txt
 OUT=${MUTANTS_OUT:-.data/mutants}
 CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/toolpool
 
-# TARGETS: name, package directory, and the files mutated (a regular expression over file names).
+# TARGETS: name, package directory, the files mutated (a regular expression over file names), and for a
+# package whose whole suite is too slow to run per mutant, "per-test": each mutant then runs against only
+# the tests that execute its position, as measured by scripts/mutants_tests.py (its doc says how), and
+# gremlins only finds the mutants.
 TARGETS=(
   "deniedpath internal/policy/deniedpath ^deniedpath\.go$"
   "posture internal/policy ^(posture|decision)\.go$"
   "fencing internal/worker ^fencing\.go$"
-  "lease internal/queue/jetstream ^(lease|records|output)\.go$"
+  "lease internal/queue/jetstream ^(lease|records|output)\.go$ per-test"
   "workspace internal/workspace ^(archive|limits)\.go$"
   "admission internal/dispatcher ^(service|approvals)\.go$"
   "incontainer internal/tools/incontainer ^(edit_file|glob|grep|read|list|write)[a-z_]*\.go$"
@@ -55,7 +59,7 @@ touch "$BASELINE"
 failed=()
 summary=()
 for target in "${TARGETS[@]}"; do
-  read -r name dir files <<< "$target"
+  read -r name dir files mode <<< "$target"
   if [ $# -gt 0 ] && [[ " $* " != *" $name "* ]]; then
     continue
   fi
@@ -69,11 +73,27 @@ for target in "${TARGETS[@]}"; do
       excludes+=(-E "^${base//./\\.}\$")
     fi
   done
-  echo "mutants: $name ($dir, files $files), timeout $MUTANTS_TIMEOUT" >&2
+  echo "mutants: $name ($dir, files $files${mode:+, $mode}), timeout $MUTANTS_TIMEOUT" >&2
   json="$OUT/$name.json"
   rm -f "$json"
-  if ! timeout "$MUTANTS_TIMEOUT" "$GREMLINS" unleash --silent --workers "$MUTANTS_WORKERS" --test-cpu 1 --invert-logical \
-      "${excludes[@]}" -o "$json" "./$dir" > "$OUT/$name.log" 2>&1; then
+  # per-test: measure which tests run which code of the files, then let gremlins only find the mutants
+  # (it runs no test: every mutant is NOT COVERED) and the recheck below test each against its tests.
+  tests=()
+  find=()
+  only=()
+  if [ "$mode" = per-test ]; then
+    tests=("$OUT/$name-tests.json")
+    if ! python3 scripts/mutants_tests.py "$dir" "$files" "${tests[0]}" 2> "$OUT/$name-tests.log"; then
+      echo "mutants: $name: measuring which tests run the code failed:" >&2
+      tail -20 "$OUT/$name-tests.log" >&2
+      failed+=("$name: no test selection")
+      continue
+    fi
+    find=(--dry-run)
+    only=("GOFLAGS=-run=^\$ ${GOFLAGS:-}")
+  fi
+  if ! env "${only[@]}" timeout "$MUTANTS_TIMEOUT" "$GREMLINS" unleash --silent --workers "$MUTANTS_WORKERS" --test-cpu 1 --invert-logical \
+      "${find[@]}" "${excludes[@]}" -o "$json" "./$dir" > "$OUT/$name.log" 2>&1; then
     echo "mutants: $name: gremlins failed or ran out of time (MUTANTS_TIMEOUT=$MUTANTS_TIMEOUT):" >&2
     tail -20 "$OUT/$name.log" >&2
     failed+=("$name: did not finish")
@@ -81,7 +101,7 @@ for target in "${TARGETS[@]}"; do
   fi
   # gremlins never runs the mutants it finds NOT COVERED, among them every one in a switch's case
   # conditions: run them (scripts/mutants_recheck.py says why).
-  python3 scripts/mutants_recheck.py "$json" "$dir" "${MUTANTS_TEST_TIMEOUT:-5m}"
+  python3 scripts/mutants_recheck.py "$json" "$dir" "${MUTANTS_TEST_TIMEOUT:-5m}" "${tests[@]}"
   # One line per survivor: FILE:LINE:COLUMN MUTATOR STATUS, FILE relative to the module.
   python3 - "$json" "$dir" "$BASELINE" "$MUTANTS_MIN" "$name" <<'EOF' || failed+=("$name")
 import json, sys

@@ -8,7 +8,13 @@ is NOT COVERED however many tests run through it. This applies each such mutant 
 there, restores the file, and records NOT VIABLE (it does not compile), KILLED (the tests failed) or
 LIVED. A mutant whose operator it cannot find keeps NOT COVERED.
 
-    mutants_recheck.py RESULTS.json PACKAGE_DIR TIMEOUT
+With TESTS.json (scripts/mutants_tests.py: which tests run which coverage block of the mutated files),
+each mutant runs against only the tests that run its position (go test -run), and one in no block (a
+case condition, a declaration) against the tests that run any block of its file; a mutant no test runs
+keeps NOT COVERED. scripts/mutants.sh uses it for the targets whose whole suite is too slow to run per
+mutant, and then has gremlins only find the mutants (--dry-run, every one NOT COVERED).
+
+    mutants_recheck.py RESULTS.json PACKAGE_DIR TIMEOUT [TESTS.json]
 """
 import json
 import os
@@ -40,6 +46,7 @@ def mutate(line, col, kind):
 
 def main():
     path, pkgdir, timeout = sys.argv[1], sys.argv[2], sys.argv[3]
+    covered = load_tests(sys.argv[4]) if len(sys.argv) > 4 else None
     data = json.load(open(path))
     todo = [m for f in data.get("files", []) for m in f["mutations"] if m["status"] == "NOT COVERED"]
     if not todo:
@@ -51,19 +58,41 @@ def main():
             if os.path.isfile(rel):
                 os.makedirs(os.path.join(module, os.path.dirname(rel)), exist_ok=True)
                 shutil.copy2(rel, os.path.join(module, rel))
-        recheck(data, pkgdir, timeout, module)
+        recheck(data, pkgdir, timeout, module, covered)
     finally:
         shutil.rmtree(module, ignore_errors=True)
     json.dump(data, open(path, "w"))
 
 
-def recheck(data, pkgdir, timeout, module):
+def load_tests(path):
+    """Returns a function giving the tests that run a position of a file (a go test -run expression), or
+    None when no test runs that file."""
+    data = json.load(open(path))
+    blocks = data["blocks"]
+
+    def tests_for(base, line, col):
+        inside = {t for b, sl, sc, el, ec, ts in blocks if b == base and (sl, sc) <= (line, col) <= (el, ec) for t in ts}
+        if not inside:
+            inside = {t for b, *_, ts in blocks if b == base for t in ts}
+        if not inside:
+            return None
+        return "^(" + "|".join(sorted(inside)) + ")$"
+    return tests_for
+
+
+def recheck(data, pkgdir, timeout, module, covered=None):
     for f in data.get("files", []):
         shown = os.path.join(pkgdir, os.path.basename(f["file_name"]))
         name = os.path.join(module, shown)
         for m in f["mutations"]:
             if m["status"] != "NOT COVERED":
                 continue
+            selection = []
+            if covered is not None:
+                run = covered(os.path.basename(shown), m["line"], m["column"])
+                if run is None:
+                    continue
+                selection = ["-run", run]
             with open(name, "rb") as fh:
                 original = fh.read()
             lines = original.decode().split("\n")
@@ -80,7 +109,7 @@ def recheck(data, pkgdir, timeout, module):
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 r = build
                 if build.returncode == 0:
-                    r = subprocess.run(["go", "test", "-count=1", "-timeout", timeout, "./" + pkgdir], cwd=module,
+                    r = subprocess.run(["go", "test", "-count=1", "-failfast", "-timeout", timeout, *selection, "./" + pkgdir], cwd=module,
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             finally:
                 with open(name, "wb") as fh:
@@ -90,7 +119,8 @@ def recheck(data, pkgdir, timeout, module):
             else:
                 m["status"] = "KILLED" if r.returncode != 0 else "LIVED"
             m["rechecked"] = True
-            print(f"  recheck {shown}:{m['line']}:{m['column']} {m['type']}: {m['status']}", file=sys.stderr)
+            tested = f" (tests {selection[1]})" if selection else ""
+            print(f"  recheck {shown}:{m['line']}:{m['column']} {m['type']}: {m['status']}{tested}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -9,20 +9,10 @@ import (
 // TestLiveFollowerLeavesNoConsumer: a follower's consumer is removed from the live stream once the
 // follower's context ends, not left to expire (each one holds server memory).
 func TestLiveFollowerLeavesNoConsumer(t *testing.T) {
-	srv, err := StartEmbedded(EmbeddedConfig{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	cfg := DefaultConfig()
-	cfg.URL, cfg.Provision = srv.URL(), true
+	c := provisioned(t)
+	cfg := c.cfg
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c, err := Connect(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
 	consumers := func() int {
 		t.Helper()
 		s, err := c.js.Stream(ctx, cfg.liveStream())

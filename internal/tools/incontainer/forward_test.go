@@ -26,6 +26,10 @@ func TestMain(m *testing.M) {
 		addr, socket, _ := strings.Cut(spec, " ")
 		os.Exit(ForwardMain(context.Background(), os.Args[1:], addr, socket, os.Stderr))
 	}
+	if spec := os.Getenv(runnerMainEnv); spec != "" {
+		tool, ws, _ := strings.Cut(spec, " ")
+		os.Exit(RunnerMain(context.Background(), tool, ws, os.Stdin, os.Stdout))
+	}
 	os.Exit(m.Run())
 }
 

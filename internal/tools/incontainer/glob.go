@@ -277,9 +277,18 @@ func matchDirPrefix(pat, segs []string) bool {
 	return len(pat) > 0
 }
 
-// expandBraces expands "{a,b}" alternatives (nested ones too) into separate patterns.
+// expandBraces expands "{a,b}" alternatives (nested ones too) into separate patterns. A backslash escapes
+// the character after it: "\{", "\}" and "\," are literal, outside braces and in them.
 func expandBraces(p string) ([]string, error) {
-	open := strings.IndexByte(p, '{')
+	open := -1
+	for i := 0; i < len(p) && open < 0; i++ {
+		switch p[i] {
+		case '\\':
+			i++
+		case '{':
+			open = i
+		}
+	}
 	if open < 0 {
 		return []string{p}, nil
 	}

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -166,4 +167,46 @@ func refMatch(pat, segs []string) bool {
 	}
 	ok, _ := path.Match(pat[0], segs[0])
 	return ok && refMatch(pat[1:], segs[1:])
+}
+
+// TestGlobEscapesInBraces: inside braces, a backslash escapes the next character, so "\}" and "\," are
+// literal, not the end of the braces or a separator.
+func TestGlobEscapesInBraces(t *testing.T) {
+	tests := []struct {
+		pattern string
+		want    []string
+	}{
+		{`x{\},y}.txt`, []string{`x\}.txt`, `xy.txt`}},
+		{`{x\,y,z}.txt`, []string{`x\,y.txt`, `z.txt`}},
+		{`{a,\{b\}}`, []string{`a`, `\{b\}`}},
+		{`{a,b\\}c`, []string{`ac`, `b\\c`}},
+	}
+	for _, tt := range tests {
+		done := make(chan []string, 1)
+		go func() {
+			got, _ := expandBraces(tt.pattern)
+			done <- got
+		}()
+		select {
+		case got := <-done:
+			if strings.Join(got, " ") != strings.Join(tt.want, " ") {
+				t.Errorf("expandBraces(%q) = %q, want %q", tt.pattern, got, tt.want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("expandBraces(%q) did not return within 10s", tt.pattern)
+		}
+	}
+	ws := files(t, map[string]string{"x}.txt": "", "xy.txt": "", "xz.txt": "", "x,y.txt": "", "z.txt": "", "{b}.txt": ""})
+	for pattern, want := range map[string][]string{
+		`x{\},y}.txt`:  {"xy.txt", "x}.txt"}, // in byte order
+		`{x\,y,z}.txt`: {"x,y.txt", "z.txt"},
+		`\{b\}.txt`:    {"{b}.txt"},
+	} {
+		r := run(t, ws, "glob", map[string]any{"pattern": pattern})
+		got := strings.Split(r.Output, "\n")
+		slices.Sort(got)
+		if errType(r) != "" || !slices.Equal(got, want) {
+			t.Errorf("glob %q: got (%q)\n%s\nwant %q", pattern, errType(r), r.Output, want)
+		}
+	}
 }

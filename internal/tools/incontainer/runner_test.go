@@ -46,6 +46,13 @@ func run(t *testing.T, ws, tool string, args any, opts ...RunnerOption) RunnerRe
 func files(t *testing.T, fs map[string]string) string {
 	t.Helper()
 	ws := t.TempDir()
+	writeFiles(t, ws, fs)
+	return ws
+}
+
+// writeFiles writes the given files (content by relative path) into directory ws, readable by all.
+func writeFiles(t *testing.T, ws string, fs map[string]string) {
+	t.Helper()
 	for name, content := range fs {
 		p := filepath.Join(ws, name)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -55,7 +62,6 @@ func files(t *testing.T, fs map[string]string) string {
 			t.Fatal(err)
 		}
 	}
-	return ws
 }
 
 func errType(r RunnerResult) string {
