@@ -21,20 +21,9 @@ func (s smallReads) Read(p []byte) (int, error) { return s.r.Read(p[:min(len(p),
 // chunks of the store's full chunk size, not one per read: 1000-byte reads of 1 MiB made 1049 chunks,
 // and an upload of tens of megabytes from an HTTP body stalled nats.go's 4000 unacknowledged publishes.
 func TestObjectPutsFillTheirChunks(t *testing.T) {
-	srv, err := StartEmbedded(EmbeddedConfig{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	cfg := DefaultConfig()
-	cfg.URL, cfg.Provision = srv.URL(), true
+	c := provisioned(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c, err := Connect(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
 	cps, err := c.Checkpoints(ctx)
 	if err != nil {
 		t.Fatal(err)
