@@ -224,8 +224,8 @@ func (s *api) follow(w http.ResponseWriter, r *http.Request, tenant, id string, 
 	if s.live != nil && !res.Status.Terminal() {
 		var err error
 		// From the first byte retained: the chunks this reader has are skipped here (sendLive), where the
-		// attempt pos is in is known, rather than by offsets that may be of an earlier attempt.
-		if chunks, err = s.live.FollowOutput(liveCtx, id, nil, followBuffer); err != nil {
+		// attempt pos is in is known.
+		if chunks, err = s.live.FollowOutput(liveCtx, id, followBuffer); err != nil {
 			s.log.ErrorContext(ctx, "follow output", "call_id", id, "error", err)
 			writeErr(w, call.Reject(call.KindUnavailable, call.ErrInternal, "toolpool could not follow the call's output; retry"))
 			return

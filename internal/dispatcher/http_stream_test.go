@@ -54,17 +54,17 @@ func TestOutputEventIsBinarySafe(t *testing.T) {
 	}
 }
 
-// fakeLive is a Live whose chunks the test sends, one follower at a time: from receives the offsets the
-// follower asked for, and stopped is closed when its context ends.
+// fakeLive is a Live whose chunks the test sends, one follower at a time: followed gets a value as each
+// follower starts, and stopped is closed when the first one's context ends.
 type fakeLive struct {
-	chunks  chan queue.Chunk
-	from    chan queue.Offsets
-	stopped chan struct{} // closed when the first follower's context ends
-	once    sync.Once
+	chunks   chan queue.Chunk
+	followed chan struct{}
+	stopped  chan struct{}
+	once     sync.Once
 }
 
-func (l *fakeLive) FollowOutput(ctx context.Context, _ string, from queue.Offsets, _ int) (<-chan queue.Chunk, error) {
-	l.from <- from
+func (l *fakeLive) FollowOutput(ctx context.Context, _ string, _ int) (<-chan queue.Chunk, error) {
+	l.followed <- struct{}{}
 	out := make(chan queue.Chunk)
 	go func() {
 		defer l.once.Do(func() { close(l.stopped) })
@@ -126,7 +126,7 @@ func eventReader(t *testing.T, ctx context.Context, srv *httptest.Server, id, la
 // not have) it says exactly which bytes are missing, stops reading the live output while the call still
 // runs, and ends with the result once the call does.
 func TestEventsLiveThenGap(t *testing.T) {
-	live := &fakeLive{chunks: make(chan queue.Chunk), from: make(chan queue.Offsets, 1), stopped: make(chan struct{})}
+	live := &fakeLive{chunks: make(chan queue.Chunk), followed: make(chan struct{}, 1), stopped: make(chan struct{})}
 	h := newHarness(t, setup{live: live})
 	id := h.queued("acme", call.StatusRunning)
 	srv := httptest.NewServer(h.srv.Handler())
@@ -134,9 +134,7 @@ func TestEventsLiveThenGap(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	next := eventReader(t, ctx, srv, id, "2.0")
-	if from := <-live.from; len(from) != 0 {
-		t.Fatalf("followed from %v, want the first byte retained", from)
-	}
+	<-live.followed
 	if _, name, _ := next(); name != "status" {
 		t.Fatalf("first event %s, want status", name)
 	}
@@ -184,7 +182,7 @@ func TestEventsLiveThenGap(t *testing.T) {
 // from its first byte (not appended after, nor spliced into, what it had); a late chunk of the lost
 // attempt is dropped; and a reader that comes back with an id of the earlier attempt starts over at once.
 func TestEventsRestartWhenTheCallRunsAgain(t *testing.T) {
-	live := &fakeLive{chunks: make(chan queue.Chunk), from: make(chan queue.Offsets, 2), stopped: make(chan struct{})}
+	live := &fakeLive{chunks: make(chan queue.Chunk), followed: make(chan struct{}, 2), stopped: make(chan struct{})}
 	h := newHarness(t, setup{live: live})
 	id := h.queued("acme", call.StatusRunning)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -202,7 +200,7 @@ func TestEventsRestartWhenTheCallRunsAgain(t *testing.T) {
 	srv := httptest.NewServer(h.srv.Handler())
 	t.Cleanup(srv.Close)
 	next := eventReader(t, ctx, srv, id, "")
-	<-live.from
+	<-live.followed
 	if id, name, _ := next(); name != "status" || id != "0.0.1" {
 		t.Fatalf("first event %s at %s, want status at 0.0.1", name, id)
 	}
@@ -227,11 +225,11 @@ func TestEventsRestartWhenTheCallRunsAgain(t *testing.T) {
 
 	// Back with an id of the first attempt: told at once, before the status.
 	next = eventReader(t, ctx, srv, id, "10.5.1")
-	<-live.from
+	<-live.followed
 	expect("0.0.2", "restart", `"message":"the call is running again (attempt 2)`)
 	expect("0.0.2", "status", `"status":"running"`)
 	// An id as sent before ids carried the attempt is taken as of the attempt running.
 	next = eventReader(t, ctx, srv, id, "5.0")
-	<-live.from
+	<-live.followed
 	expect("5.0.2", "status", `"status":"running"`)
 }

@@ -19,11 +19,11 @@ import (
 
 // Live delivers the output of running calls as workers publish it.
 type Live interface { // the following half of queue.Live
-	// FollowOutput delivers call id's chunks from the offsets from on, what is retained first and then
-	// live, until ctx ends (then the channel is closed); a chunk past where the reader is means the bytes
-	// in between are not retained. A receiver more than buffer chunks behind holds delivery up, not the
-	// call.
-	FollowOutput(ctx context.Context, id string, from queue.Offsets, buffer int) (<-chan queue.Chunk, error)
+	// FollowOutput delivers call id's chunks from the first byte retained, what is retained first and
+	// then live, until ctx ends (then the channel is closed); a chunk past where the previous one ended
+	// means the bytes in between are not retained, and a chunk of a later attempt starts the streams
+	// over. A receiver more than buffer chunks behind holds delivery up, not the call.
+	FollowOutput(ctx context.Context, id string, buffer int) (<-chan queue.Chunk, error)
 }
 
 // WithLive lets GET /v1/calls/{id}/events (and POST /v1/calls with Accept: text/event-stream) stream

@@ -158,19 +158,19 @@ type Live interface {
 	// could not take is missing for readers, who see the gap in Offset. ch.Data is the caller's again once
 	// it returns: it is never kept.
 	PublishChunk(ctx context.Context, callID string, ch Chunk) error
-	// FollowOutput delivers call callID's output from the offsets from (per stream; nil or a missing
-	// stream: from its first byte) on the returned channel: first what is retained, then every chunk
-	// published later, until ctx ends, when the channel is closed. Per stream, chunks come in order, none
-	// twice, and each starts where the previous one ended, trimmed so that none starts before from;
-	// a chunk whose Offset is past where the reader is (from, or the previous chunk's End) means the bytes
-	// in between are not retained (the call printed more than the retention bounds, or the server did not
-	// take them): they are only in Outputs, once the call ends. A slow receiver loses nothing: at most
-	// buffer chunks wait for it, and delivery waits while the channel is full (the publisher never does).
-	// A call run again (its worker lost) prints from byte 0 again: a chunk of an attempt later than the
-	// chunks delivered before starts every stream over (from then on, chunks of that attempt from their
-	// first byte retained), and a chunk of an earlier attempt than one delivered is dropped; from applies
-	// to the attempt delivered first.
-	FollowOutput(ctx context.Context, callID string, from Offsets, buffer int) (<-chan Chunk, error)
+	// FollowOutput delivers call callID's output from its first byte retained on the returned channel:
+	// first what is retained, then every chunk published later, until ctx ends, when the channel is
+	// closed. Per stream, chunks come in order, none twice, and each starts where the previous one ended
+	// (a chunk resent is trimmed to what is new); a chunk whose Offset is past the previous chunk's End
+	// (or past 0, for the first) means the bytes in between are not retained (the call printed more than
+	// the retention bounds, or the server did not take them): they are only in Outputs, once the call
+	// ends. A reader resuming skips what it has itself: it knows which attempt its position is of. A slow
+	// receiver loses nothing: at most buffer chunks wait for it, and delivery waits while the channel is
+	// full (the publisher never does). A call run again (its worker lost) prints from byte 0 again: a
+	// chunk of an attempt later than the chunks delivered before starts every stream over (from then on,
+	// chunks of that attempt from their first byte retained), and a chunk of an earlier attempt than one
+	// delivered is dropped.
+	FollowOutput(ctx context.Context, callID string, buffer int) (<-chan Chunk, error)
 	// Follow calls emit with the bytes of each chunk of call callID's output, from its first byte retained
 	// to the chunks published later, in order and from one goroutine; it blocks until ctx ends and then
 	// returns nil. Bytes not retained are replaced by a note that says how many are missing; the reports

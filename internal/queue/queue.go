@@ -77,7 +77,3 @@ type Chunk struct {
 
 // End is the position just past the chunk in its stream.
 func (c Chunk) End() int64 { return c.Offset + int64(len(c.Data)) }
-
-// Offsets is where a reader of a call's output is: per stream name, how many bytes of it the reader has.
-// A stream it does not name is read from its first byte.
-type Offsets map[string]int64

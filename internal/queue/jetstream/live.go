@@ -63,11 +63,11 @@ func (c *Live) PublishChunk(ctx context.Context, callID string, ch queue.Chunk) 
 	return nil
 }
 
-// FollowOutput delivers call callID's output from the offsets from on: the chunks the live stream
+// FollowOutput delivers call callID's output from its first byte retained: the chunks the live stream
 // retains, then each chunk published later, through an ordered consumer of the call's subject that is
 // this follower's alone (a consumer in the server's memory, deleted when ctx ends). Chunks wait in the
 // server, not here: a follower holds at most buffer chunks in its channel and liveReadChunks in flight.
-func (c *Live) FollowOutput(ctx context.Context, callID string, from queue.Offsets, buffer int) (<-chan queue.Chunk, error) {
+func (c *Live) FollowOutput(ctx context.Context, callID string, buffer int) (<-chan queue.Chunk, error) {
 	cons, err := c.js.OrderedConsumer(ctx, c.cfg.liveStream(), jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{c.liveSubject(callID)},
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
@@ -82,10 +82,7 @@ func (c *Live) FollowOutput(ctx context.Context, callID string, from queue.Offse
 		return nil, fmt.Errorf("follow output of %s: %w", callID, err)
 	}
 	out := make(chan queue.Chunk, max(buffer, 0))
-	at := map[string]int64{}
-	for name, off := range from {
-		at[name] = off
-	}
+	at := map[string]int64{} // per stream, where the chunks delivered end
 	var runs attempts
 	var once sync.Once
 	stop := func() {
@@ -226,7 +223,7 @@ const followBuffer = 16
 // a note ("[... 1024 bytes of stdout not kept live ...]"). It is FollowOutput for a reader that wants the
 // text only (MCP progress notifications).
 func (c *Live) Follow(ctx context.Context, callID string, emit func(chunk string)) error {
-	chunks, err := c.FollowOutput(ctx, callID, nil, followBuffer)
+	chunks, err := c.FollowOutput(ctx, callID, followBuffer)
 	if err != nil {
 		return err
 	}

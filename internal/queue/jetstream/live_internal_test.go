@@ -26,7 +26,7 @@ func TestLiveFollowerLeavesNoConsumer(t *testing.T) {
 		return info.State.Consumers
 	}
 	fctx, stop := context.WithCancel(ctx)
-	chunks, err := c.Live().FollowOutput(fctx, "c_x", nil, 1)
+	chunks, err := c.Live().FollowOutput(fctx, "c_x", 1)
 	if err != nil {
 		t.Fatal(err)
 	}

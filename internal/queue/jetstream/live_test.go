@@ -28,9 +28,8 @@ func dispatcherAndWorker(t *testing.T) (c, worker *jetstream.Conn) {
 }
 
 // TestLiveOutput: a reader that starts following a call after it printed replays what was printed, then
-// gets each later chunk live, bytes unchanged (binary included), in order, none twice; a reader that asks
-// from an offset gets the bytes from there exactly (a chunk cut where it asks); a reader that does not
-// read holds up no one and loses nothing; other calls' chunks never reach a reader; a reader's channel
+// gets each later chunk live, bytes unchanged (binary included), in order, none twice; two readers get
+// the same bytes each; a reader that does not read holds up no one and loses nothing; other calls' chunks never reach a reader; a reader's channel
 // closes when its context ends; once the call's output is dropped (EndOutput), a new reader gets nothing.
 func TestLiveOutput(t *testing.T) {
 	c, worker := dispatcherAndWorker(t)
@@ -54,16 +53,16 @@ func TestLiveOutput(t *testing.T) {
 	}
 	publish(50) // before anyone follows
 
-	late, err := c.Live().FollowOutput(ctx, id, nil, 1000)
+	late, err := c.Live().FollowOutput(ctx, id, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fromCtx, stopFrom := context.WithCancel(ctx)
-	from, err := c.Live().FollowOutput(fromCtx, id, queue.Offsets{"stderr": 4321}, 1000)
+	secondCtx, stopSecond := context.WithCancel(ctx)
+	second, err := c.Live().FollowOutput(secondCtx, id, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
-	stuck, err := c.Live().FollowOutput(ctx, id, nil, 1)
+	stuck, err := c.Live().FollowOutput(ctx, id, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,11 +82,11 @@ func TestLiveOutput(t *testing.T) {
 		}
 	}
 	read("the late reader", late, 0)
-	read("the reader from 4321", from, 4321)
+	read("a second reader", second, 0)
 	read("the reader that read nothing until now", stuck, 0)
 
-	stopFrom()
-	for range from { // closed once its context ended
+	stopSecond()
+	for range second { // closed once its context ended
 	}
 	if err := worker.Live().EndOutput(ctx, id); err != nil {
 		t.Fatal(err)
@@ -97,7 +96,7 @@ func TestLiveOutput(t *testing.T) {
 	}
 	afterCtx, stopAfter := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer stopAfter()
-	after, err := c.Live().FollowOutput(afterCtx, id, nil, 10)
+	after, err := c.Live().FollowOutput(afterCtx, id, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +131,7 @@ func TestFollowShowsPulls(t *testing.T) {
 }
 
 // TestFollowAcrossAttempts: a call run again (its worker lost) prints from byte 0 again. A follower
-// gets the first attempt's chunks trimmed to where it asked from, then the later attempt's from their
+// gets the first attempt's chunks (one resent, delivered once), then the later attempt's from their
 // first byte with the attempt on each, never a late chunk of the earlier attempt; Follow says that the
 // output starts over, then prints the new attempt's.
 func TestFollowAcrossAttempts(t *testing.T) {
@@ -143,6 +142,7 @@ func TestFollowAcrossAttempts(t *testing.T) {
 	for _, ch := range []queue.Chunk{
 		{Stream: call.StreamStdout, Offset: 0, Data: []byte("first "), Attempt: 1},
 		{Stream: call.StreamStdout, Offset: 6, Data: []byte("run\n"), Attempt: 1},
+		{Stream: call.StreamStdout, Offset: 6, Data: []byte("run\n"), Attempt: 1}, // resent
 		{Stream: call.StreamStdout, Offset: 0, Data: []byte("second"), Attempt: 3},
 		{Stream: call.StreamStdout, Offset: 10, Data: []byte("late\n"), Attempt: 1},
 		{Stream: call.StreamStdout, Offset: 6, Data: []byte(" run\n"), Attempt: 3},
@@ -152,12 +152,13 @@ func TestFollowAcrossAttempts(t *testing.T) {
 		}
 	}
 	fctx, stop := context.WithCancel(ctx)
-	chunks, err := c.Live().FollowOutput(fctx, id, queue.Offsets{call.StreamStdout: 8}, 10)
+	chunks, err := c.Live().FollowOutput(fctx, id, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []queue.Chunk{
-		{Stream: call.StreamStdout, Offset: 8, Data: []byte("n\n"), Attempt: 1},
+		{Stream: call.StreamStdout, Offset: 0, Data: []byte("first "), Attempt: 1},
+		{Stream: call.StreamStdout, Offset: 6, Data: []byte("run\n"), Attempt: 1},
 		{Stream: call.StreamStdout, Offset: 0, Data: []byte("second"), Attempt: 3},
 		{Stream: call.StreamStdout, Offset: 6, Data: []byte(" run\n"), Attempt: 3},
 	}
@@ -219,7 +220,7 @@ func TestLiveRetention(t *testing.T) {
 		s, err := js.Stream(ctx, jetstream.DefaultConfig().Stream+"_LIVE")
 		return err == nil && s.CachedInfo().State.LastSeq >= chunks
 	})
-	got, err := c.Live().FollowOutput(ctx, id, nil, 4)
+	got, err := c.Live().FollowOutput(ctx, id, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
