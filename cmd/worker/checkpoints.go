@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/toolpool/toolpool/internal/checkpoint"
 	"github.com/toolpool/toolpool/internal/checkpoint/s3store"
@@ -89,9 +90,10 @@ func (c *checkpointsConfig) validate() error {
 	return errors.Join(errs...)
 }
 
-// checkpointer returns the worker's checkpointer on the configured store, or nil when workspaces are not
-// kept in object storage. An S3 bucket that is missing or refuses the keys stops the worker at start.
-func (c *config) checkpointer(ctx context.Context, conn *jetstream.Conn) (*checkpoint.Checkpointer, error) {
+// checkpointer returns the worker's checkpointer on the configured store, reporting each save and restore
+// to observe, or nil when workspaces are not kept in object storage. An S3 bucket that is missing or
+// refuses the keys stops the worker at start.
+func (c *config) checkpointer(ctx context.Context, conn *jetstream.Conn, observe func(string, checkpoint.Result, time.Duration, error)) (*checkpoint.Checkpointer, error) {
 	var store checkpoint.Store
 	switch c.Checkpoints.Store {
 	case checkpointsJetStream:
@@ -118,5 +120,5 @@ func (c *config) checkpointer(ctx context.Context, conn *jetstream.Conn) (*check
 	}
 	return checkpoint.New(checkpoint.Config{Dir: c.WorkspacesDir, UID: int(c.UID), GID: int(c.GID), Worker: c.ID,
 		ChunkBytes: c.Checkpoints.ChunkBytes, Parallel: c.Checkpoints.Parallel, MaxWorkspaceBytes: c.Checkpoints.MaxWorkspaceBytes,
-		MaxTenantBytes: c.Checkpoints.MaxTenantBytes, Now: conn.Now}, store, heads)
+		MaxTenantBytes: c.Checkpoints.MaxTenantBytes, Now: conn.Now, Observe: observe}, store, heads)
 }

@@ -232,12 +232,12 @@ func run(args []string) (retErr error) {
 	store := tracing.TraceWorkerStore(metrics.ObserveWorkerStore(audited, wm))
 	opts := []worker.Option{worker.WithLeases(conn.Leases()), worker.WithOutputs(conn.Outputs()), worker.WithCreator(audited),
 		worker.WithLive(conn.Live()), worker.WithTransfers(conn.Outputs())}
-	cp, err := cfg.checkpointer(ctx, conn)
+	cp, err := cfg.checkpointer(ctx, conn, wm.ObserveCheckpoint)
 	if err != nil {
 		return err
 	}
 	if cp != nil {
-		opts = append(opts, worker.WithCheckpoints(metrics.ObserveCheckpoints(cp, wm)), worker.WithHomes(conn.Homes()))
+		opts = append(opts, worker.WithCheckpoints(cp), worker.WithHomes(conn.Homes()))
 		wm.WatchUnsaved(cp.OldestUnsaved)
 		log.Info("workspaces are kept in object storage", "store", cfg.Checkpoints.Store)
 	}

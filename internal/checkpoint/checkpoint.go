@@ -102,6 +102,9 @@ type Config struct {
 	// budget. Saves of two workspaces at once each count the other's checkpoint before it, so together
 	// they may pass it by what they add.
 	MaxTenantBytes int64
+	// Observe, if set, is called after every Save (op "save") and Restore (op "restore") with its result,
+	// how long it took and its error: the worker's metrics.
+	Observe func(op string, r Result, took time.Duration, err error)
 }
 
 // Defaults and bounds of Config.

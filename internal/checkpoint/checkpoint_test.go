@@ -670,3 +670,43 @@ func TestRestoreOfARemovedCopy(t *testing.T) {
 		t.Fatalf("restored copy:\n%s\nwant:\n%s", got, want)
 	}
 }
+
+// TestObserve: Config.Observe hears every Save and Restore, with its result and error (the worker's
+// checkpoint metrics are counted there).
+func TestObserve(t *testing.T) {
+	type seen struct {
+		op     string
+		r      checkpoint.Result
+		failed bool
+	}
+	var got []seen
+	s := &failing{backend: jsStore(t)}
+	a := newNode(t, s, "a", 0)
+	dir := t.TempDir()
+	b, err := checkpoint.New(checkpoint.Config{Dir: dir, Worker: "b", UID: os.Getuid(), GID: os.Getgid(),
+		Observe: func(op string, r checkpoint.Result, took time.Duration, err error) {
+			if took <= 0 {
+				t.Errorf("%s observed taking %s", op, took)
+			}
+			got = append(got, seen{op, r, err != nil})
+		}}, s, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, a.ws("acme", "repo"), "f", "one", 0o644)
+	if _, err := a.cp.Save(ctx(t), "acme", "repo"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Restore(ctx(t), "acme", "repo"); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(dir, "acme", "repo"), "g", "two", 0o644)
+	s.fail.Store(true)
+	if _, err := b.Save(ctx(t), "acme", "repo"); err == nil {
+		t.Fatal("save with the store unreachable succeeded")
+	}
+	if len(got) != 2 || got[0].op != "restore" || !got[0].r.Moved || got[0].r.Files != 1 || got[0].failed ||
+		got[1].op != "save" || !got[1].failed {
+		t.Fatalf("observed %+v; want the restore that moved the workspace here, then the failed save", got)
+	}
+}

@@ -26,7 +26,13 @@ import (
 // A Restore that fails (the store unreachable, a corrupt object) returns the error with the copy partly
 // updated, every file either as it was or as the checkpoint has it; the next Restore finishes the job.
 // The caller keeps calls out of the workspace meanwhile.
-func (c *Checkpointer) Restore(ctx context.Context, tenant, name string) (Result, error) {
+func (c *Checkpointer) Restore(ctx context.Context, tenant, name string) (res Result, err error) {
+	defer c.observe("restore", time.Now(), &res, &err)
+	return c.restore(ctx, tenant, name)
+}
+
+// restore is Restore, unobserved.
+func (c *Checkpointer) restore(ctx context.Context, tenant, name string) (Result, error) {
 	start := time.Now()
 	st := c.state(tenant, name)
 	defer st.mu.Unlock()

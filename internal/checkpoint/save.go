@@ -36,9 +36,17 @@ var ErrTooDeep = fmt.Errorf("directories nest deeper than %d levels", MaxDepth)
 // Save reads the workspace as it stands; the caller keeps writers out, or accepts that a file written
 // meanwhile is saved as it was when read (the next Save catches up).
 func (c *Checkpointer) Save(ctx context.Context, tenant, name string) (res Result, err error) {
+	defer c.observe("save", time.Now(), &res, &err)
 	st := c.state(tenant, name)
 	defer st.mu.Unlock()
 	return c.save(ctx, tenant, name, st)
+}
+
+// observe reports an operation that began at start to Config.Observe, once it returned *res and *err.
+func (c *Checkpointer) observe(op string, start time.Time, res *Result, err *error) {
+	if c.cfg.Observe != nil {
+		c.cfg.Observe(op, *res, time.Since(start), *err)
+	}
 }
 
 // save is Save with the workspace's state st locked.

@@ -1,7 +1,6 @@
 package metrics
 
 import (
-	"context"
 	"sync/atomic"
 	"time"
 
@@ -9,20 +8,6 @@ import (
 
 	"github.com/toolpool/toolpool/internal/checkpoint"
 )
-
-// Checkpointer is what the worker asks of the checkpoints that keep workspaces in object storage
-// (worker.Checkpoints, implemented by checkpoint.Checkpointer).
-type Checkpointer interface {
-	Restore(ctx context.Context, tenant, name string) (checkpoint.Result, error)
-	Save(ctx context.Context, tenant, name string) (checkpoint.Result, error)
-	Unsaved() []checkpoint.Workspace
-	// The operations on heads pass through uncounted: they move no data.
-	Snapshot(ctx context.Context, tenant, name, snap string) (checkpoint.Head, error)
-	Fork(ctx context.Context, tenant, name, snap, to string, admit func(checkpoint.Head) error) (checkpoint.Head, error)
-	RestoreSnapshot(ctx context.Context, tenant, name, snap string, admit func(checkpoint.Head) error) (checkpoint.Head, error)
-	SnapshotsOf(ctx context.Context, tenant, name string) ([]checkpoint.Named, error)
-	List(ctx context.Context, tenant string) ([]checkpoint.Listed, error)
-}
 
 // checkpointMetrics are a worker's metrics of workspace checkpoints (docs/workspaces.md).
 type checkpointMetrics struct {
@@ -74,37 +59,18 @@ func newCheckpointMetrics(reg prometheus.Registerer) *checkpointMetrics {
 // checkpointer's OldestUnsaved).
 func (m *WorkerMetrics) WatchUnsaved(age func() time.Duration) { m.checkpoints.unsaved.Store(&age) }
 
-// ObserveCheckpoints counts next's saves and restores in m.
-func ObserveCheckpoints(next Checkpointer, m *WorkerMetrics) Checkpointer {
-	return &observedCheckpoints{Checkpointer: next, next: next, m: m.checkpoints}
+// ObserveCheckpoint counts one checkpoint save or restore (op "save" or "restore") that took took: it is
+// checkpoint.Config's Observe. The operations on heads (snapshot, fork, restore of a snapshot) are not
+// counted: they move no data.
+func (m *WorkerMetrics) ObserveCheckpoint(op string, r checkpoint.Result, took time.Duration, err error) {
+	m.checkpoints.observe(op, r, took, err)
 }
 
-// observedCheckpoints counts Restore and Save; the other methods are next's (embedded).
-type observedCheckpoints struct {
-	Checkpointer
-	next Checkpointer
-	m    *checkpointMetrics
-}
-
-func (o *observedCheckpoints) Restore(ctx context.Context, tenant, name string) (checkpoint.Result, error) {
-	start := time.Now()
-	r, err := o.next.Restore(ctx, tenant, name)
-	o.m.observe("restore", start, r, err)
-	if err == nil && r.Moved {
-		o.m.rehomes.Inc()
+func (m *checkpointMetrics) observe(op string, r checkpoint.Result, took time.Duration, err error) {
+	if op == "restore" && err == nil && r.Moved {
+		m.rehomes.Inc()
 	}
-	return r, err
-}
-
-func (o *observedCheckpoints) Save(ctx context.Context, tenant, name string) (checkpoint.Result, error) {
-	start := time.Now()
-	r, err := o.next.Save(ctx, tenant, name)
-	o.m.observe("save", start, r, err)
-	return r, err
-}
-
-func (m *checkpointMetrics) observe(op string, start time.Time, r checkpoint.Result, err error) {
-	m.seconds.WithLabelValues(op).Observe(time.Since(start).Seconds())
+	m.seconds.WithLabelValues(op).Observe(took.Seconds())
 	m.bytes.WithLabelValues(op).Add(float64(r.Bytes))
 	m.files.WithLabelValues(op).Add(float64(r.Files))
 	switch {
