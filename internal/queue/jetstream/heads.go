@@ -80,7 +80,8 @@ func (h *Heads) GetHead(ctx context.Context, tenant, workspace string) ([]byte, 
 
 // SwapHead stores value as tenant's workspace's head if the head is still at revision rev (0: it has
 // none), and returns the new revision; swapped is false, and nothing is written, when the head moved on
-// since rev. A write retried after its reply was lost, which finds its own value, counts as swapped.
+// since rev. A write retried after its reply was lost, which finds its own value, counts as swapped; a
+// refusal whose head cannot be read back is an error (the outcome is unknown), never a false swapped.
 func (h *Heads) SwapHead(ctx context.Context, tenant, workspace string, value []byte, rev uint64) (uint64, bool, error) {
 	key := headKey(tenant, workspace)
 	var (
@@ -95,10 +96,11 @@ func (h *Heads) SwapHead(ctx context.Context, tenant, workspace string, value []
 	if err == nil {
 		return newRev, true, nil
 	}
-	if e, gerr := h.kv.Get(ctx, key); gerr == nil && bytes.Equal(e.Value(), value) && e.Revision() != rev {
+	e, gerr := h.kv.Get(ctx, key)
+	if gerr == nil && bytes.Equal(e.Value(), value) && e.Revision() != rev {
 		return e.Revision(), true, nil // our own write, whose reply was lost
 	}
-	if errors.Is(err, jetstream.ErrKeyExists) || isWrongSequence(err) {
+	if (errors.Is(err, jetstream.ErrKeyExists) || isWrongSequence(err)) && readBackAnswered(gerr) {
 		return 0, false, nil
 	}
 	return 0, false, fmt.Errorf("write checkpoint head of %s/%s: %w", tenant, workspace, err)
@@ -131,17 +133,19 @@ func snapshotKey(tenant, workspace, snap string) string {
 
 // CreateSnapshot stores value as snapshot snap of tenant's workspace, unless the workspace has a snapshot
 // of that name (created false, nothing written). A write retried after its reply was lost, which finds its
-// own value, counts as created.
+// own value, counts as created; a refusal whose snapshot cannot be read back is an error, never a false
+// created.
 func (h *Heads) CreateSnapshot(ctx context.Context, tenant, workspace, snap string, value []byte) (bool, error) {
 	key := snapshotKey(tenant, workspace, snap)
 	_, err := h.kv.Create(ctx, key, value)
 	if err == nil {
 		return true, nil
 	}
-	if e, gerr := h.kv.Get(ctx, key); gerr == nil && bytes.Equal(e.Value(), value) {
+	e, gerr := h.kv.Get(ctx, key)
+	if gerr == nil && bytes.Equal(e.Value(), value) {
 		return true, nil // our own write, whose reply was lost
 	}
-	if errors.Is(err, jetstream.ErrKeyExists) || isWrongSequence(err) {
+	if (errors.Is(err, jetstream.ErrKeyExists) || isWrongSequence(err)) && readBackAnswered(gerr) {
 		return false, nil
 	}
 	return false, fmt.Errorf("write snapshot %s of %s/%s: %w", snap, tenant, workspace, err)

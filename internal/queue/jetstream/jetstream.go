@@ -305,3 +305,11 @@ func isWrongSequence(err error) bool {
 	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.As(err, &apiErr) &&
 		(apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
+
+// readBackAnswered reports whether the read of a key that follows a refused compare-and-set answered,
+// with the key's entry or with its absence (gerr is that read's error). Only then is the refusal known
+// not to be of the caller's own earlier write, applied but its reply lost: a read that failed (a slow
+// server, the caller's deadline spent by the write) leaves the outcome unknown, which is not a conflict.
+func readBackAnswered(gerr error) bool {
+	return gerr == nil || errors.Is(gerr, jetstream.ErrKeyNotFound) || errors.Is(gerr, jetstream.ErrKeyDeleted)
+}

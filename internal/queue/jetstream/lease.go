@@ -105,12 +105,16 @@ func (l *lease) write(ctx context.Context, rev uint64) error {
 	ack, err := l.s.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(l.ttl))
 	if err != nil {
 		// A write whose reply was lost leaves a newer revision of ours: it was applied.
-		if e, gerr := l.s.kv.Get(ctx, l.id); gerr == nil && string(e.Value()) == l.value && e.Revision() != rev {
+		e, gerr := l.s.kv.Get(ctx, l.id)
+		switch {
+		case gerr == nil && string(e.Value()) == l.value && e.Revision() != rev:
 			l.rev = e.Revision()
 			return nil
-		}
-		if isWrongSequence(err) {
+		case isWrongSequence(err) && readBackAnswered(gerr):
 			return queue.ErrConflict
+		case isWrongSequence(err):
+			// Refused, maybe by our own write whose reply was lost: unknown until the lease can be read.
+			return fmt.Errorf("read back the lease after a refused write: %w", gerr)
 		}
 		return err
 	}
