@@ -10,11 +10,33 @@ import (
 // clock estimates the NATS server's time from the local clock: the server that leads the records
 // bucket stamps every record revision, so its time is the one against which deadlines are judged. The
 // offset is measured at connect and every clockSyncInterval, from the time a stream info reports, within
-// half a round trip.
+// half a round trip; a slow answer does not replace a tighter estimate (observe).
 type clock struct {
 	local  func() time.Time
 	offset atomic.Int64 // server minus local, in nanoseconds
+	rtt    atomic.Int64 // the round trip of the sample offset came from, in nanoseconds; 0 before the first
 }
+
+// clockMaxRTT is the round trip within which a sample always replaces the kept one. A slower sample (a
+// loaded server, a stalled connection: seconds, at times) is only as good as half its round trip, so it
+// is kept only when it is still tighter than the one it would replace.
+const clockMaxRTT = 500 * time.Millisecond
+
+// observe takes a sample of the server's time, stamped by the server between the local times before and
+// after, and reports whether it now sets the offset: the first sample does, then one whose round trip is
+// within clockMaxRTT or shorter than the kept one's.
+func (c *clock) observe(before, after, server time.Time) bool {
+	rtt := max(after.Sub(before), 1) // 1ns: a sample was taken
+	if kept := time.Duration(c.rtt.Load()); kept != 0 && rtt > clockMaxRTT && rtt >= kept {
+		return false
+	}
+	c.offset.Store(int64(server.Sub(before.Add(after.Sub(before) / 2))))
+	c.rtt.Store(int64(rtt))
+	return true
+}
+
+// uncertainty is how far the server's time may be from Now: half the round trip of the kept sample.
+func (c *clock) uncertainty() time.Duration { return time.Duration(c.rtt.Load()) / 2 }
 
 const clockSyncInterval = 30 * time.Second
 
@@ -41,8 +63,7 @@ func (s *session) syncClock(ctx context.Context) error {
 	if info.TimeStamp.IsZero() {
 		return nil // a server too old to say; keep the local clock
 	}
-	mid := before.Add(after.Sub(before) / 2)
-	s.clock.offset.Store(int64(info.TimeStamp.Sub(mid)))
+	s.clock.observe(before, after, info.TimeStamp)
 	return nil
 }
 

@@ -75,7 +75,8 @@ func (s *Leases) LeaseHeld(ctx context.Context, id string) (bool, error) {
 	return !s.lapsed(e), nil
 }
 
-// lapsed reports whether lease entry e was last written longer than its TTL ago, on the server's clock.
+// lapsed reports whether lease entry e was last written longer than its TTL ago, on the server's clock,
+// however far off this client's estimate of that clock may be: a live lease is never judged gone early.
 func (s *Leases) lapsed(e jetstream.KeyValueEntry) bool {
 	f := strings.Fields(string(e.Value()))
 	if len(f) != 3 {
@@ -85,7 +86,7 @@ func (s *Leases) lapsed(e jetstream.KeyValueEntry) bool {
 	if err != nil {
 		return false
 	}
-	return !s.now().Before(e.Created().Add(time.Duration(ns)))
+	return !s.now().Add(-s.clock.uncertainty()).Before(e.Created().Add(time.Duration(ns)))
 }
 
 type lease struct {
