@@ -145,11 +145,11 @@ func (w *Worker) process(ctx context.Context, c *call.Call, attempt uint64) (set
 	cause := context.Cause(runCtx)
 	switch {
 	case errors.Is(cause, errFenced):
-		w.log.WarnContext(ctx, "the call's lease was taken while it ran: the call was stopped and nothing is recorded", "call_id", c.ID)
+		w.log.WarnContext(ctx, "the call's lease was taken while it ran: the call was stopped and nothing is recorded", "call_id", c.ID, "cause", cause)
 		_ = lease.Release(storeCtx)
 		return settleLeave, nil // the record belongs to another writer now; it settles the call
 	case errors.Is(cause, errLeaseLapsed) || cl.lapsed():
-		w.log.WarnContext(ctx, "lease not renewed in time: the call was stopped and nothing is recorded", "call_id", c.ID)
+		w.log.WarnContext(ctx, "lease not renewed in time: the call was stopped and nothing is recorded", "call_id", c.ID, "cause", cause)
 		return settleLeave, nil // others may have judged the call's runner gone: record nothing
 	}
 	if errors.Is(runErr, sandbox.ErrNotStarted) && ctx.Err() == nil && cause == nil {
@@ -290,6 +290,8 @@ func (w *Worker) guard(ctx context.Context, cancel context.CancelCauseFunc, cl *
 		next := time.NewTimer(w.cfg.Heartbeat)
 		defer next.Stop()
 		attempt, again := renewTimeouts(w.cfg.Heartbeat)
+		var failed error // the last renewal's error since the last success: why a claim lapsed
+		var failingSince time.Time
 		for {
 			select {
 			case <-ctx.Done():
@@ -298,7 +300,7 @@ func (w *Worker) guard(ctx context.Context, cancel context.CancelCauseFunc, cl *
 			case <-next.C:
 			}
 			if cl.lapsed() {
-				cancel(errLeaseLapsed)
+				cancel(fmt.Errorf("%w (last renewal: %v)", errLeaseLapsed, failed))
 				return
 			}
 			sent := time.Now()
@@ -311,13 +313,23 @@ func (w *Worker) guard(ctx context.Context, cancel context.CancelCauseFunc, cl *
 			rcancel()
 			switch {
 			case err == nil:
+				if failed != nil {
+					w.log.InfoContext(ctx, "lease renewed again", "call_id", cl.result.ID, "failing_for", time.Since(failingSince).Round(time.Millisecond))
+				}
+				failed = nil
 				cl.renewed(sent)
 				deadline.Reset(time.Until(cl.deadline()))
 				next.Reset(w.cfg.Heartbeat)
 			case errors.Is(err, queue.ErrConflict):
-				cancel(errFenced)
+				cancel(fmt.Errorf("%w: %v", errFenced, err))
 				return
 			default:
+				if failed == nil {
+					failingSince = sent
+					w.log.WarnContext(ctx, "renew lease: trying again until the claim's deadline", "call_id", cl.result.ID,
+						"deadline_in", time.Until(cl.deadline()).Round(time.Millisecond), "error", err)
+				}
+				failed = err
 				next.Reset(again) // try again soon; the deadline decides
 			}
 		}
