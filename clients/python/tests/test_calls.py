@@ -138,10 +138,11 @@ def test_stream_resumes_after_dropped_connections_without_loss_or_repeat(tp, url
 
 
 def test_stream_resumes_after_the_connection_goes_silent(tp, proxy):
-    # The first answer stops after 700 bytes without closing: the client's read times out (timeout=2)
-    # and it resumes on a new connection from the last event it received.
+    # The first answer stops after 700 bytes without closing: the client's read times out (timeout=5)
+    # and it resumes on a new connection from the last event it received. The timeout is longer than a
+    # loaded machine's container start, the one other silence of the stream (keep-alives come every 15s).
     p = proxy(700, stall=True)
-    c = Client(p.url, tp.token, timeout=2)
+    c = Client(p.url, tp.token, timeout=5)
     want = "".join(f"line {i:03d}\n" for i in range(1, 41))
     events = list(c.stream("run_shell", sh("for i in $(seq -f %03g 1 40); do echo \"line $i\"; sleep 0.02; done")))
     assert p.dropped == 1 and p.connections == 2, (p.dropped, p.connections)

@@ -183,7 +183,9 @@ test("stream resumes after dropped connections without losing or repeating outpu
 
 test("a stream resumes after its connection goes silent", async () => {
   const p = await droppingProxy([700], { stall: true });
-  const c = new Client({ url: p.url, token: tp.token, timeoutMs: 2000 });
+  // Longer than a loaded machine's container start, the one other silence of the stream (keep-alives
+  // come every 15 s): only the proxy's stall may end the first connection.
+  const c = new Client({ url: p.url, token: tp.token, timeoutMs: 5000 });
   let want = "";
   for (let i = 1; i <= 40; i++) want += `line ${String(i).padStart(3, "0")}\n`;
   const evs = await collect(c.stream("run_shell", sh("for i in $(seq -f %03g 1 40); do echo \"line $i\"; sleep 0.02; done")));
