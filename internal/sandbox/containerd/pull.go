@@ -417,9 +417,12 @@ func (p *imagePuller) env(ctx context.Context, img containerd.Image) ([]string, 
 	return slices.Clone(env), nil
 }
 
-// pull fetches name, checks its layers and unpacks it. On any failure it deletes what it stored of the
-// image, so that nothing half-pulled is ever run; an image record that was there before (imported by
-// hand, not unpacked) is left alone.
+// pull fetches name, checks its layers and unpacks it. On a failure after its fetch stored the image
+// record, it deletes that record, so that nothing half-pulled is ever run. A record this pull did not
+// store is left alone: one that was there before (imported by hand, not unpacked), and one another
+// process sharing the containerd stored meanwhile while this pull's fetch failed (its own failure, a
+// transfer cut or a limit of its own, says nothing of that image); a failed fetch stores no record, and
+// containerd collects the content it left.
 func (p *imagePuller) pull(ctx context.Context, name, tenant string, size *int64, st *pullProgress) (_ containerd.Image, retErr error) {
 	_, err := p.client.ImageService().Get(ctx, name)
 	existed := err == nil
@@ -448,8 +451,9 @@ func (p *imagePuller) pull(ctx context.Context, name, tenant string, size *int64
 			return children, nil
 		})
 	}
+	stored := false // the fetch stored the image record
 	defer func() {
-		if retErr != nil && !existed {
+		if retErr != nil && stored && !existed {
 			delCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 			defer cancel()
 			_ = p.client.ImageService().Delete(delCtx, name, images.SynchronousDelete())
@@ -464,6 +468,7 @@ func (p *imagePuller) pull(ctx context.Context, name, tenant string, size *int64
 	if err != nil {
 		return nil, pullError(name, host, err)
 	}
+	stored = true
 	if err := checkLayers(ctx, p.client.ContentStore(), img.Target()); err != nil {
 		return nil, fmt.Errorf("%w: image %s: %w", sandbox.ErrImageRefused, name, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,9 +16,12 @@ import (
 
 	ctdclient "github.com/containerd/containerd"
 	"github.com/containerd/containerd/errdefs"
+	"github.com/containerd/containerd/images"
 	"github.com/containerd/containerd/namespaces"
 	"github.com/containerd/containerd/snapshots"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/toolpool/toolpool/internal/sandbox"
 	"github.com/toolpool/toolpool/internal/sandbox/containerd"
@@ -589,4 +593,71 @@ func TestPullAheadPinnedImages(t *testing.T) {
 		t.Errorf("first call on the pinned image: err %v warm %v (cold: %q) stdout %q stderr %q; want it warm",
 			err, out.Warm, out.ColdReason, out.Stdout.String(), out.Stderr.String())
 	}
+}
+
+// TestFailedPullKeepsAnImageAnotherProcessStored: on a containerd shared by two worker processes, a pull
+// that fails on its own (its transfer cut) while the other process's pull of the same image stored the
+// image record leaves that record alone: its failure says nothing of the image the other one has.
+func TestFailedPullKeepsAnImageAnotherProcessStored(t *testing.T) {
+	_, d, reg := pullRuntime(t, nil)
+	rt := ctrtest.NewRuntimeOn(t, containerd.Config{Address: d.Address(), Pull: containerd.PullConfig{
+		Registries: []containerd.RegistryConfig{{Host: reg.Host, Username: reg.Username, Password: reg.Password, PlainHTTP: true}}}})
+	ref := ctrtest.PushImage(t, reg, "shared/image:1", v1.Config{}, randomLayer(t))
+	name, err := containerd.ParseImageRef(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := manifestDescriptor(t, reg, "shared/image", "1")
+	client, err := ctdclient.New(d.Address())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(namespaces.WithNamespace(context.Background(), "toolpool-test"), 2*time.Minute)
+	defer cancel()
+
+	release := reg.HoldBlobs()
+	defer release()
+	failed := make(chan error, 1)
+	go func() {
+		_, err := rt.Run(ctx, imageCall(ref, workspace(t), "/bin/sh", "-c", "echo ran"))
+		failed <- err
+	}()
+	for deadline := time.Now().Add(time.Minute); reg.Waiting() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the pull never fetched a blob")
+		}
+	}
+	// Meanwhile the other process's pull of the image stored its record.
+	if _, err := client.ImageService().Create(ctx, images.Image{Name: name, Target: target}); err != nil {
+		t.Fatal(err)
+	}
+	reg.SetFault(ctrtest.CutBlobs)
+	release()
+	if err := <-failed; !errors.Is(err, sandbox.ErrImagePull) {
+		t.Fatalf("err %v, want ErrImagePull (the transfer was cut)", err)
+	}
+	if img, err := client.ImageService().Get(ctx, name); err != nil || img.Target.Digest != target.Digest {
+		t.Errorf("the image record the other process stored is gone after this pull failed: %+v %v", img, err)
+	}
+}
+
+// manifestDescriptor asks reg for the descriptor of repo:tag's manifest, as a pull resolves it.
+func manifestDescriptor(t *testing.T, reg *ctrtest.Registry, repo, tag string) ocispec.Descriptor {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodHead, "http://"+reg.Host+"/v2/"+repo+"/manifests/"+tag, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.SetBasicAuth(reg.Username, reg.Password)
+	req.Header.Set("Accept", ocispec.MediaTypeImageManifest+", application/vnd.docker.distribution.manifest.v2+json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("HEAD manifest %s:%s: %s", repo, tag, resp.Status)
+	}
+	return ocispec.Descriptor{MediaType: resp.Header.Get("Content-Type"), Digest: digest.Digest(resp.Header.Get("Docker-Content-Digest")), Size: resp.ContentLength}
 }
