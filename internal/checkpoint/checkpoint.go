@@ -48,6 +48,14 @@ type Store interface {
 	Open(ctx context.Context, name string) (io.ReadCloser, error)
 	// Has reports whether there is an object name.
 	Has(ctx context.Context, name string) (bool, error)
+	// Stat returns the object name's size and when it was last written (Put), by the store's clock; ok
+	// is false when there is none.
+	Stat(ctx context.Context, name string) (size int64, modified time.Time, ok bool, err error)
+	// List calls fn with the name, size and time of last write of every object whose name begins with
+	// prefix, in no set order; an error of fn stops the listing and is returned.
+	List(ctx context.Context, prefix string, fn func(name string, size int64, modified time.Time) error) error
+	// Delete removes the object name; one that is not there is not an error.
+	Delete(ctx context.Context, name string) error
 }
 
 // Heads holds each workspace's head. Implementation: a JetStream key-value bucket
@@ -102,6 +110,12 @@ type Config struct {
 	// budget. Saves of two workspaces at once each count the other's checkpoint before it, so together
 	// they may pass it by what they add.
 	MaxTenantBytes int64
+	// Grace is how long an object no head names is kept (Collect): a Save in progress stores its chunks
+	// and trees before its head. A Save trusts an object it did not write only when it was written within
+	// Grace/2 (else it writes it again), so Grace/2 must exceed the longest Save and the skew between the
+	// clocks of the store and of Now. Default DefaultGrace; a worker's config allows no less than
+	// MinGrace (tests use seconds). Every worker of a pool should have the same.
+	Grace time.Duration
 	// Observe, if set, is called after every Save (op "save") and Restore (op "restore") with its result,
 	// how long it took and its error: the worker's metrics.
 	Observe func(op string, r Result, took time.Duration, err error)
@@ -161,9 +175,10 @@ type Checkpointer struct {
 	heads Heads
 	chown bool
 
-	mu    sync.Mutex
-	ws    map[string]*wsState // by tenant/workspace
-	known map[string]struct{} // objects known to be in the store
+	mu sync.Mutex
+	ws map[string]*wsState // by tenant/workspace
+	// known holds objects known to be in the store, with when they were last written (at the latest).
+	known map[string]time.Time
 }
 
 // wsState is what this worker knows of its copy of a workspace.
@@ -225,7 +240,13 @@ func New(cfg Config, store Store, heads Heads) (*Checkpointer, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Checkpointer{cfg: cfg, store: store, heads: heads, chown: os.Geteuid() == 0, ws: map[string]*wsState{}, known: map[string]struct{}{}}, nil
+	if cfg.Grace < 0 {
+		return nil, fmt.Errorf("new checkpointer: grace %s is negative", cfg.Grace)
+	}
+	if cfg.Grace == 0 {
+		cfg.Grace = DefaultGrace
+	}
+	return &Checkpointer{cfg: cfg, store: store, heads: heads, chown: os.Geteuid() == 0, ws: map[string]*wsState{}, known: map[string]time.Time{}}, nil
 }
 
 // state returns the workspace's state, locked; the caller unlocks it.
@@ -277,16 +298,29 @@ func (c *Checkpointer) Unsaved() []Workspace {
 	return ws
 }
 
-func (c *Checkpointer) isKnown(name string) bool {
+// isFresh reports whether object name is known to be in the store and to have been written within half
+// the grace: a Save may name it without writing it (Collect never sweeps it before the Save's head is
+// written).
+func (c *Checkpointer) isFresh(name string) bool {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	_, ok := c.known[name]
-	return ok
+	t, ok := c.known[name]
+	c.mu.Unlock()
+	return ok && c.cfg.Now().Sub(t) < c.cfg.Grace/2
 }
 
-func (c *Checkpointer) learn(name string) {
+// learn notes that object name is in the store, last written at modified.
+func (c *Checkpointer) learn(name string, modified time.Time) {
 	c.mu.Lock()
-	c.known[name] = struct{}{}
+	if modified.After(c.known[name]) {
+		c.known[name] = modified
+	}
+	c.mu.Unlock()
+}
+
+// forget drops what is known of object name: Collect is deleting it.
+func (c *Checkpointer) forget(name string) {
+	c.mu.Lock()
+	delete(c.known, name)
 	c.mu.Unlock()
 }
 

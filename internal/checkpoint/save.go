@@ -412,25 +412,29 @@ func (c *Checkpointer) readFile(ctx context.Context, root int, tenant string, j 
 	return nil
 }
 
-// putChunk stores a chunk unless this worker knows the store has it, or the store says it has (another
-// workspace of the tenant, or another worker, stored it).
+// putChunk stores a chunk unless it is in the store, written within half the grace: known so to this
+// worker, or so the store says (another workspace of the tenant, or another worker, stored it). An older
+// copy is written again, so that a Collect running meanwhile never sweeps it (Collect).
 func (c *Checkpointer) putChunk(ctx context.Context, tenant, digest string, b []byte, sc *scanned) error {
 	name := chunkName(tenant, digest)
-	if c.isKnown(name) {
+	if c.isFresh(name) {
 		return nil
 	}
-	has, err := c.store.Has(ctx, name)
+	_, modified, has, err := c.store.Stat(ctx, name)
 	if err != nil {
 		return fmt.Errorf("look up chunk %s: %w", name, err)
 	}
 	if has {
-		c.learn(name)
-		return nil
+		c.learn(name, modified)
+		if c.isFresh(name) {
+			return nil
+		}
 	}
+	before := c.cfg.Now()
 	if err := c.store.Put(ctx, name, bytes.NewReader(b)); err != nil {
 		return fmt.Errorf("store chunk %s: %w", name, err)
 	}
-	c.learn(name)
+	c.learn(name, before)
 	sc.chunks.Add(1)
 	sc.bytes.Add(int64(len(b)))
 	return nil
