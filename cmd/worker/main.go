@@ -247,6 +247,9 @@ func run(args []string) (retErr error) {
 	}
 	if cp != nil {
 		td.Go(func() { saveUnsaved(ctx, w, log) })
+		if cfg.Checkpoints.GCEvery > 0 {
+			td.Go(func() { collectGarbage(ctx, cp, conn.Leases(), cfg.ID, cfg.Checkpoints.GCEvery, wm, log) })
+		}
 	}
 	if cfg.Workspaces.IdleTTL > 0 {
 		td.Go(func() { sweepWorkspaces(ctx, w, cfg.Workspaces.SweepEvery, log) })

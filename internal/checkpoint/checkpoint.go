@@ -75,6 +75,8 @@ type Heads interface {
 	Snapshots(ctx context.Context, tenant string) (map[string]map[string][]byte, error)
 	// DeleteSnapshots removes every snapshot of tenant's workspace name.
 	DeleteSnapshots(ctx context.Context, tenant, name string) error
+	// Tenants returns every tenant that has a head, each once.
+	Tenants(ctx context.Context) ([]string, error)
 }
 
 // ErrStale reports a Save refused because another worker checkpointed the workspace since this worker's

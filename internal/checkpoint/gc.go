@@ -100,6 +100,43 @@ func (c *Checkpointer) Collect(ctx context.Context, tenant string) (res Collecte
 	return res, nil
 }
 
+// CollectLock takes the right to collect tenant's garbage now; held is false when another worker has it
+// (it collects the tenant, or did a moment ago). The worker's is a lease in NATS held for a whole period
+// between collections (AcquireCollect in internal/queue/jetstream).
+type CollectLock func(ctx context.Context, tenant string) (held bool, err error)
+
+// CollectAll collects the garbage of every tenant that has a head, each under lock, and reports each
+// tenant's Collect to observe (when not nil). A tenant whose lock another worker holds is left to it. It
+// goes on past a tenant whose Collect fails and returns every failure joined.
+func (c *Checkpointer) CollectAll(ctx context.Context, lock CollectLock, observe func(tenant string, r Collected, err error)) error {
+	tenants, err := c.heads.Tenants(ctx)
+	if err != nil {
+		return fmt.Errorf("collect checkpoints: %w", err)
+	}
+	var errs []error
+	for _, t := range tenants {
+		held, err := lock(ctx, t)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("collect checkpoints of tenant %s: %w", t, err))
+			continue
+		}
+		if !held {
+			continue
+		}
+		r, err := c.Collect(ctx, t)
+		if observe != nil {
+			observe(t, r, err)
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // mark returns the names of every chunk and tree reachable from tenant's heads, and how many heads it
 // marked from.
 func (c *Checkpointer) mark(ctx context.Context, tenant string) (map[string]struct{}, int, error) {

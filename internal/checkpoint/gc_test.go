@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/toolpool/toolpool/internal/checkpoint"
+	"github.com/toolpool/toolpool/internal/queue"
+	"github.com/toolpool/toolpool/internal/queue/jetstream/jstest"
 )
 
 // testGrace is the grace of the collection tests: short, so that they wait seconds for objects to age.
@@ -221,5 +224,47 @@ func saveRacingCollect(t *testing.T, s backend) {
 	}
 	if got, _ := os.ReadFile(filepath.Join(c.ws("acme", "new"), "again.txt")); string(got) != revived {
 		t.Fatal("the revived file does not read back")
+	}
+}
+
+// TestCollectAllOncePerPeriod: workers that each run CollectAll collect each tenant once between them
+// while the collect lease (real, in NATS) is held, and every tenant that has a head is collected.
+func TestCollectAllOncePerPeriod(t *testing.T) {
+	conn, _ := jstest.Provisioned(t, nil)
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	objects, err := conn.Checkpoints(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := stores{objects, jsHeads(t, conn)}
+	a, b := gcNode(t, s, "a"), gcNode(t, s, "b")
+	for _, tenant := range []string{"acme", "globex", "initech"} {
+		write(t, a.ws(tenant, "ws"), "f", tenant, 0o644)
+		if _, err := a.cp.Save(ctx(t), tenant, "ws"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	collected := map[string][]string{}
+	for _, n := range []node{a, b, a} {
+		lock := func(ctx context.Context, tenant string) (bool, error) {
+			_, err := conn.Leases().AcquireCollect(ctx, tenant, filepath.Base(n.dir), time.Minute)
+			if errors.Is(err, queue.ErrExists) {
+				return false, nil
+			}
+			return err == nil, err
+		}
+		err := n.cp.CollectAll(ctx(t), lock, func(tenant string, r checkpoint.Collected, err error) {
+			if err != nil || r.Heads != 1 || r.Kept != 2 {
+				t.Errorf("collect of %s: %+v, %v; want its head, tree and chunk", tenant, r, err)
+			}
+			collected[tenant] = append(collected[tenant], filepath.Base(n.dir))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(collected) != 3 || len(collected["acme"]) != 1 || len(collected["globex"]) != 1 || len(collected["initech"]) != 1 {
+		t.Fatalf("collected %v; want each of the 3 tenants once", collected)
 	}
 }

@@ -107,6 +107,8 @@ func (s *checkingStore) DeleteSnapshots(ctx context.Context, tenant, name string
 	return s.heads.DeleteSnapshots(ctx, tenant, name)
 }
 
+func (s *checkingStore) Tenants(ctx context.Context) ([]string, error) { return s.heads.Tenants(ctx) }
+
 func (s *checkingStore) GetHead(ctx context.Context, tenant, name string) ([]byte, uint64, error) {
 	if s.failOpen.Load() {
 		return nil, 0, errors.New("object store unreachable")
