@@ -66,7 +66,8 @@ type Heads interface {
 	// SwapHead stores value as the head if it is still at revision rev (0: none) and returns the new
 	// revision; swapped is false, and nothing is written, when it moved on since rev.
 	SwapHead(ctx context.Context, tenant, name string, value []byte, rev uint64) (newRev uint64, swapped bool, err error)
-	// TenantHeads returns every head of tenant's workspaces, by workspace name (never a snapshot).
+	// TenantHeads returns every head of tenant's workspaces, by workspace name (never a snapshot), and the
+	// tenant's usage (name ".usage", which SwapHead and GetHead write and read like a head).
 	TenantHeads(ctx context.Context, tenant string) (map[string][]byte, error)
 	// CreateSnapshot stores value as snapshot snap of tenant's workspace name; created is false, and
 	// nothing is written, when the workspace has a snapshot of that name.
@@ -108,9 +109,8 @@ type Config struct {
 	// Save to checkpoint it (ErrOverBudget beyond, with nothing stored); 0: no budget.
 	MaxWorkspaceBytes int64
 	// MaxTenantBytes is the checkpoint budget of a tenant: the most bytes the latest checkpoints of all
-	// its workspaces may hold together, counted from their heads when a Save would take it past; 0: no
-	// budget. Saves of two workspaces at once each count the other's checkpoint before it, so together
-	// they may pass it by what they add.
+	// its workspaces may hold together; 0: no budget. Strict under concurrent saves: each reserves its
+	// workspace's bytes in the tenant's usage (in Heads, by compare-and-set) before its head moves.
 	MaxTenantBytes int64
 	// Grace is how long an object no head names is kept (Collect): a Save in progress stores its chunks
 	// and trees before its head. A Save trusts an object it did not write only when it was written within

@@ -151,7 +151,7 @@ func (c *Checkpointer) mark(ctx context.Context, tenant string) (map[string]stru
 		}
 		return nil
 	}
-	heads, err := c.heads.TenantHeads(ctx, tenant)
+	heads, err := c.tenantHeads(ctx, tenant)
 	if err != nil {
 		return nil, 0, err
 	}

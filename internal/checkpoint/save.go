@@ -64,10 +64,27 @@ func (c *Checkpointer) save(ctx context.Context, tenant, name string, st *wsStat
 	if err != nil {
 		return Result{}, fmt.Errorf("checkpoint workspace %s/%s: %w", tenant, name, err)
 	}
+	// The tenant's bytes reserved for this save: given back unless its head is written (or was already).
+	var undo func()
+	kept := false
+	defer func() {
+		if !kept && undo != nil {
+			undo()
+		}
+	}()
 	sc := &scanned{root: emptyTree, files: map[string]fileState{}}
+	if !exists {
+		// A deleted workspace frees what it held of its tenant's budget.
+		if undo, err = c.reserve(ctx, tenant, name, 0); err != nil {
+			return Result{}, fmt.Errorf("checkpoint workspace %s/%s: %w", tenant, name, err)
+		}
+	}
 	if exists {
 		defer unix.Close(root)
-		budget := func(total int64) error { return c.checkBudget(ctx, tenant, name, total) }
+		budget := func(total int64) (err error) {
+			undo, err = c.reserve(ctx, tenant, name, total)
+			return err
+		}
 		if sc, err = c.scan(ctx, root, tenant, st, budget); err != nil {
 			return Result{}, fmt.Errorf("checkpoint workspace %s/%s: %w", tenant, name, err)
 		}
@@ -92,6 +109,7 @@ func (c *Checkpointer) save(ctx context.Context, tenant, name string, st *wsStat
 		}
 	}
 	if st.head.Tree != "" && st.head.Tree == sc.root && st.head.Deleted == !exists {
+		kept = true // the head holds these bytes already
 		st.files, st.dirs = sc.files, sc.dirState
 		res.Head, res.Took = st.head, time.Since(start)
 		return res, c.dropSnapshots(ctx, tenant, name, st.head) // a retry of a delete whose snapshots stayed
@@ -116,6 +134,7 @@ func (c *Checkpointer) save(ctx context.Context, tenant, name string, st *wsStat
 		return res, fmt.Errorf("checkpoint workspace %s/%s: %w (checkpoint %d, by worker %s at %s); this copy was at checkpoint %d",
 			tenant, name, ErrStale, latest.Seq, latest.Worker, latest.At.Format(time.RFC3339), was)
 	}
+	kept = true
 	st.head, st.headRev, st.files, st.dirs = h, rev, sc.files, sc.dirState
 	res.Changed, res.Head, res.Took = true, h, time.Since(start)
 	return res, c.dropSnapshots(ctx, tenant, name, h)
@@ -470,34 +489,4 @@ func sameEntry(a, b entry) bool {
 
 func sigOf(s *unix.Stat_t) statSig {
 	return statSig{ino: s.Ino, size: s.Size, mtime: s.Mtim.Nano(), ctime: s.Ctim.Nano(), mode: s.Mode}
-}
-
-// checkBudget says whether workspace name of tenant may be checkpointed with total bytes of files: under
-// the workspace's budget, and, with the latest checkpoints of the tenant's other workspaces, under the
-// tenant's.
-func (c *Checkpointer) checkBudget(ctx context.Context, tenant, name string, total int64) error {
-	if max := c.cfg.MaxWorkspaceBytes; max > 0 && total > max {
-		return fmt.Errorf("%w of a workspace: its files hold %d bytes, %d over the budget of %d (checkpoints.max_workspace_bytes): remove files from it",
-			ErrOverBudget, total, total-max, max)
-	}
-	max := c.cfg.MaxTenantBytes
-	if max <= 0 || total == 0 {
-		return nil
-	}
-	heads, err := c.heads.TenantHeads(ctx, tenant)
-	if err != nil {
-		return fmt.Errorf("count the checkpoints of tenant %s against its budget: %w", tenant, err)
-	}
-	var others int64
-	for ws, b := range heads {
-		var h Head
-		if ws != name && json.Unmarshal(b, &h) == nil && !h.Deleted {
-			others += h.Bytes
-		}
-	}
-	if others+total > max {
-		return fmt.Errorf("%w of tenant %s: its workspaces' checkpoints would hold %d bytes (this one %d, the others %d), %d over the budget of %d (checkpoints.max_tenant_bytes): remove files or workspaces",
-			ErrOverBudget, tenant, others+total, total, others, others+total-max, max)
-	}
-	return nil
 }

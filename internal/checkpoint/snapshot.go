@@ -59,9 +59,16 @@ func (c *Checkpointer) Fork(ctx context.Context, tenant, name, snap, to string, 
 	if ok && !old.Deleted {
 		return Head{}, fmt.Errorf("fork workspace %s/%s: %w: workspace %q exists already", tenant, name, ErrExists, to)
 	}
-	if err := c.checkBudget(ctx, tenant, to, src.Bytes); err != nil {
+	undo, err := c.reserve(ctx, tenant, to, src.Bytes)
+	if err != nil {
 		return Head{}, fmt.Errorf("fork workspace %s/%s: %w", tenant, name, err)
 	}
+	written := false
+	defer func() {
+		if !written && undo != nil {
+			undo()
+		}
+	}()
 	if ok {
 		// A deleted workspace's snapshots went with it; these stayed if that failed.
 		if err := c.heads.DeleteSnapshots(ctx, tenant, to); err != nil {
@@ -73,6 +80,7 @@ func (c *Checkpointer) Fork(ctx context.Context, tenant, name, snap, to string, 
 	if err := c.swap(ctx, tenant, to, h, rev); err != nil {
 		return Head{}, fmt.Errorf("fork workspace %s/%s: %w", tenant, name, err)
 	}
+	written = true
 	return h, nil
 }
 
@@ -98,11 +106,15 @@ func (c *Checkpointer) RestoreSnapshot(ctx context.Context, tenant, name, snap s
 	if !ok || cur.Deleted {
 		return Head{}, fmt.Errorf("restore workspace %s/%s: %w", tenant, name, ErrNoWorkspace)
 	}
-	if err := c.checkBudget(ctx, tenant, name, src.Bytes); err != nil {
+	undo, err := c.reserve(ctx, tenant, name, src.Bytes)
+	if err != nil {
 		return Head{}, fmt.Errorf("restore workspace %s/%s: %w", tenant, name, err)
 	}
 	h := Head{Tree: src.Tree, Seq: cur.Seq + 1, Worker: c.cfg.Worker, At: c.cfg.Now().UTC(), Files: src.Files, Bytes: src.Bytes, Created: cur.Created}
 	if err := c.swap(ctx, tenant, name, h, rev); err != nil {
+		if undo != nil {
+			undo()
+		}
 		return Head{}, fmt.Errorf("restore workspace %s/%s: %w", tenant, name, err)
 	}
 	// This copy's changes that no Save stored are replaced by the snapshot: no retry saves them.
@@ -211,7 +223,7 @@ type Listed struct {
 // List returns every workspace of tenant that has a checkpoint and is not deleted, by name, whichever
 // worker wrote it: two reads of the heads, none of the trees.
 func (c *Checkpointer) List(ctx context.Context, tenant string) ([]Listed, error) {
-	heads, err := c.heads.TenantHeads(ctx, tenant)
+	heads, err := c.tenantHeads(ctx, tenant)
 	if err != nil {
 		return nil, fmt.Errorf("list workspaces of %s: %w", tenant, err)
 	}
