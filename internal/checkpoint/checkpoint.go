@@ -149,6 +149,10 @@ type Head struct {
 	Bytes int64 `json:"bytes"`
 	// Created is when the workspace was first checkpointed (zero in heads of earlier versions).
 	Created time.Time `json:"created,omitzero"`
+	// Image is the workspace's default image ("" for none) when ImageKept; heads of earlier versions, and
+	// of workspaces whose image was never recorded (SetImage), do not keep one. Every Save carries it on.
+	Image     string `json:"image,omitempty"`
+	ImageKept bool   `json:"image_kept,omitempty"`
 }
 
 // Result says what a Save or a Restore did.

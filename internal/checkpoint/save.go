@@ -90,7 +90,7 @@ func (c *Checkpointer) save(ctx context.Context, tenant, name string, st *wsStat
 		}
 	}
 	res = Result{Files: sc.read, Chunks: int(sc.chunks.Load()), Bytes: sc.bytes.Load()}
-	seq, created := st.head.Seq, st.head.Created
+	seq, created, image, imageKept := st.head.Seq, st.head.Created, st.head.Image, st.head.ImageKept
 	if st.head.Tree == "" {
 		// This copy was restored from no checkpoint (a new workspace, or a worker that restarted): it is
 		// the latest checkpoint only if it holds what that checkpoint holds. Otherwise the head is written
@@ -103,7 +103,7 @@ func (c *Checkpointer) save(ctx context.Context, tenant, name string, st *wsStat
 		case ok && h.Tree == sc.root && h.Deleted == !exists:
 			st.head, st.headRev = h, rev
 		case ok:
-			seq, created = h.Seq, h.Created
+			seq, created, image, imageKept = h.Seq, h.Created, h.Image, h.ImageKept
 		case !exists:
 			return res, nil // never saved, and gone: nothing to say
 		}
@@ -116,6 +116,9 @@ func (c *Checkpointer) save(ctx context.Context, tenant, name string, st *wsStat
 	}
 	now := c.cfg.Now().UTC()
 	h := Head{Tree: sc.root, Seq: seq + 1, Deleted: !exists, Worker: c.cfg.Worker, At: now, Files: len(sc.files), Bytes: sc.total, Created: created}
+	if exists && !st.head.Deleted {
+		h.Image, h.ImageKept = image, imageKept // a workspace made again under a deleted one's name starts without
+	}
 	if h.Created.IsZero() || st.head.Deleted {
 		h.Created = now
 	}

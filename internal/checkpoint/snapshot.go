@@ -76,7 +76,8 @@ func (c *Checkpointer) Fork(ctx context.Context, tenant, name, snap, to string, 
 		}
 	}
 	now := c.cfg.Now().UTC()
-	h := Head{Tree: src.Tree, Seq: old.Seq + 1, Worker: c.cfg.Worker, At: now, Files: src.Files, Bytes: src.Bytes, Created: now}
+	h := Head{Tree: src.Tree, Seq: old.Seq + 1, Worker: c.cfg.Worker, At: now, Files: src.Files, Bytes: src.Bytes, Created: now,
+		Image: src.Image, ImageKept: src.ImageKept}
 	if err := c.swap(ctx, tenant, to, h, rev); err != nil {
 		return Head{}, fmt.Errorf("fork workspace %s/%s: %w", tenant, name, err)
 	}
@@ -110,7 +111,8 @@ func (c *Checkpointer) RestoreSnapshot(ctx context.Context, tenant, name, snap s
 	if err != nil {
 		return Head{}, fmt.Errorf("restore workspace %s/%s: %w", tenant, name, err)
 	}
-	h := Head{Tree: src.Tree, Seq: cur.Seq + 1, Worker: c.cfg.Worker, At: c.cfg.Now().UTC(), Files: src.Files, Bytes: src.Bytes, Created: cur.Created}
+	h := Head{Tree: src.Tree, Seq: cur.Seq + 1, Worker: c.cfg.Worker, At: c.cfg.Now().UTC(), Files: src.Files, Bytes: src.Bytes, Created: cur.Created,
+		Image: cur.Image, ImageKept: cur.ImageKept} // the image is the workspace's, not the snapshot's
 	if err := c.swap(ctx, tenant, name, h, rev); err != nil {
 		if undo != nil {
 			undo()
@@ -119,6 +121,39 @@ func (c *Checkpointer) RestoreSnapshot(ctx context.Context, tenant, name, snap s
 	}
 	// This copy's changes that no Save stored are replaced by the snapshot: no retry saves them.
 	st.unsavedSince.Store(0)
+	return h, nil
+}
+
+// SetImage records image ("" for none) as workspace name's default image in its latest checkpoint, by
+// compare-and-set, so that every worker that brings a copy to it (Restore's Result.Head) runs its calls on
+// it; a checkpoint that has it already is left as it is. ErrNoWorkspace when the workspace has no
+// checkpoint or was deleted. The caller holds the workspace's home.
+func (c *Checkpointer) SetImage(ctx context.Context, tenant, name, image string) (Head, error) {
+	st := c.state(tenant, name)
+	defer st.mu.Unlock()
+	h, rev, ok, err := c.readHead(ctx, tenant, name)
+	if err != nil {
+		return Head{}, fmt.Errorf("set image of workspace %s/%s: %w", tenant, name, err)
+	}
+	if !ok || h.Deleted {
+		return Head{}, fmt.Errorf("set image of workspace %s/%s: %w", tenant, name, ErrNoWorkspace)
+	}
+	if h.ImageKept && h.Image == image {
+		return h, nil
+	}
+	was := h
+	h.Image, h.ImageKept, h.Seq, h.Worker, h.At = image, true, h.Seq+1, c.cfg.Worker, c.cfg.Now().UTC()
+	b, _ := json.Marshal(h)
+	newRev, swapped, err := c.heads.SwapHead(ctx, tenant, name, b, rev)
+	if err != nil {
+		return Head{}, fmt.Errorf("set image of workspace %s/%s: store head: %w", tenant, name, err)
+	}
+	if !swapped {
+		return Head{}, fmt.Errorf("set image of workspace %s/%s: %w (workspace %s): try again", tenant, name, ErrStale, name)
+	}
+	if st.head == was && st.headRev == rev {
+		st.head, st.headRev = h, newRev // this copy is at the new head: its tree did not change
+	}
 	return h, nil
 }
 
