@@ -33,6 +33,18 @@ func benchTree(b *testing.B, root string, files, size int) {
 	}
 }
 
+// savedTree writes workspace acme/repo of 10 000 files (100 directories, 1 KiB each) under dir, cp's, and
+// saves it; it returns the workspace's root.
+func savedTree(b *testing.B, cp *checkpoint.Checkpointer, dir string) string {
+	b.Helper()
+	root := filepath.Join(dir, "acme", "repo")
+	benchTree(b, root, 10_000, 1024)
+	if _, err := cp.Save(context.Background(), "acme", "repo"); err != nil {
+		b.Fatal(err)
+	}
+	return root
+}
+
 func benchNode(b *testing.B, s backend, name string) (string, *checkpoint.Checkpointer) {
 	b.Helper()
 	dir := filepath.Join(b.TempDir(), name)
@@ -62,12 +74,8 @@ func benchStore(b *testing.B) backend {
 func BenchmarkSaveOneFileChange(b *testing.B) {
 	s := benchStore(b)
 	dir, cp := benchNode(b, s, "a")
-	root := filepath.Join(dir, "acme", "repo")
-	benchTree(b, root, 10_000, 1024)
+	root := savedTree(b, cp, dir)
 	ctx := context.Background()
-	if _, err := cp.Save(ctx, "acme", "repo"); err != nil {
-		b.Fatal(err)
-	}
 	var took []time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -95,11 +103,8 @@ func BenchmarkSaveOneFileChange(b *testing.B) {
 func BenchmarkSnapshotForkRestore(b *testing.B) {
 	s := benchStore(b)
 	dir, cp := benchNode(b, s, "a")
-	benchTree(b, filepath.Join(dir, "acme", "repo"), 10_000, 1024)
+	savedTree(b, cp, dir)
 	ctx := context.Background()
-	if _, err := cp.Save(ctx, "acme", "repo"); err != nil {
-		b.Fatal(err)
-	}
 	var snap, fork, restore []time.Duration
 	timed := func(to *[]time.Duration, f func() (checkpoint.Head, error)) {
 		start := time.Now()
@@ -222,12 +227,8 @@ func BenchmarkCollect(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	root := filepath.Join(dir, "acme", "repo")
-	benchTree(b, root, 10_000, 1024)
+	root := savedTree(b, cp, dir)
 	ctx := context.Background()
-	if _, err := cp.Save(ctx, "acme", "repo"); err != nil {
-		b.Fatal(err)
-	}
 	var took []time.Duration
 	var swept int
 	b.ResetTimer()

@@ -53,6 +53,12 @@ func jsHeads(t testing.TB, conn *jetstream.Conn) checkpoint.Heads {
 func jsStore(t *testing.T) backend {
 	t.Helper()
 	conn, _ := jstest.Provisioned(t, nil)
+	return jsStoreOn(t, conn)
+}
+
+// jsStoreOn is jsStore on conn's server.
+func jsStoreOn(t *testing.T, conn *jetstream.Conn) backend {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	s, err := conn.Checkpoints(ctx)

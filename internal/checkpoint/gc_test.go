@@ -231,13 +231,7 @@ func saveRacingCollect(t *testing.T, s backend) {
 // while the collect lease (real, in NATS) is held, and every tenant that has a head is collected.
 func TestCollectAllOncePerPeriod(t *testing.T) {
 	conn, _ := jstest.Provisioned(t, nil)
-	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	objects, err := conn.Checkpoints(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := stores{objects, jsHeads(t, conn)}
+	s := jsStoreOn(t, conn)
 	a, b := gcNode(t, s, "a"), gcNode(t, s, "b")
 	for _, tenant := range []string{"acme", "globex", "initech"} {
 		write(t, a.ws(tenant, "ws"), "f", tenant, 0o644)
