@@ -49,8 +49,8 @@ type Collected struct {
 // It is safe while Saves run, on this worker or others: a Save writes its chunks and trees before its
 // head, and trusts an object it did not write only when the store says it was written within half the
 // grace (putChunk, putObject), so every object a head written after the mark names is younger than the
-// grace. A Restore of a head that a Save replaced meanwhile may find an object swept, fail, and succeed
-// when it runs again (it reads the new head). Collects of one tenant may run at once (deleting twice is
+// grace. A Restore of a head that a Save replaced meanwhile may find an object swept: it follows the
+// head to the checkpoint that replaced it. Collects of one tenant may run at once (deleting twice is
 // harmless); the worker runs one at a time per tenant under a lease, to spare the store.
 //
 // A head that does not decode, or a tree it names that is missing or corrupt, stops the Collect before

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -260,5 +261,61 @@ func TestCollectAllOncePerPeriod(t *testing.T) {
 	}
 	if len(collected) != 3 || len(collected["acme"]) != 1 || len(collected["globex"]) != 1 || len(collected["initech"]) != 1 {
 		t.Fatalf("collected %v; want each of the 3 tenants once", collected)
+	}
+}
+
+// opening is a store whose first Open of object name first runs before.
+type opening struct {
+	backend
+	name   string
+	before func()
+}
+
+func (o *opening) Open(ctx context.Context, name string) (io.ReadCloser, error) {
+	if f := o.before; f != nil && name == o.name {
+		o.before = nil
+		f()
+	}
+	return o.backend.Open(ctx, name)
+}
+
+// TestRestoreFollowsTheHeadPastACollect: a restore fetching a checkpoint that a later checkpoint replaced
+// meanwhile, and whose replaced file a collection then removed, brings the copy to the later checkpoint
+// instead of failing.
+func TestRestoreFollowsTheHeadPastACollect(t *testing.T) {
+	s := jsStore(t)
+	o := &opening{backend: s}
+	a, b := gcNode(t, s, "a"), gcNode(t, o, "b")
+	old := "replaced, then collected " + noise(100)
+	write(t, a.ws("acme", "ws"), "x.txt", old, 0o644)
+	write(t, a.ws("acme", "ws"), "y.txt", "stays", 0o644)
+	if _, err := a.cp.Save(ctx(t), "acme", "ws"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, mod, ok, err := s.Stat(ctx(t), chunkOf("acme", old)); err != nil || !ok || time.Since(mod) > testGrace+time.Second {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the chunk did not age")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	o.name, o.before = chunkOf("acme", old), func() {
+		write(t, a.ws("acme", "ws"), "x.txt", "the new version", 0o644)
+		if _, err := a.cp.Save(ctx(t), "acme", "ws"); err != nil {
+			t.Error(err)
+		}
+		if r, err := a.cp.Collect(ctx(t), "acme"); err != nil || r.Swept == 0 {
+			t.Errorf("collect: %+v, %v; want the replaced chunk swept", r, err)
+		}
+	}
+	r, err := b.cp.Restore(ctx(t), "acme", "ws")
+	if err != nil || r.Head.Seq != 2 {
+		t.Fatalf("restore across a collection: %+v, %v; want checkpoint 2", r, err)
+	}
+	if got, want := listing(t, b.ws("acme", "ws")), listing(t, a.ws("acme", "ws")); got != want {
+		t.Fatalf("restored:\n%s\nwant:\n%s", got, want)
 	}
 }
