@@ -140,9 +140,11 @@ func (c *config) checkpointer(ctx context.Context, conn *jetstream.Conn, observe
 // collectGarbage collects every tenant's checkpoint garbage, every period until ctx ends (the first pass
 // a minute after start), each tenant under its collect lease held for the period (an hour at most: the
 // leases bucket keeps nothing longer), so that the pool's workers collect each tenant about once per
-// period between them.
-func collectGarbage(ctx context.Context, cp *checkpoint.Checkpointer, leases *jetstream.Leases, id string, period time.Duration, wm *metrics.WorkerMetrics, log *slog.Logger) {
-	lock := func(ctx context.Context, tenant string) (bool, error) {
+// period between them (period 0: never). A value on now (the worker's SIGUSR1) runs a pass at once, of every tenant
+// whatever the leases (two collections of a tenant at once are harmless).
+func collectGarbage(ctx context.Context, cp *checkpoint.Checkpointer, leases *jetstream.Leases, id string, period time.Duration,
+	now <-chan os.Signal, wm *metrics.WorkerMetrics, log *slog.Logger) {
+	leased := func(ctx context.Context, tenant string) (bool, error) {
 		_, err := leases.AcquireCollect(ctx, tenant, id, min(period, time.Hour))
 		if errors.Is(err, queue.ErrExists) {
 			return false, nil
@@ -155,16 +157,26 @@ func collectGarbage(ctx context.Context, cp *checkpoint.Checkpointer, leases *je
 			log.Info("checkpoint garbage collected", "tenant", tenant, "swept", r.Swept, "swept_bytes", r.SweptBytes, "kept", r.Kept, "kept_bytes", r.KeptBytes, "took", r.Took)
 		}
 	}
-	pass := func() {
+	pass := func(lock checkpoint.CollectLock) {
 		if err := cp.CollectAll(ctx, lock, observe); err != nil && ctx.Err() == nil {
 			log.Warn("collect checkpoint garbage", "error", err)
 		}
 	}
-	select {
-	case <-ctx.Done():
-		return
-	case <-time.After(time.Minute):
+	next := time.NewTimer(time.Minute)
+	defer next.Stop()
+	if period == 0 { // never on a schedule: on demand only
+		next.Stop()
 	}
-	pass()
-	every(ctx, period, pass)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-now:
+			log.Info("collecting checkpoint garbage now (SIGUSR1)")
+			pass(func(context.Context, string) (bool, error) { return true, nil })
+		case <-next.C:
+			pass(leased)
+			next.Reset(period)
+		}
+	}
 }
