@@ -28,7 +28,7 @@ type checkpointsConfig struct {
 	MaxWorkspaceBytes int64 `yaml:"max_workspace_bytes"`
 	MaxTenantBytes    int64 `yaml:"max_tenant_bytes"`
 	// GCEvery is how often the pool collects each tenant's checkpoint garbage (one worker per tenant and
-	// period, under a lease); 0: never. GCGrace is how long an object no head names is kept.
+	// period, under a lease); 0: only on demand (SIGUSR1). GCGrace is how long an object no head names is kept.
 	GCEvery time.Duration `yaml:"gc_every"`
 	GCGrace time.Duration `yaml:"gc_grace"`
 	S3      s3Config      `yaml:"s3"`
@@ -93,7 +93,7 @@ func (c *checkpointsConfig) validate() error {
 		errs = append(errs, fmt.Errorf("checkpoints.max_tenant_bytes %d is negative: set the most bytes a tenant's checkpoints may hold together, or 0 for no budget", c.MaxTenantBytes))
 	}
 	if c.GCEvery < 0 || c.GCEvery > 0 && c.GCEvery < time.Minute {
-		errs = append(errs, fmt.Errorf("checkpoints.gc_every %s must be at least 1m (default 1h), or 0 to never collect garbage", c.GCEvery))
+		errs = append(errs, fmt.Errorf("checkpoints.gc_every %s must be at least 1m (default 1h), or 0 to collect only on demand (SIGUSR1)", c.GCEvery))
 	}
 	if c.GCGrace < checkpoint.MinGrace {
 		errs = append(errs, fmt.Errorf("checkpoints.gc_grace %s is under %s: a checkpoint in progress could lose an object to garbage collection (default %s)", c.GCGrace, checkpoint.MinGrace, checkpoint.DefaultGrace))
