@@ -155,12 +155,15 @@ mutants:
 	@bash scripts/mutants.sh $(MUTANTS)
 
 ## bench: sandbox, live-output, workspace-checkpoint and end-to-end benchmarks (speed and memory targets are measured here; the
-## live flood prints 200 MB), then `toolpool bench` at concurrency 16 for CLUSTER_BENCH (30s) against the three-server cluster with three workers
+## live flood prints 200 MB), restore throughput of 100 MiB (JetStream, S3), then on the three-server cluster: the failover of a
+## 100 MB workspace (kill -9 of its home, lease 2s) and `toolpool bench` at concurrency 16 for CLUSTER_BENCH (30s) with three workers
 CLUSTER_BENCH ?= 30s
 bench: deps-test
 	$(GO) test -run '^$$' -bench . -benchtime 100x -timeout 30m ./internal/sandbox/containerd/ ./internal/queue/jetstream/ ./test/e2e/
 	$(GO) test -run '^$$' -bench 'SaveOneFileChange|SnapshotForkRestore' -benchtime 100x -timeout 30m ./internal/checkpoint/
 	$(GO) test -run '^$$' -bench 'Workspace100k' -benchtime 1x -timeout 60m ./internal/checkpoint/
+	$(GO) test -run '^$$' -bench 'RestoreThroughput|Collect' -benchtime 3x -timeout 30m ./internal/checkpoint/
+	TOOLPOOL_FAILOVER_BENCH=1 $(GO) test -count=1 -v -run '^TestFailoverBench$$' -timeout 30m ./test/cluster/
 	TOOLPOOL_CLUSTER_BENCH=$(CLUSTER_BENCH) $(GO) test -count=1 -v -run '^TestClusterBench$$' -timeout 30m ./test/cluster/
 
 ## lint: go vet, gofmt, the metrics and alert rules, the Helm chart (make test runs it first)

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"time"
 
 	"github.com/toolpool/toolpool/internal/checkpoint"
 	"github.com/toolpool/toolpool/internal/checkpoint/s3store"
+	"github.com/toolpool/toolpool/internal/metrics"
+	"github.com/toolpool/toolpool/internal/queue"
 	"github.com/toolpool/toolpool/internal/queue/jetstream"
 )
 
@@ -22,9 +25,13 @@ type checkpointsConfig struct {
 	Parallel   int    `yaml:"parallel"`
 	// MaxWorkspaceBytes is the checkpoint budget of one workspace (bytes of its files), MaxTenantBytes a
 	// tenant's (its workspaces' latest checkpoints together); 0: none.
-	MaxWorkspaceBytes int64    `yaml:"max_workspace_bytes"`
-	MaxTenantBytes    int64    `yaml:"max_tenant_bytes"`
-	S3                s3Config `yaml:"s3"`
+	MaxWorkspaceBytes int64 `yaml:"max_workspace_bytes"`
+	MaxTenantBytes    int64 `yaml:"max_tenant_bytes"`
+	// GCEvery is how often the pool collects each tenant's checkpoint garbage (one worker per tenant and
+	// period, under a lease); 0: only on demand (SIGUSR1). GCGrace is how long an object no head names is kept.
+	GCEvery time.Duration `yaml:"gc_every"`
+	GCGrace time.Duration `yaml:"gc_grace"`
+	S3      s3Config      `yaml:"s3"`
 }
 
 // s3Config is s3store.Config as the file spells it. The keys default to the environment's
@@ -48,6 +55,7 @@ const (
 func defaultCheckpoints() checkpointsConfig {
 	return checkpointsConfig{
 		Store: checkpointsNone, ChunkBytes: checkpoint.DefaultChunkBytes, Parallel: checkpoint.DefaultParallel,
+		GCEvery: time.Hour, GCGrace: checkpoint.DefaultGrace,
 		S3: s3Config{AccessKeyID: os.Getenv("AWS_ACCESS_KEY_ID"), SecretAccessKey: os.Getenv("AWS_SECRET_ACCESS_KEY"),
 			Region: os.Getenv("AWS_REGION")},
 	}
@@ -83,6 +91,12 @@ func (c *checkpointsConfig) validate() error {
 	}
 	if c.MaxTenantBytes < 0 {
 		errs = append(errs, fmt.Errorf("checkpoints.max_tenant_bytes %d is negative: set the most bytes a tenant's checkpoints may hold together, or 0 for no budget", c.MaxTenantBytes))
+	}
+	if c.GCEvery < 0 || c.GCEvery > 0 && c.GCEvery < time.Minute {
+		errs = append(errs, fmt.Errorf("checkpoints.gc_every %s must be at least 1m (default 1h), or 0 to collect only on demand (SIGUSR1)", c.GCEvery))
+	}
+	if c.GCGrace < checkpoint.MinGrace {
+		errs = append(errs, fmt.Errorf("checkpoints.gc_grace %s is under %s: a checkpoint in progress could lose an object to garbage collection (default %s)", c.GCGrace, checkpoint.MinGrace, checkpoint.DefaultGrace))
 	}
 	if c.Parallel < 1 || c.Parallel > 256 {
 		errs = append(errs, fmt.Errorf("checkpoints.parallel %d is outside 1..256 (default %d)", c.Parallel, checkpoint.DefaultParallel))
@@ -120,5 +134,49 @@ func (c *config) checkpointer(ctx context.Context, conn *jetstream.Conn, observe
 	}
 	return checkpoint.New(checkpoint.Config{Dir: c.WorkspacesDir, UID: int(c.UID), GID: int(c.GID), Worker: c.ID,
 		ChunkBytes: c.Checkpoints.ChunkBytes, Parallel: c.Checkpoints.Parallel, MaxWorkspaceBytes: c.Checkpoints.MaxWorkspaceBytes,
-		MaxTenantBytes: c.Checkpoints.MaxTenantBytes, Now: conn.Now, Observe: observe}, store, heads)
+		MaxTenantBytes: c.Checkpoints.MaxTenantBytes, Grace: c.Checkpoints.GCGrace, Now: conn.Now, Observe: observe}, store, heads)
+}
+
+// collectGarbage collects every tenant's checkpoint garbage, every period until ctx ends (the first pass
+// a minute after start), each tenant under its collect lease held for the period (an hour at most: the
+// leases bucket keeps nothing longer), so that the pool's workers collect each tenant about once per
+// period between them (period 0: never). A value on now (the worker's SIGUSR1) runs a pass at once, of every tenant
+// whatever the leases (two collections of a tenant at once are harmless).
+func collectGarbage(ctx context.Context, cp *checkpoint.Checkpointer, leases *jetstream.Leases, id string, period time.Duration,
+	now <-chan os.Signal, wm *metrics.WorkerMetrics, log *slog.Logger) {
+	leased := func(ctx context.Context, tenant string) (bool, error) {
+		_, err := leases.AcquireCollect(ctx, tenant, id, min(period, time.Hour))
+		if errors.Is(err, queue.ErrExists) {
+			return false, nil
+		}
+		return err == nil, err
+	}
+	observe := func(tenant string, r checkpoint.Collected, err error) {
+		wm.ObserveCollect(tenant, r, err)
+		if err == nil && r.Swept > 0 {
+			log.Info("checkpoint garbage collected", "tenant", tenant, "swept", r.Swept, "swept_bytes", r.SweptBytes, "kept", r.Kept, "kept_bytes", r.KeptBytes, "took", r.Took)
+		}
+	}
+	pass := func(lock checkpoint.CollectLock) {
+		if err := cp.CollectAll(ctx, lock, observe); err != nil && ctx.Err() == nil {
+			log.Warn("collect checkpoint garbage", "error", err)
+		}
+	}
+	next := time.NewTimer(time.Minute)
+	defer next.Stop()
+	if period == 0 { // never on a schedule: on demand only
+		next.Stop()
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-now:
+			log.Info("collecting checkpoint garbage now (SIGUSR1)")
+			pass(func(context.Context, string) (bool, error) { return true, nil })
+		case <-next.C:
+			pass(leased)
+			next.Reset(period)
+		}
+	}
 }

@@ -247,6 +247,12 @@ func run(args []string) (retErr error) {
 	}
 	if cp != nil {
 		td.Go(func() { saveUnsaved(ctx, w, log) })
+		usr1 := make(chan os.Signal, 1) // SIGUSR1: collect checkpoint garbage now
+		signal.Notify(usr1, syscall.SIGUSR1)
+		td.Go(func() {
+			defer signal.Stop(usr1)
+			collectGarbage(ctx, cp, conn.Leases(), cfg.ID, cfg.Checkpoints.GCEvery, usr1, wm, log)
+		})
 	}
 	if cfg.Workspaces.IdleTTL > 0 {
 		td.Go(func() { sweepWorkspaces(ctx, w, cfg.Workspaces.SweepEvery, log) })

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/toolpool/toolpool/internal/checkpoint"
+	"github.com/toolpool/toolpool/internal/checkpoint/s3store"
+	"github.com/toolpool/toolpool/internal/checkpoint/s3store/s3test"
 	"github.com/toolpool/toolpool/internal/queue/jetstream/jstest"
 )
 
@@ -29,6 +31,18 @@ func benchTree(b *testing.B, root string, files, size int) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// savedTree writes workspace acme/repo of 10 000 files (100 directories, 1 KiB each) under dir, cp's, and
+// saves it; it returns the workspace's root.
+func savedTree(b *testing.B, cp *checkpoint.Checkpointer, dir string) string {
+	b.Helper()
+	root := filepath.Join(dir, "acme", "repo")
+	benchTree(b, root, 10_000, 1024)
+	if _, err := cp.Save(context.Background(), "acme", "repo"); err != nil {
+		b.Fatal(err)
+	}
+	return root
 }
 
 func benchNode(b *testing.B, s backend, name string) (string, *checkpoint.Checkpointer) {
@@ -60,12 +74,8 @@ func benchStore(b *testing.B) backend {
 func BenchmarkSaveOneFileChange(b *testing.B) {
 	s := benchStore(b)
 	dir, cp := benchNode(b, s, "a")
-	root := filepath.Join(dir, "acme", "repo")
-	benchTree(b, root, 10_000, 1024)
+	root := savedTree(b, cp, dir)
 	ctx := context.Background()
-	if _, err := cp.Save(ctx, "acme", "repo"); err != nil {
-		b.Fatal(err)
-	}
 	var took []time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -93,11 +103,8 @@ func BenchmarkSaveOneFileChange(b *testing.B) {
 func BenchmarkSnapshotForkRestore(b *testing.B) {
 	s := benchStore(b)
 	dir, cp := benchNode(b, s, "a")
-	benchTree(b, filepath.Join(dir, "acme", "repo"), 10_000, 1024)
+	savedTree(b, cp, dir)
 	ctx := context.Background()
-	if _, err := cp.Save(ctx, "acme", "repo"); err != nil {
-		b.Fatal(err)
-	}
 	var snap, fork, restore []time.Duration
 	timed := func(to *[]time.Duration, f func() (checkpoint.Head, error)) {
 		start := time.Now()
@@ -170,4 +177,81 @@ func BenchmarkWorkspace100k(b *testing.B) {
 		timed("one-file-save-2", func() (checkpoint.Result, error) { return a.Save(ctx, "acme", "big") })
 		timed("one-file-restore", func() (checkpoint.Result, error) { return bb.Restore(ctx, "acme", "big") })
 	}
+}
+
+// BenchmarkRestoreThroughput restores a workspace of 100 MiB (100 files of 1 MiB, each its own content)
+// on a node that never had it, once per iteration (each on a fresh node), from JetStream's object store
+// and from a real S3 server (versitygw), and reports MB/s: what a failover fetches.
+func BenchmarkRestoreThroughput(b *testing.B) {
+	for name, store := range map[string]func(*testing.B) backend{"jetstream": benchStore, "s3": func(b *testing.B) backend {
+		s, err := s3store.New(s3test.Server(b), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		conn, _ := jstest.Provisioned(b, nil)
+		return stores{s, jsHeads(b, conn)}
+	}} {
+		b.Run(name, func(b *testing.B) {
+			s := store(b)
+			dir, cp := benchNode(b, s, "a")
+			benchTree(b, filepath.Join(dir, "acme", "big"), 100, 1<<20)
+			ctx := context.Background()
+			if _, err := cp.Save(ctx, "acme", "big"); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			var took time.Duration
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				_, other := benchNode(b, s, fmt.Sprintf("n%d", i))
+				b.StartTimer()
+				r, err := other.Restore(ctx, "acme", "big")
+				if err != nil || r.Bytes != 100<<20 {
+					b.Fatalf("restore: %+v, %v", r, err)
+				}
+				took += r.Took
+			}
+			b.ReportMetric(float64(b.N*100)*(1<<20)/1e6/took.Seconds(), "MB/s")
+		})
+	}
+}
+
+// BenchmarkCollect is one tenant's garbage collection on JetStream's object store: a workspace of 10 000
+// files (100 directories, 1 KiB each) and, each iteration, 100 of its files rewritten and checkpointed
+// (100 chunks and the trees on their paths become garbage) before the timed Collect, with a grace of a
+// nanosecond so that it sweeps them. It reports the collection's p50 and what it swept per run.
+func BenchmarkCollect(b *testing.B) {
+	s := benchStore(b)
+	dir := filepath.Join(b.TempDir(), "a")
+	cp, err := checkpoint.New(checkpoint.Config{Dir: dir, Worker: "a", UID: os.Getuid(), GID: os.Getgid(), Grace: time.Nanosecond}, s, s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	root := savedTree(b, cp, dir)
+	ctx := context.Background()
+	var took []time.Duration
+	var swept int
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		for f := range 100 {
+			p := filepath.Join(root, fmt.Sprintf("pkg%04d", f), "f000.go")
+			if err := os.WriteFile(p, []byte(fmt.Sprintf("iteration %d file %d %s", i, f, noise(200))), 0o644); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if _, err := cp.Save(ctx, "acme", "repo"); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		r, err := cp.Collect(ctx, "acme")
+		if err != nil || r.Kept < 10_000 {
+			b.Fatalf("collect: %+v, %v", r, err)
+		}
+		took, swept = append(took, r.Took), swept+r.Swept
+	}
+	b.StopTimer()
+	slices.Sort(took)
+	b.ReportMetric(float64(took[len(took)/2].Microseconds())/1000, "collect-p50-ms")
+	b.ReportMetric(float64(swept)/float64(b.N), "swept/op")
 }

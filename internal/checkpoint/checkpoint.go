@@ -48,6 +48,14 @@ type Store interface {
 	Open(ctx context.Context, name string) (io.ReadCloser, error)
 	// Has reports whether there is an object name.
 	Has(ctx context.Context, name string) (bool, error)
+	// Stat returns the object name's size and when it was last written (Put), by the store's clock; ok
+	// is false when there is none.
+	Stat(ctx context.Context, name string) (size int64, modified time.Time, ok bool, err error)
+	// List calls fn with the name, size and time of last write of every object whose name begins with
+	// prefix, in no set order; an error of fn stops the listing and is returned.
+	List(ctx context.Context, prefix string, fn func(name string, size int64, modified time.Time) error) error
+	// Delete removes the object name; one that is not there is not an error.
+	Delete(ctx context.Context, name string) error
 }
 
 // Heads holds each workspace's head. Implementation: a JetStream key-value bucket
@@ -58,7 +66,8 @@ type Heads interface {
 	// SwapHead stores value as the head if it is still at revision rev (0: none) and returns the new
 	// revision; swapped is false, and nothing is written, when it moved on since rev.
 	SwapHead(ctx context.Context, tenant, name string, value []byte, rev uint64) (newRev uint64, swapped bool, err error)
-	// TenantHeads returns every head of tenant's workspaces, by workspace name (never a snapshot).
+	// TenantHeads returns every head of tenant's workspaces, by workspace name (never a snapshot), and the
+	// tenant's usage (name ".usage", which SwapHead and GetHead write and read like a head).
 	TenantHeads(ctx context.Context, tenant string) (map[string][]byte, error)
 	// CreateSnapshot stores value as snapshot snap of tenant's workspace name; created is false, and
 	// nothing is written, when the workspace has a snapshot of that name.
@@ -67,6 +76,8 @@ type Heads interface {
 	Snapshots(ctx context.Context, tenant string) (map[string]map[string][]byte, error)
 	// DeleteSnapshots removes every snapshot of tenant's workspace name.
 	DeleteSnapshots(ctx context.Context, tenant, name string) error
+	// Tenants returns every tenant that has a head, each once.
+	Tenants(ctx context.Context) ([]string, error)
 }
 
 // ErrStale reports a Save refused because another worker checkpointed the workspace since this worker's
@@ -98,10 +109,15 @@ type Config struct {
 	// Save to checkpoint it (ErrOverBudget beyond, with nothing stored); 0: no budget.
 	MaxWorkspaceBytes int64
 	// MaxTenantBytes is the checkpoint budget of a tenant: the most bytes the latest checkpoints of all
-	// its workspaces may hold together, counted from their heads when a Save would take it past; 0: no
-	// budget. Saves of two workspaces at once each count the other's checkpoint before it, so together
-	// they may pass it by what they add.
+	// its workspaces may hold together; 0: no budget. Strict under concurrent saves: each reserves its
+	// workspace's bytes in the tenant's usage (in Heads, by compare-and-set) before its head moves.
 	MaxTenantBytes int64
+	// Grace is how long an object no head names is kept (Collect): a Save in progress stores its chunks
+	// and trees before its head. A Save trusts an object it did not write only when it was written within
+	// Grace/2 (else it writes it again), so Grace/2 must exceed the longest Save and the skew between the
+	// clocks of the store and of Now. Default DefaultGrace; a worker's config allows no less than
+	// MinGrace (tests use seconds). Every worker of a pool should have the same.
+	Grace time.Duration
 	// Observe, if set, is called after every Save (op "save") and Restore (op "restore") with its result,
 	// how long it took and its error: the worker's metrics.
 	Observe func(op string, r Result, took time.Duration, err error)
@@ -133,6 +149,10 @@ type Head struct {
 	Bytes int64 `json:"bytes"`
 	// Created is when the workspace was first checkpointed (zero in heads of earlier versions).
 	Created time.Time `json:"created,omitzero"`
+	// Image is the workspace's default image ("" for none) when ImageKept; heads of earlier versions, and
+	// of workspaces whose image was never recorded (SetImage), do not keep one. Every Save carries it on.
+	Image     string `json:"image,omitempty"`
+	ImageKept bool   `json:"image_kept,omitempty"`
 }
 
 // Result says what a Save or a Restore did.
@@ -161,9 +181,10 @@ type Checkpointer struct {
 	heads Heads
 	chown bool
 
-	mu    sync.Mutex
-	ws    map[string]*wsState // by tenant/workspace
-	known map[string]struct{} // objects known to be in the store
+	mu sync.Mutex
+	ws map[string]*wsState // by tenant/workspace
+	// known holds objects known to be in the store, with when they were last written (at the latest).
+	known map[string]time.Time
 }
 
 // wsState is what this worker knows of its copy of a workspace.
@@ -225,7 +246,13 @@ func New(cfg Config, store Store, heads Heads) (*Checkpointer, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Checkpointer{cfg: cfg, store: store, heads: heads, chown: os.Geteuid() == 0, ws: map[string]*wsState{}, known: map[string]struct{}{}}, nil
+	if cfg.Grace < 0 {
+		return nil, fmt.Errorf("new checkpointer: grace %s is negative", cfg.Grace)
+	}
+	if cfg.Grace == 0 {
+		cfg.Grace = DefaultGrace
+	}
+	return &Checkpointer{cfg: cfg, store: store, heads: heads, chown: os.Geteuid() == 0, ws: map[string]*wsState{}, known: map[string]time.Time{}}, nil
 }
 
 // state returns the workspace's state, locked; the caller unlocks it.
@@ -277,16 +304,29 @@ func (c *Checkpointer) Unsaved() []Workspace {
 	return ws
 }
 
-func (c *Checkpointer) isKnown(name string) bool {
+// isFresh reports whether object name is known to be in the store and to have been written within half
+// the grace: a Save may name it without writing it (Collect never sweeps it before the Save's head is
+// written).
+func (c *Checkpointer) isFresh(name string) bool {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	_, ok := c.known[name]
-	return ok
+	t, ok := c.known[name]
+	c.mu.Unlock()
+	return ok && c.cfg.Now().Sub(t) < c.cfg.Grace/2
 }
 
-func (c *Checkpointer) learn(name string) {
+// learn notes that object name is in the store, last written at modified.
+func (c *Checkpointer) learn(name string, modified time.Time) {
 	c.mu.Lock()
-	c.known[name] = struct{}{}
+	if modified.After(c.known[name]) {
+		c.known[name] = modified
+	}
+	c.mu.Unlock()
+}
+
+// forget drops what is known of object name: Collect is deleting it.
+func (c *Checkpointer) forget(name string) {
+	c.mu.Lock()
+	delete(c.known, name)
 	c.mu.Unlock()
 }
 

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -52,6 +53,12 @@ func jsHeads(t testing.TB, conn *jetstream.Conn) checkpoint.Heads {
 func jsStore(t *testing.T) backend {
 	t.Helper()
 	conn, _ := jstest.Provisioned(t, nil)
+	return jsStoreOn(t, conn)
+}
+
+// jsStoreOn is jsStore on conn's server.
+func jsStoreOn(t *testing.T, conn *jetstream.Conn) backend {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	s, err := conn.Checkpoints(ctx)
@@ -708,5 +715,103 @@ func TestObserve(t *testing.T) {
 	if len(got) != 2 || got[0].op != "restore" || !got[0].r.Moved || got[0].r.Files != 1 || got[0].failed ||
 		got[1].op != "save" || !got[1].failed {
 		t.Fatalf("observed %+v; want the restore that moved the workspace here, then the failed save", got)
+	}
+}
+
+// held is heads whose workspace head writes wait until every one of n saves has either reached its head
+// write or been refused: saves that all checked the tenant's budget before any of them wrote.
+type held struct {
+	backend
+	n       int
+	mu      sync.Mutex
+	arrived int
+	all     chan struct{}
+}
+
+func (h *held) done() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.arrived++; h.arrived == h.n {
+		close(h.all)
+	}
+}
+
+func (h *held) SwapHead(ctx context.Context, tenant, name string, value []byte, rev uint64) (uint64, bool, error) {
+	if !strings.HasPrefix(name, ".") {
+		h.done()
+		select {
+		case <-h.all:
+		case <-ctx.Done():
+			return 0, false, ctx.Err()
+		}
+	}
+	return h.backend.SwapHead(ctx, tenant, name, value, rev)
+}
+
+// TestTenantBudgetConcurrentSaves: eight workers checkpoint eight workspaces of one tenant at once, each
+// 300 bytes under a tenant budget of 1000, every head write held until all eight have checked the budget:
+// exactly three are kept and five refused with ErrOverBudget, and the tenant's checkpoints hold at most
+// its budget. A refused save's reservation is given back: once a workspace is deleted, another fits.
+func TestTenantBudgetConcurrentSaves(t *testing.T) {
+	const n = 8
+	h := &held{backend: jsStore(t), n: n, all: make(chan struct{})}
+	nodes := make([]string, n)
+	cps := make([]*checkpoint.Checkpointer, n)
+	for i := range n {
+		nodes[i], cps[i] = budgetNode(t, h, checkpoint.Config{MaxTenantBytes: 1000})
+		write(t, filepath.Join(nodes[i], "acme", fmt.Sprint("ws", i)), "f", strings.Repeat(fmt.Sprint(i), 300), 0o644)
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = cps[i].Save(ctx(t), "acme", fmt.Sprint("ws", i))
+			if errors.Is(errs[i], checkpoint.ErrOverBudget) {
+				h.done()
+			}
+		}()
+	}
+	wg.Wait()
+	var kept []int
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			kept = append(kept, i)
+		case !errors.Is(err, checkpoint.ErrOverBudget):
+			t.Fatalf("save %d: %v", i, err)
+		}
+	}
+	listed, err := cps[0].List(ctx(t), "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, l := range listed {
+		total += l.Head.Bytes
+	}
+	if len(kept) != 3 || len(listed) != 3 || total > 1000 {
+		t.Fatalf("saves kept %v, listed %d workspaces of %d bytes; want 3 kept, at most 1000 bytes", kept, len(listed), total)
+	}
+	// A refused save reserved nothing: deleting one kept workspace makes room for exactly one refused.
+	first := kept[0]
+	if err := os.RemoveAll(filepath.Join(nodes[first], "acme", fmt.Sprint("ws", first))); err != nil {
+		t.Fatal(err)
+	}
+	h.n, h.arrived, h.all = 0, 0, make(chan struct{})
+	close(h.all)
+	if _, err := cps[first].Save(ctx(t), "acme", fmt.Sprint("ws", first)); err != nil {
+		t.Fatal(err)
+	}
+	refused := -1
+	for i, err := range errs {
+		if err != nil {
+			refused = i
+			break
+		}
+	}
+	if _, err := cps[refused].Save(ctx(t), "acme", fmt.Sprint("ws", refused)); err != nil {
+		t.Fatalf("a save into the room a deleted workspace freed: %v", err)
 	}
 }

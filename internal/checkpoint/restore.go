@@ -31,11 +31,31 @@ func (c *Checkpointer) Restore(ctx context.Context, tenant, name string) (res Re
 	return c.restore(ctx, tenant, name)
 }
 
-// restore is Restore, unobserved.
-func (c *Checkpointer) restore(ctx context.Context, tenant, name string) (Result, error) {
-	start := time.Now()
+// restoreTries bounds how many heads one Restore tries: each try after the first follows a head that
+// moved while the one before was fetched.
+const restoreTries = 3
+
+// restore is Restore, unobserved. An object missing from the store while a head is fetched is one
+// garbage collection removed after a later checkpoint replaced that head (Collect): restore then brings
+// the copy to the head that replaced it.
+func (c *Checkpointer) restore(ctx context.Context, tenant, name string) (res Result, err error) {
 	st := c.state(tenant, name)
 	defer st.mu.Unlock()
+	for try := 1; ; try++ {
+		res, err = c.restoreHead(ctx, tenant, name, st)
+		if err == nil || try == restoreTries || !errors.Is(err, os.ErrNotExist) {
+			return res, err
+		}
+		if h, _, ok, herr := c.readHead(ctx, tenant, name); herr != nil || !ok || h == res.Head {
+			return res, err // the head did not move: the store lost an object its head names
+		}
+	}
+}
+
+// restoreHead brings the copy, whose state st is locked, to the workspace's head as it reads it now; the
+// Result's Head is that head.
+func (c *Checkpointer) restoreHead(ctx context.Context, tenant, name string, st *wsState) (Result, error) {
+	start := time.Now()
 	h, rev, ok, err := c.readHead(ctx, tenant, name)
 	if err != nil {
 		return Result{}, fmt.Errorf("restore workspace %s/%s: %w", tenant, name, err)

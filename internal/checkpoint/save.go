@@ -64,16 +64,33 @@ func (c *Checkpointer) save(ctx context.Context, tenant, name string, st *wsStat
 	if err != nil {
 		return Result{}, fmt.Errorf("checkpoint workspace %s/%s: %w", tenant, name, err)
 	}
+	// The tenant's bytes reserved for this save: given back unless its head is written (or was already).
+	var undo func()
+	kept := false
+	defer func() {
+		if !kept && undo != nil {
+			undo()
+		}
+	}()
 	sc := &scanned{root: emptyTree, files: map[string]fileState{}}
+	if !exists {
+		// A deleted workspace frees what it held of its tenant's budget.
+		if undo, err = c.reserve(ctx, tenant, name, 0); err != nil {
+			return Result{}, fmt.Errorf("checkpoint workspace %s/%s: %w", tenant, name, err)
+		}
+	}
 	if exists {
 		defer unix.Close(root)
-		budget := func(total int64) error { return c.checkBudget(ctx, tenant, name, total) }
+		budget := func(total int64) (err error) {
+			undo, err = c.reserve(ctx, tenant, name, total)
+			return err
+		}
 		if sc, err = c.scan(ctx, root, tenant, st, budget); err != nil {
 			return Result{}, fmt.Errorf("checkpoint workspace %s/%s: %w", tenant, name, err)
 		}
 	}
 	res = Result{Files: sc.read, Chunks: int(sc.chunks.Load()), Bytes: sc.bytes.Load()}
-	seq, created := st.head.Seq, st.head.Created
+	seq, created, image, imageKept := st.head.Seq, st.head.Created, st.head.Image, st.head.ImageKept
 	if st.head.Tree == "" {
 		// This copy was restored from no checkpoint (a new workspace, or a worker that restarted): it is
 		// the latest checkpoint only if it holds what that checkpoint holds. Otherwise the head is written
@@ -86,18 +103,22 @@ func (c *Checkpointer) save(ctx context.Context, tenant, name string, st *wsStat
 		case ok && h.Tree == sc.root && h.Deleted == !exists:
 			st.head, st.headRev = h, rev
 		case ok:
-			seq, created = h.Seq, h.Created
+			seq, created, image, imageKept = h.Seq, h.Created, h.Image, h.ImageKept
 		case !exists:
 			return res, nil // never saved, and gone: nothing to say
 		}
 	}
 	if st.head.Tree != "" && st.head.Tree == sc.root && st.head.Deleted == !exists {
+		kept = true // the head holds these bytes already
 		st.files, st.dirs = sc.files, sc.dirState
 		res.Head, res.Took = st.head, time.Since(start)
 		return res, c.dropSnapshots(ctx, tenant, name, st.head) // a retry of a delete whose snapshots stayed
 	}
 	now := c.cfg.Now().UTC()
 	h := Head{Tree: sc.root, Seq: seq + 1, Deleted: !exists, Worker: c.cfg.Worker, At: now, Files: len(sc.files), Bytes: sc.total, Created: created}
+	if exists && !st.head.Deleted {
+		h.Image, h.ImageKept = image, imageKept // a workspace made again under a deleted one's name starts without
+	}
 	if h.Created.IsZero() || st.head.Deleted {
 		h.Created = now
 	}
@@ -116,6 +137,7 @@ func (c *Checkpointer) save(ctx context.Context, tenant, name string, st *wsStat
 		return res, fmt.Errorf("checkpoint workspace %s/%s: %w (checkpoint %d, by worker %s at %s); this copy was at checkpoint %d",
 			tenant, name, ErrStale, latest.Seq, latest.Worker, latest.At.Format(time.RFC3339), was)
 	}
+	kept = true
 	st.head, st.headRev, st.files, st.dirs = h, rev, sc.files, sc.dirState
 	res.Changed, res.Head, res.Took = true, h, time.Since(start)
 	return res, c.dropSnapshots(ctx, tenant, name, h)
@@ -412,25 +434,29 @@ func (c *Checkpointer) readFile(ctx context.Context, root int, tenant string, j 
 	return nil
 }
 
-// putChunk stores a chunk unless this worker knows the store has it, or the store says it has (another
-// workspace of the tenant, or another worker, stored it).
+// putChunk stores a chunk unless it is in the store, written within half the grace: known so to this
+// worker, or so the store says (another workspace of the tenant, or another worker, stored it). An older
+// copy is written again, so that a Collect running meanwhile never sweeps it (Collect).
 func (c *Checkpointer) putChunk(ctx context.Context, tenant, digest string, b []byte, sc *scanned) error {
 	name := chunkName(tenant, digest)
-	if c.isKnown(name) {
+	if c.isFresh(name) {
 		return nil
 	}
-	has, err := c.store.Has(ctx, name)
+	_, modified, has, err := c.store.Stat(ctx, name)
 	if err != nil {
 		return fmt.Errorf("look up chunk %s: %w", name, err)
 	}
 	if has {
-		c.learn(name)
-		return nil
+		c.learn(name, modified)
+		if c.isFresh(name) {
+			return nil
+		}
 	}
+	before := c.cfg.Now()
 	if err := c.store.Put(ctx, name, bytes.NewReader(b)); err != nil {
 		return fmt.Errorf("store chunk %s: %w", name, err)
 	}
-	c.learn(name)
+	c.learn(name, before)
 	sc.chunks.Add(1)
 	sc.bytes.Add(int64(len(b)))
 	return nil
@@ -466,34 +492,4 @@ func sameEntry(a, b entry) bool {
 
 func sigOf(s *unix.Stat_t) statSig {
 	return statSig{ino: s.Ino, size: s.Size, mtime: s.Mtim.Nano(), ctime: s.Ctim.Nano(), mode: s.Mode}
-}
-
-// checkBudget says whether workspace name of tenant may be checkpointed with total bytes of files: under
-// the workspace's budget, and, with the latest checkpoints of the tenant's other workspaces, under the
-// tenant's.
-func (c *Checkpointer) checkBudget(ctx context.Context, tenant, name string, total int64) error {
-	if max := c.cfg.MaxWorkspaceBytes; max > 0 && total > max {
-		return fmt.Errorf("%w of a workspace: its files hold %d bytes, %d over the budget of %d (checkpoints.max_workspace_bytes): remove files from it",
-			ErrOverBudget, total, total-max, max)
-	}
-	max := c.cfg.MaxTenantBytes
-	if max <= 0 || total == 0 {
-		return nil
-	}
-	heads, err := c.heads.TenantHeads(ctx, tenant)
-	if err != nil {
-		return fmt.Errorf("count the checkpoints of tenant %s against its budget: %w", tenant, err)
-	}
-	var others int64
-	for ws, b := range heads {
-		var h Head
-		if ws != name && json.Unmarshal(b, &h) == nil && !h.Deleted {
-			others += h.Bytes
-		}
-	}
-	if others+total > max {
-		return fmt.Errorf("%w of tenant %s: its workspaces' checkpoints would hold %d bytes (this one %d, the others %d), %d over the budget of %d (checkpoints.max_tenant_bytes): remove files or workspaces",
-			ErrOverBudget, tenant, others+total, total, others, others+total-max, max)
-	}
-	return nil
 }

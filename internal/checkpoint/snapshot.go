@@ -59,9 +59,16 @@ func (c *Checkpointer) Fork(ctx context.Context, tenant, name, snap, to string, 
 	if ok && !old.Deleted {
 		return Head{}, fmt.Errorf("fork workspace %s/%s: %w: workspace %q exists already", tenant, name, ErrExists, to)
 	}
-	if err := c.checkBudget(ctx, tenant, to, src.Bytes); err != nil {
+	undo, err := c.reserve(ctx, tenant, to, src.Bytes)
+	if err != nil {
 		return Head{}, fmt.Errorf("fork workspace %s/%s: %w", tenant, name, err)
 	}
+	written := false
+	defer func() {
+		if !written && undo != nil {
+			undo()
+		}
+	}()
 	if ok {
 		// A deleted workspace's snapshots went with it; these stayed if that failed.
 		if err := c.heads.DeleteSnapshots(ctx, tenant, to); err != nil {
@@ -69,10 +76,12 @@ func (c *Checkpointer) Fork(ctx context.Context, tenant, name, snap, to string, 
 		}
 	}
 	now := c.cfg.Now().UTC()
-	h := Head{Tree: src.Tree, Seq: old.Seq + 1, Worker: c.cfg.Worker, At: now, Files: src.Files, Bytes: src.Bytes, Created: now}
+	h := Head{Tree: src.Tree, Seq: old.Seq + 1, Worker: c.cfg.Worker, At: now, Files: src.Files, Bytes: src.Bytes, Created: now,
+		Image: src.Image, ImageKept: src.ImageKept}
 	if err := c.swap(ctx, tenant, to, h, rev); err != nil {
 		return Head{}, fmt.Errorf("fork workspace %s/%s: %w", tenant, name, err)
 	}
+	written = true
 	return h, nil
 }
 
@@ -98,15 +107,53 @@ func (c *Checkpointer) RestoreSnapshot(ctx context.Context, tenant, name, snap s
 	if !ok || cur.Deleted {
 		return Head{}, fmt.Errorf("restore workspace %s/%s: %w", tenant, name, ErrNoWorkspace)
 	}
-	if err := c.checkBudget(ctx, tenant, name, src.Bytes); err != nil {
+	undo, err := c.reserve(ctx, tenant, name, src.Bytes)
+	if err != nil {
 		return Head{}, fmt.Errorf("restore workspace %s/%s: %w", tenant, name, err)
 	}
-	h := Head{Tree: src.Tree, Seq: cur.Seq + 1, Worker: c.cfg.Worker, At: c.cfg.Now().UTC(), Files: src.Files, Bytes: src.Bytes, Created: cur.Created}
+	h := Head{Tree: src.Tree, Seq: cur.Seq + 1, Worker: c.cfg.Worker, At: c.cfg.Now().UTC(), Files: src.Files, Bytes: src.Bytes, Created: cur.Created,
+		Image: cur.Image, ImageKept: cur.ImageKept} // the image is the workspace's, not the snapshot's
 	if err := c.swap(ctx, tenant, name, h, rev); err != nil {
+		if undo != nil {
+			undo()
+		}
 		return Head{}, fmt.Errorf("restore workspace %s/%s: %w", tenant, name, err)
 	}
 	// This copy's changes that no Save stored are replaced by the snapshot: no retry saves them.
 	st.unsavedSince.Store(0)
+	return h, nil
+}
+
+// SetImage records image ("" for none) as workspace name's default image in its latest checkpoint, by
+// compare-and-set, so that every worker that brings a copy to it (Restore's Result.Head) runs its calls on
+// it; a checkpoint that has it already is left as it is. ErrNoWorkspace when the workspace has no
+// checkpoint or was deleted. The caller holds the workspace's home.
+func (c *Checkpointer) SetImage(ctx context.Context, tenant, name, image string) (Head, error) {
+	st := c.state(tenant, name)
+	defer st.mu.Unlock()
+	h, rev, ok, err := c.readHead(ctx, tenant, name)
+	if err != nil {
+		return Head{}, fmt.Errorf("set image of workspace %s/%s: %w", tenant, name, err)
+	}
+	if !ok || h.Deleted {
+		return Head{}, fmt.Errorf("set image of workspace %s/%s: %w", tenant, name, ErrNoWorkspace)
+	}
+	if h.ImageKept && h.Image == image {
+		return h, nil
+	}
+	was := h
+	h.Image, h.ImageKept, h.Seq, h.Worker, h.At = image, true, h.Seq+1, c.cfg.Worker, c.cfg.Now().UTC()
+	b, _ := json.Marshal(h)
+	newRev, swapped, err := c.heads.SwapHead(ctx, tenant, name, b, rev)
+	if err != nil {
+		return Head{}, fmt.Errorf("set image of workspace %s/%s: store head: %w", tenant, name, err)
+	}
+	if !swapped {
+		return Head{}, fmt.Errorf("set image of workspace %s/%s: %w (workspace %s): try again", tenant, name, ErrStale, name)
+	}
+	if st.head == was && st.headRev == rev {
+		st.head, st.headRev = h, newRev // this copy is at the new head: its tree did not change
+	}
 	return h, nil
 }
 
@@ -211,7 +258,7 @@ type Listed struct {
 // List returns every workspace of tenant that has a checkpoint and is not deleted, by name, whichever
 // worker wrote it: two reads of the heads, none of the trees.
 func (c *Checkpointer) List(ctx context.Context, tenant string) ([]Listed, error) {
-	heads, err := c.heads.TenantHeads(ctx, tenant)
+	heads, err := c.tenantHeads(ctx, tenant)
 	if err != nil {
 		return nil, fmt.Errorf("list workspaces of %s: %w", tenant, err)
 	}

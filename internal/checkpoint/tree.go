@@ -123,7 +123,6 @@ func (c *Checkpointer) getTree(ctx context.Context, tenant, digest string) ([]en
 		}
 		seen[e.Name] = true
 	}
-	c.learn(treeName(tenant, digest))
 	return entries, nil
 }
 
@@ -162,15 +161,17 @@ func isDigest(s string) bool {
 	return err == nil
 }
 
-// putObject stores b under name unless it is known to be there.
+// putObject stores b under name unless this worker wrote it within half the grace (a tree is small: it
+// is written again rather than looked up).
 func (c *Checkpointer) putObject(ctx context.Context, name string, b []byte) error {
-	if c.isKnown(name) {
+	if c.isFresh(name) {
 		return nil
 	}
+	before := c.cfg.Now()
 	if err := c.store.Put(ctx, name, bytes.NewReader(b)); err != nil {
 		return fmt.Errorf("store %s: %w", name, err)
 	}
-	c.learn(name)
+	c.learn(name, before)
 	return nil
 }
 

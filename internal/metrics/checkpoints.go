@@ -16,6 +16,11 @@ type checkpointMetrics struct {
 	bytes   *prometheus.CounterVec
 	files   *prometheus.CounterVec
 	rehomes prometheus.Counter
+	// gc counts the garbage collections of tenants' checkpoints (checkpoint.Collected).
+	gcRuns    *prometheus.CounterVec
+	gcObjects prometheus.Counter
+	gcBytes   prometheus.Counter
+	gcSeconds prometheus.Histogram
 	// unsaved reads the age of the oldest change no checkpoint holds (WatchUnsaved); nil: zero.
 	unsaved atomic.Pointer[func() time.Duration]
 }
@@ -35,6 +40,17 @@ func newCheckpointMetrics(reg prometheus.Registerer) *checkpointMetrics {
 		rehomes: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "workspace_rehomes_total",
 			Help: "Restores that brought this worker's copy of a workspace to a checkpoint another worker wrote: the workspace moved here."}),
 	}
+	m.gcRuns = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "checkpoint_gc_runs_total",
+		Help: "Garbage collections of a tenant's checkpoint objects this worker ran, by result: ok or failed (nothing is deleted when the mark fails)."},
+		[]string{"result"})
+	m.gcObjects = prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "checkpoint_gc_swept_objects_total",
+		Help: "Chunks and trees that garbage collection deleted: no head named them and they were older than the grace."})
+	m.gcBytes = prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "checkpoint_gc_swept_bytes_total",
+		Help: "Bytes of the chunks and trees that garbage collection deleted."})
+	m.gcSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: "checkpoint_gc_seconds",
+		Help: "Time of one tenant's garbage collection: the mark (reading every tree its heads name) and the sweep.", Buckets: stepBuckets})
+	m.gcRuns.WithLabelValues("ok")
+	m.gcRuns.WithLabelValues("failed")
 	for _, op := range []string{"save", "restore"} {
 		for _, r := range []string{"changed", "unchanged", "failed"} {
 			m.ops.WithLabelValues(op, r)
@@ -51,7 +67,7 @@ func newCheckpointMetrics(reg prometheus.Registerer) *checkpointMetrics {
 			}
 			return 0
 		})
-	reg.MustRegister(m.ops, m.seconds, m.bytes, m.files, m.rehomes, unsaved)
+	reg.MustRegister(m.ops, m.seconds, m.bytes, m.files, m.rehomes, unsaved, m.gcRuns, m.gcObjects, m.gcBytes, m.gcSeconds)
 	return m
 }
 
@@ -81,4 +97,18 @@ func (m *checkpointMetrics) observe(op string, r checkpoint.Result, took time.Du
 	default:
 		m.ops.WithLabelValues(op, "unchanged").Inc()
 	}
+}
+
+// ObserveCollect counts one garbage collection of tenant's checkpoints (checkpoint's CollectAll's
+// observe): what it swept, how long it took, whether it failed. The tenant is not a label.
+func (m *WorkerMetrics) ObserveCollect(tenant string, r checkpoint.Collected, err error) {
+	c := m.checkpoints
+	c.gcSeconds.Observe(r.Took.Seconds())
+	c.gcObjects.Add(float64(r.Swept))
+	c.gcBytes.Add(float64(r.SweptBytes))
+	if err != nil {
+		c.gcRuns.WithLabelValues("failed").Inc()
+		return
+	}
+	c.gcRuns.WithLabelValues("ok").Inc()
 }

@@ -41,3 +41,17 @@ func TestObserveCheckpoint(t *testing.T) {
 	m.WatchUnsaved(func() time.Duration { return 90 * time.Second })
 	mustSample(t, reg, "toolpool_checkpoint_unsaved_age_seconds", nil, 90)
 }
+
+// TestObserveCollect: each garbage collection counted by result, with what it swept and its time.
+func TestObserveCollect(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := metrics.NewWorker(reg, metrics.DefaultOptions())
+	m.ObserveCollect("acme", checkpoint.Collected{Swept: 3, SweptBytes: 300, Took: time.Second}, nil)
+	m.ObserveCollect("globex", checkpoint.Collected{Swept: 1, SweptBytes: 50, Took: 2 * time.Second}, errors.New("delete failed"))
+	m.ObserveCollect("acme", checkpoint.Collected{Took: time.Second}, nil)
+	mustSample(t, reg, "toolpool_checkpoint_gc_runs_total", map[string]string{"result": "ok"}, 2)
+	mustSample(t, reg, "toolpool_checkpoint_gc_runs_total", map[string]string{"result": "failed"}, 1)
+	mustSample(t, reg, "toolpool_checkpoint_gc_swept_objects_total", nil, 4)
+	mustSample(t, reg, "toolpool_checkpoint_gc_swept_bytes_total", nil, 350)
+	mustSample(t, reg, "toolpool_checkpoint_gc_seconds", nil, 3)
+}

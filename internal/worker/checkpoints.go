@@ -29,6 +29,8 @@ type Checkpoints interface {
 	Snapshot(ctx context.Context, tenant, name, snap string) (checkpoint.Head, error)
 	Fork(ctx context.Context, tenant, name, snap, to string, admit func(checkpoint.Head) error) (checkpoint.Head, error)
 	RestoreSnapshot(ctx context.Context, tenant, name, snap string, admit func(checkpoint.Head) error) (checkpoint.Head, error)
+	// SetImage records a workspace's default image in its latest checkpoint.
+	SetImage(ctx context.Context, tenant, name, image string) (checkpoint.Head, error)
 	// SnapshotsOf and List read the shared heads: a workspace's snapshots, a tenant's workspaces.
 	SnapshotsOf(ctx context.Context, tenant, name string) ([]checkpoint.Named, error)
 	List(ctx context.Context, tenant string) ([]checkpoint.Listed, error)
@@ -85,6 +87,16 @@ func (w *Worker) restoreFor(ctx context.Context, c *call.Call, r *call.Result) *
 				"toolpool did not run this call: workspace %q could not be brought to its latest checkpoint from object storage (%v). Nothing ran and the checkpoint is unchanged; call again, later if the object storage is down.",
 				name, err)}
 		}
+		if h := res.Head; h.ImageKept && !h.Deleted {
+			// The workspace's default image travels with its checkpoints: set on another worker, it is
+			// this copy's too before the call reads it.
+			if err := w.keepImage(c.Tenant, name, h.Image); err != nil {
+				w.log.ErrorContext(ctx, "restore workspace image", "call_id", c.ID, "workspace", name, "error", err)
+				return &call.ErrorInfo{Type: call.ErrCheckpoint, Message: fmt.Sprintf(
+					"toolpool did not run this call: the default image of workspace %q in its latest checkpoint could not be recorded on worker %s (%v). Nothing ran; call again.",
+					name, w.cfg.ID, err)}
+			}
+		}
 		if res.Changed {
 			w.wsm.ForgetSize(c.Tenant, name) // its quota is measured again, on the tree as restored
 			w.log.InfoContext(ctx, "workspace restored from its checkpoint", "call_id", c.ID, "workspace", name, "seq", res.Head.Seq,
@@ -138,9 +150,43 @@ func (w *Worker) checkpointAfter(ctx context.Context, c *call.Call, r *call.Resu
 			}
 			return
 		}
+		if err := w.saveImage(ctx, c.Tenant, name, res.Head); err != nil {
+			w.log.ErrorContext(ctx, "checkpoint workspace image", "call_id", c.ID, "workspace", name, "error", err)
+			msg := fmt.Sprintf("the call ran and its changes to workspace %q were checkpointed, but the workspace's default image could not be recorded in its checkpoint (%v): "+
+				"other workers run its calls on the image they knew. Set the image again (PATCH /v1/workspaces/%s).", name, err, name)
+			note := r.Output != ""
+			r.Fail(call.StatusError, call.ErrCheckpoint, msg)
+			if note {
+				r.Output += "\n[toolpool: " + msg + "]"
+			}
+			return
+		}
 		if res.Changed {
 			w.log.DebugContext(ctx, "workspace checkpointed", "call_id", c.ID, "workspace", name, "seq", res.Head.Seq,
 				"files", res.Files, "chunks", res.Chunks, "bytes", res.Bytes, "took", res.Took)
 		}
 	}
+}
+
+// keepImage records image as workspace name's default image on this worker, when it differs.
+func (w *Worker) keepImage(tenant, name, image string) error {
+	local, err := w.wsm.ImageOf(tenant, name)
+	if err != nil || local == image {
+		return err
+	}
+	return w.wsm.KeepImage(tenant, name, image)
+}
+
+// saveImage records this worker's default image of workspace name in its latest checkpoint h, when it
+// differs (a call or operation here set it, or the checkpoint is of an earlier version that kept none).
+func (w *Worker) saveImage(ctx context.Context, tenant, name string, h checkpoint.Head) error {
+	if h.Tree == "" || h.Deleted {
+		return nil
+	}
+	local, err := w.wsm.ImageOf(tenant, name)
+	if err != nil || h.ImageKept && h.Image == local || !h.ImageKept && local == "" {
+		return err
+	}
+	_, err = w.checkpoints.SetImage(ctx, tenant, name, local)
+	return err
 }

@@ -47,6 +47,8 @@ func shellRuntime(t *testing.T) runtimeFunc {
 			if err := os.WriteFile(p, append(b, f[2]+"\n"...), 0o644); err != nil {
 				t.Error(err)
 			}
+		case "image": // the image the call runs on
+			io.WriteString(w, spec.Image)
 		case "cat":
 			b, err := os.ReadFile(filepath.Join(spec.WorkspaceDir, f[1]))
 			if err != nil {
@@ -106,6 +108,8 @@ func (s *checkingStore) Snapshots(ctx context.Context, tenant string) (map[strin
 func (s *checkingStore) DeleteSnapshots(ctx context.Context, tenant, name string) error {
 	return s.heads.DeleteSnapshots(ctx, tenant, name)
 }
+
+func (s *checkingStore) Tenants(ctx context.Context) ([]string, error) { return s.heads.Tenants(ctx) }
 
 func (s *checkingStore) GetHead(ctx context.Context, tenant, name string) ([]byte, uint64, error) {
 	if s.failOpen.Load() {
@@ -174,6 +178,53 @@ func TestWorkspaceAcrossWorkersWithoutSharedDir(t *testing.T) {
 	}
 	if r := run(b, "cat notes.txt"); r.Status != call.StatusOK || r.Stdout != "lost?" {
 		t.Fatalf("read on b: %q %+v; want the change whose checkpoint failed, saved by the next call", r.Stdout, r.Error)
+	}
+}
+
+// TestWorkspaceImageTravels: a workspace's default image, set through the workspace API on one worker,
+// is the image its calls run on from another worker with a workspaces directory of its own, and so is
+// clearing it; a fork on checkpoints carries it; a snapshot restored keeps the workspace's image.
+func TestWorkspaceImageTravels(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, store, records := checkpointStore(t)
+	a, b := checkpointWorker(t, conn.Homes(), store, records, "a"), checkpointWorker(t, conn.Homes(), store, records, "b")
+	handle := func(w *Worker, ws, tool, args string) *call.Result {
+		t.Helper()
+		c := newCall(tool, args)
+		c.Workspace = ws
+		records.Put(call.NewResult(c, call.StatusQueued))
+		w.Handle(ctx, &fakeDelivery{c: c})
+		r := records.Result(c.ID)
+		if r.Status != call.StatusOK {
+			t.Fatalf("%s %s on %s: %s %+v %s", tool, args, w.cfg.ID, r.Status, r.Error, r.Output)
+		}
+		return r
+	}
+	image := func(w *Worker, ws string) string {
+		t.Helper()
+		return handle(w, ws, "run_shell", `{"command":"image"}`).Stdout
+	}
+	handle(a, "ws", "run_shell", `{"command":"write f.txt x"}`)
+	handle(a, "ws", workspace.OpSetImage, `{"image":"reg.example/tools:1"}`)
+	if got := image(b, "ws"); got != "reg.example/tools:1" {
+		t.Fatalf("a call on b ran on image %q; want the one set on a", got)
+	}
+	handle(b, "ws", workspace.OpSnapshot, `{"snapshot":"s1"}`)
+	handle(b, "ws", workspace.OpFork, `{"to":"branch"}`)
+	if got := image(a, "branch"); got != "reg.example/tools:1" {
+		t.Fatalf("a call into the fork ran on image %q; want the workspace's", got)
+	}
+	handle(b, "ws", workspace.OpSetImage, `{"image":""}`)
+	if got := image(a, "ws"); got != "" {
+		t.Fatalf("a call on a ran on image %q after b cleared it", got)
+	}
+	handle(a, "ws", workspace.OpRestore, `{"snapshot":"s1"}`)
+	if got := image(b, "ws"); got != "" {
+		t.Fatalf("after restoring a snapshot, a call ran on image %q; want the workspace's own (none)", got)
+	}
+	if got := image(b, "branch"); got != "reg.example/tools:1" {
+		t.Fatalf("the fork's image became %q when its source's was cleared", got)
 	}
 }
 

@@ -60,3 +60,38 @@ func (m *Manager) readMeta(tenant, name string) (meta, error) {
 	}
 	return md, nil
 }
+
+// ImageOf returns workspace name's default image as this host's metadata keeps it ("" for none), without
+// waiting for its calls: what a worker that keeps workspaces in object storage records in the
+// workspace's checkpoint.
+func (m *Manager) ImageOf(tenant, name string) (string, error) {
+	if err := checkNames(tenant, name); err != nil {
+		return "", err
+	}
+	md, err := m.readMeta(tenant, name)
+	return md.Image, err
+}
+
+// KeepImage makes image the default image of workspace name in this host's metadata, without waiting for
+// its calls: a worker that brought its copy to a checkpoint naming another image (set on another worker)
+// records it there. The caller keeps other writers of the workspace out (its home).
+func (m *Manager) KeepImage(tenant, name, image string) error {
+	if err := checkNames(tenant, name); err != nil {
+		return err
+	}
+	if err := m.prepareTenant(tenant); err != nil {
+		return err
+	}
+	md, err := m.readMeta(tenant, name)
+	if err != nil {
+		return err
+	}
+	if md.Image == image {
+		return nil
+	}
+	if md.CreatedAt.IsZero() {
+		md.CreatedAt = m.cfg.Now().UTC()
+	}
+	md.Image = image
+	return m.writeMeta(tenant, name, md)
+}

@@ -292,6 +292,16 @@ func startPool(t *testing.T) *pool { return startPoolWith(t, false) }
 // keeps workspaces in JetStream's object store.
 func startPoolWith(t *testing.T, checkpoints bool) *pool {
 	t.Helper()
+	p := startPoolTimed(t, checkpoints, heartbeat, lease)
+	p.startWorkers(workerSpec{id: "w1", dataDir: filepath.Join(p.dir, "w1")}, workerSpec{id: "w2", dataDir: filepath.Join(p.dir, "w2")},
+		workerSpec{id: "w3", dataDir: filepath.Join(p.dir, "w3")})
+	return p
+}
+
+// startPoolTimed starts the NATS cluster and the dispatchers, and writes the workers' configs with
+// heartbeat hb and lease: the caller starts the workers.
+func startPoolTimed(t *testing.T, checkpoints bool, hb, lease time.Duration) *pool {
+	t.Helper()
 	ctrtest.RequirePrograms(t, "ctr") // containers() counts what is left with it
 	p := &pool{t: t, dir: ctrtest.ShortTempDir(t), dispatchers: map[string]*dispatcherProc{}, workers: map[string]*workerProc{},
 		checkpoints: checkpoints}
@@ -300,8 +310,8 @@ func startPoolWith(t *testing.T, checkpoints bool) *pool {
 	// The workers run without a warm pool: the fault table counts every container left, and a ready
 	// pooled container is no call's (the pool's own crash recovery is tested in internal/sandbox).
 	for _, f := range []struct{ name, body string }{{"dispatcher.yaml", dispatcherConfig}, {"policy.yaml", permissivePolicy},
-		{"worker.yaml", fmt.Sprintf("heartbeat: %s\nlease: %s\nslots: 4\nlog_level: debug\npool: {max_size: 0}\n", heartbeat, lease)},
-		{"worker-checkpoints.yaml", fmt.Sprintf("heartbeat: %s\nlease: %s\nslots: 4\nlog_level: debug\npool: {max_size: 0}\ncheckpoints: {store: jetstream}\n", heartbeat, lease)}} {
+		{"worker.yaml", fmt.Sprintf("heartbeat: %s\nlease: %s\nslots: 4\nlog_level: debug\npool: {max_size: 0}\n", hb, lease)},
+		{"worker-checkpoints.yaml", fmt.Sprintf("heartbeat: %s\nlease: %s\nslots: 4\nlog_level: debug\npool: {max_size: 0}\ncheckpoints: {store: jetstream}\n", hb, lease)}} {
 		if err := os.WriteFile(filepath.Join(p.dir, f.name), []byte(f.body), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -309,8 +319,6 @@ func startPoolWith(t *testing.T, checkpoints bool) *pool {
 	// Dispatcher a provisions the streams; then the others start at once, each waited for in turn.
 	p.startDispatchers("a")
 	p.startDispatchers("b")
-	p.startWorkers(workerSpec{id: "w1", dataDir: filepath.Join(p.dir, "w1")}, workerSpec{id: "w2", dataDir: filepath.Join(p.dir, "w2")},
-		workerSpec{id: "w3", dataDir: filepath.Join(p.dir, "w3")})
 	return p
 }
 

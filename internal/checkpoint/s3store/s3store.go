@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"sort"
 	"strings"
 	"time"
 )
@@ -101,7 +102,7 @@ func (s *Store) Put(ctx context.Context, name string, r io.Reader) error {
 	if len(b) > MaxObjectBytes {
 		return fmt.Errorf("store s3 object %s: larger than %d bytes", name, MaxObjectBytes)
 	}
-	resp, err := s.do(ctx, http.MethodPut, s.cfg.Bucket+"/"+s.cfg.Prefix+name, b)
+	resp, err := s.do(ctx, http.MethodPut, s.cfg.Bucket+"/"+s.cfg.Prefix+name, nil, b)
 	if err != nil {
 		return fmt.Errorf("store s3 object %s: %w", name, err)
 	}
@@ -115,7 +116,7 @@ func (s *Store) Put(ctx context.Context, name string, r io.Reader) error {
 // Open returns a reader of the object name, which the caller closes; an error wrapping os.ErrNotExist
 // when there is none.
 func (s *Store) Open(ctx context.Context, name string) (io.ReadCloser, error) {
-	resp, err := s.do(ctx, http.MethodGet, s.cfg.Bucket+"/"+s.cfg.Prefix+name, nil)
+	resp, err := s.do(ctx, http.MethodGet, s.cfg.Bucket+"/"+s.cfg.Prefix+name, nil, nil)
 	if err != nil {
 		return nil, fmt.Errorf("read s3 object %s: %w", name, err)
 	}
@@ -132,23 +133,92 @@ func (s *Store) Open(ctx context.Context, name string) (io.ReadCloser, error) {
 
 // Has reports whether there is an object name.
 func (s *Store) Has(ctx context.Context, name string) (bool, error) {
-	resp, err := s.do(ctx, http.MethodHead, s.cfg.Bucket+"/"+s.cfg.Prefix+name, nil)
+	_, _, ok, err := s.Stat(ctx, name)
+	return ok, err
+}
+
+// Stat returns the object name's size and when it was last written (its Last-Modified, by the server's
+// clock, to the second); ok is false when there is none.
+func (s *Store) Stat(ctx context.Context, name string) (size int64, modified time.Time, ok bool, err error) {
+	resp, err := s.do(ctx, http.MethodHead, s.cfg.Bucket+"/"+s.cfg.Prefix+name, nil, nil)
 	if err != nil {
-		return false, fmt.Errorf("look up s3 object %s: %w", name, err)
+		return 0, time.Time{}, false, fmt.Errorf("look up s3 object %s: %w", name, err)
 	}
 	defer resp.Body.Close()
 	switch resp.StatusCode {
 	case http.StatusOK:
-		return true, nil
 	case http.StatusNotFound:
-		return false, nil
+		return 0, time.Time{}, false, nil
+	default:
+		return 0, time.Time{}, false, fmt.Errorf("look up s3 object %s: %w", name, failure(resp))
 	}
-	return false, fmt.Errorf("look up s3 object %s: %w", name, failure(resp))
+	modified, err = http.ParseTime(resp.Header.Get("Last-Modified"))
+	if err != nil {
+		return 0, time.Time{}, false, fmt.Errorf("look up s3 object %s: its Last-Modified %q: %w", name, resp.Header.Get("Last-Modified"), err)
+	}
+	return resp.ContentLength, modified, true, nil
+}
+
+// List calls fn with every object whose name begins with prefix (ListObjectsV2, a page of up to 1000
+// at a time), its name without the store's Prefix.
+func (s *Store) List(ctx context.Context, prefix string, fn func(name string, size int64, modified time.Time) error) error {
+	token := ""
+	for {
+		q := url.Values{"list-type": {"2"}, "prefix": {s.cfg.Prefix + prefix}}
+		if token != "" {
+			q.Set("continuation-token", token)
+		}
+		resp, err := s.do(ctx, http.MethodGet, s.cfg.Bucket, q, nil)
+		if err != nil {
+			return fmt.Errorf("list s3 objects %s*: %w", prefix, err)
+		}
+		var page struct {
+			IsTruncated bool   `xml:"IsTruncated"`
+			Next        string `xml:"NextContinuationToken"`
+			Contents    []struct {
+				Key          string    `xml:"Key"`
+				LastModified time.Time `xml:"LastModified"`
+				Size         int64     `xml:"Size"`
+			} `xml:"Contents"`
+		}
+		if resp.StatusCode != http.StatusOK {
+			err = failure(resp)
+		} else {
+			err = xml.NewDecoder(resp.Body).Decode(&page)
+		}
+		resp.Body.Close()
+		if err != nil {
+			return fmt.Errorf("list s3 objects %s*: %w", prefix, err)
+		}
+		for _, o := range page.Contents {
+			if err := fn(strings.TrimPrefix(o.Key, s.cfg.Prefix), o.Size, o.LastModified); err != nil {
+				return err
+			}
+		}
+		if !page.IsTruncated || page.Next == "" {
+			return nil
+		}
+		token = page.Next
+	}
+}
+
+// Delete removes the object name; one that is not there is not an error (S3 answers 204 either way).
+func (s *Store) Delete(ctx context.Context, name string) error {
+	resp, err := s.do(ctx, http.MethodDelete, s.cfg.Bucket+"/"+s.cfg.Prefix+name, nil, nil)
+	if err != nil {
+		return fmt.Errorf("delete s3 object %s: %w", name, err)
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusNoContent, http.StatusOK, http.StatusNotFound:
+		return nil
+	}
+	return fmt.Errorf("delete s3 object %s: %w", name, failure(resp))
 }
 
 // Check reports whether the bucket is there and the credentials are accepted, with what to fix when not.
 func (s *Store) Check(ctx context.Context) error {
-	resp, err := s.do(ctx, http.MethodHead, s.cfg.Bucket, nil)
+	resp, err := s.do(ctx, http.MethodHead, s.cfg.Bucket, nil, nil)
 	if err != nil {
 		return fmt.Errorf("reach s3 bucket %s at %s: %w", s.cfg.Bucket, s.cfg.Endpoint, err)
 	}
@@ -167,7 +237,7 @@ func (s *Store) Check(ctx context.Context) error {
 // CreateBucket creates the bucket (for tests, and a first setup by hand); one that exists already and is
 // this account's is not an error.
 func (s *Store) CreateBucket(ctx context.Context) error {
-	resp, err := s.do(ctx, http.MethodPut, s.cfg.Bucket, nil)
+	resp, err := s.do(ctx, http.MethodPut, s.cfg.Bucket, nil, nil)
 	if err != nil {
 		return fmt.Errorf("create s3 bucket %s: %w", s.cfg.Bucket, err)
 	}
@@ -182,11 +252,12 @@ func (s *Store) CreateBucket(ctx context.Context) error {
 	return nil
 }
 
-// do sends a signed request for path (bucket/key, unescaped) with body.
-func (s *Store) do(ctx context.Context, method, path string, body []byte) (*http.Response, error) {
+// do sends a signed request for path (bucket/key, unescaped) and query with body.
+func (s *Store) do(ctx context.Context, method, path string, query url.Values, body []byte) (*http.Response, error) {
 	u := *s.base
 	u.Path = "/" + path
 	u.RawPath = "/" + escapePath(path)
+	u.RawQuery = canonicalQuery(query)
 	req, err := http.NewRequestWithContext(ctx, method, u.String(), bytes.NewReader(body))
 	if err != nil {
 		return nil, err
@@ -211,7 +282,7 @@ func (s *Store) sign(req *http.Request, body []byte) {
 	canonical := strings.Join([]string{
 		req.Method,
 		req.URL.EscapedPath(),
-		"", // no query
+		req.URL.RawQuery, // canonicalQuery's
 		"host:" + req.URL.Host,
 		"x-amz-content-sha256:" + payloadHash,
 		"x-amz-date:" + amzDate,
@@ -236,12 +307,32 @@ func hmacSHA256(key []byte, data string) []byte {
 	return h.Sum(nil)
 }
 
+// canonicalQuery encodes query as Signature Version 4 signs it: sorted by name, every byte but the
+// unreserved ones escaped ("/" too).
+func canonicalQuery(query url.Values) string {
+	keys := make([]string, 0, len(query))
+	for k := range query {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var parts []string
+	for _, k := range keys {
+		for _, v := range query[k] {
+			parts = append(parts, escape(k, false)+"="+escape(v, false))
+		}
+	}
+	return strings.Join(parts, "&")
+}
+
 // escapePath escapes path as S3 signs it: every byte but the unreserved ones and "/".
-func escapePath(path string) string {
+func escapePath(path string) string { return escape(path, true) }
+
+// escape escapes every byte of s but the unreserved ones, and "/" when slash is set.
+func escape(s string, slash bool) string {
 	var b strings.Builder
-	for i := 0; i < len(path); i++ {
-		c := path[i]
-		if 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || strings.IndexByte("-_.~/", c) >= 0 {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || strings.IndexByte("-_.~", c) >= 0 || slash && c == '/' {
 			b.WriteByte(c)
 		} else {
 			fmt.Fprintf(&b, "%%%02X", c)

@@ -57,6 +57,34 @@ func TestAgainstRealS3(t *testing.T) {
 		t.Fatalf("put an empty object: %v", err)
 	}
 
+	// Stat, List and Delete: what garbage collection uses.
+	before := time.Now().Add(-time.Minute)
+	if size, mod, ok, err := s.Stat(ctx, "acme/chunks/0123abcd"); err != nil || !ok || size != int64(len("second acme/chunks/0123abcd")) || mod.Before(before) || mod.After(time.Now().Add(time.Minute)) {
+		t.Fatalf("Stat = %d, %s, %v, %v; want the object's size and a time of now", size, mod, ok, err)
+	}
+	if _, _, ok, err := s.Stat(ctx, "acme/chunks/missing"); err != nil || ok {
+		t.Fatalf("Stat of a missing object: %v, %v", ok, err)
+	}
+	listed := map[string]int64{}
+	err = s.List(ctx, "acme/", func(name string, size int64, mod time.Time) error {
+		if mod.Before(before) {
+			t.Errorf("listed %s modified at %s", name, mod)
+		}
+		listed[name] = size
+		return nil
+	})
+	if err != nil || len(listed) != 2 || listed["acme/chunks/0123abcd"] != int64(len("second acme/chunks/0123abcd")) || listed["acme/heads/my.workspace_1-x"] == 0 {
+		t.Fatalf("List(acme/) = %v, %v; want acme's two objects, named without the store's prefix", listed, err)
+	}
+	for range 2 { // deleting what is gone is not an error
+		if err := s.Delete(ctx, "acme/chunks/0123abcd"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if has, err := s.Has(ctx, "acme/chunks/0123abcd"); err != nil || has {
+		t.Fatalf("Has after Delete: %v, %v", has, err)
+	}
+
 	bad := cfg
 	bad.SecretAccessKey = "wrong"
 	wrong, _ := s3store.New(bad, nil)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -119,12 +120,48 @@ func (s *Checkpoints) Open(ctx context.Context, name string) (io.ReadCloser, err
 
 // Has reports whether there is an object name.
 func (s *Checkpoints) Has(ctx context.Context, name string) (bool, error) {
-	_, err := s.store.GetInfo(ctx, name)
+	_, _, ok, err := s.Stat(ctx, name)
+	return ok, err
+}
+
+// Stat returns the object name's size and when it was last written, by the server's clock; ok is false
+// when there is none.
+func (s *Checkpoints) Stat(ctx context.Context, name string) (size int64, modified time.Time, ok bool, err error) {
+	info, err := s.store.GetInfo(ctx, name)
 	switch {
 	case errors.Is(err, jetstream.ErrObjectNotFound):
-		return false, nil
+		return 0, time.Time{}, false, nil
 	case err != nil:
-		return false, fmt.Errorf("look up checkpoint object %s: %w", name, err)
+		return 0, time.Time{}, false, fmt.Errorf("look up checkpoint object %s: %w", name, err)
 	}
-	return true, nil
+	return int64(info.Size), info.ModTime, true, nil
+}
+
+// List calls fn with every object whose name begins with prefix. The object store's names are not in its
+// subjects: it reads the metadata of every object of the bucket, every tenant's, and keeps prefix's.
+func (s *Checkpoints) List(ctx context.Context, prefix string, fn func(name string, size int64, modified time.Time) error) error {
+	infos, err := s.store.List(ctx)
+	if errors.Is(err, jetstream.ErrNoObjectsFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("list checkpoint objects %s*: %w", prefix, err)
+	}
+	for _, info := range infos {
+		if strings.HasPrefix(info.Name, prefix) {
+			if err := fn(info.Name, int64(info.Size), info.ModTime); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Delete removes the object name and its chunks; one that is not there is not an error.
+func (s *Checkpoints) Delete(ctx context.Context, name string) error {
+	err := s.store.Delete(ctx, name)
+	if err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+		return fmt.Errorf("delete checkpoint object %s: %w", name, err)
+	}
+	return nil
 }

@@ -125,6 +125,29 @@ func (h *Heads) TenantHeads(ctx context.Context, tenant string) (map[string][]by
 	return heads, nil
 }
 
+// Tenants returns every tenant that has a head (a workspace's, deleted or not, or a snapshot's), each
+// once, in no set order. It lists the bucket's keys, from the stream's leader.
+func (h *Heads) Tenants(ctx context.Context) ([]string, error) {
+	seen := map[string]bool{}
+	var out []string
+	err := h.watchKeys(ctx, ">", func(key string, _ []byte) error {
+		enc, _, _ := strings.Cut(key, ".")
+		t, err := base64.RawURLEncoding.DecodeString(enc)
+		if err != nil {
+			return fmt.Errorf("key %q: %w", key, err)
+		}
+		if !seen[string(t)] {
+			seen[string(t)] = true
+			out = append(out, string(t))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the tenants of the checkpoint heads: %w", err)
+	}
+	return out, nil
+}
+
 // snapshotKey is the key of snapshot snap of tenant's workspace: a third token after the workspace's
 // head key, so that TenantHeads (two tokens) never sees it.
 func snapshotKey(tenant, workspace, snap string) string {
