@@ -2,7 +2,6 @@ package jetstream
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"strings"
@@ -28,7 +27,7 @@ func (c *Conn) Homes() *Homes { return &Homes{leases: c.leases} }
 
 // homeKey is the leases bucket's key of a workspace's home.
 func homeKey(tenant, workspace string) string {
-	return "home." + base64.RawURLEncoding.EncodeToString([]byte(tenant)) + "." + base64.RawURLEncoding.EncodeToString([]byte(workspace))
+	return "home." + token(tenant) + "." + token(workspace)
 }
 
 // AcquireHome takes the home of tenant's workspace for holder for ttl. queue.ErrExists: another
