@@ -172,7 +172,8 @@ func run(args []string) error {
 	// The call store, decorated: audit log, then metrics, then tracing (outermost).
 	audited := audit.Wrap(conn.Records(), conn.Audit(), func(err error) { log.Warn("write audit event", "error", err) })
 	store := tracing.TraceStore(metrics.ObserveStore(audited, dm))
-	publisher := tracing.TracePublisher(conn.Calls())
+	// A call naming a workspace goes to the worker that holds the workspace, while it lives.
+	publisher := tracing.TracePublisher(dispatcher.NewHomeRouter(conn.Calls(), conn.Residents()))
 	api, err := dispatcher.New(cfg.API,
 		dispatcher.Deps{
 			Store:     store,

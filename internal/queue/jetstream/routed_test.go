@@ -206,3 +206,31 @@ func TestRoutedCalls(t *testing.T) {
 		t.Fatalf("queue state %+v, %v; want nothing waiting", st, err)
 	}
 }
+
+// BenchmarkResidentOf is what routing adds to a publish: one read of a workspace's resident (the
+// presence read is cached for a second per worker). BenchmarkPublish is the publish it adds to.
+func BenchmarkResidentOf(b *testing.B) {
+	disp, _ := jstest.Provisioned(b, nil)
+	ctx := context.Background()
+	r := disp.Residents()
+	if err := r.SetResident(ctx, "acme", "repo", "worker-a"); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if w, err := r.ResidentOf(ctx, "acme", "repo"); err != nil || w != "worker-a" {
+			b.Fatalf("ResidentOf = %q, %v", w, err)
+		}
+	}
+}
+
+func BenchmarkPublish(b *testing.B) {
+	disp, _ := jstest.Provisioned(b, func(c *jetstream.Config) { c.MaxPendingPerTenant = 1 << 30 })
+	ctx := context.Background()
+	i := 0
+	for b.Loop() {
+		i++
+		if err := disp.Calls().Publish(ctx, &call.Call{ID: fmt.Sprintf("c%d", i), Tenant: "acme", Tool: "echo"}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
