@@ -173,7 +173,9 @@ func run(args []string) error {
 	audited := audit.Wrap(conn.Records(), conn.Audit(), func(err error) { log.Warn("write audit event", "error", err) })
 	store := tracing.TraceStore(metrics.ObserveStore(audited, dm))
 	// A call naming a workspace goes to the worker that holds the workspace, while it lives.
-	publisher := tracing.TracePublisher(dispatcher.NewHomeRouter(conn.Calls(), conn.Residents()))
+	router := dispatcher.NewHomeRouter(conn.Calls(), conn.Residents())
+	dm.WatchRouting(router.Counts)
+	publisher := tracing.TracePublisher(router)
 	api, err := dispatcher.New(cfg.API,
 		dispatcher.Deps{
 			Store:     store,
