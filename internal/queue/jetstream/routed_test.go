@@ -61,11 +61,11 @@ func (tb *takenBy) waitTaken(t *testing.T, id string, n int, within time.Duratio
 }
 
 // consumeAs runs worker's WorkerCalls on conn until the returned stop is called, which waits for it.
-func consumeAs(t *testing.T, conn *jetstream.Conn, worker string, handle func(context.Context, queue.Delivery)) (stop func()) {
+func consumeAs(t *testing.T, conn *jetstream.Conn, worker string, presence time.Duration, handle func(context.Context, queue.Delivery)) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- conn.WorkerCalls(worker, 2*time.Second).Consume(ctx, 4, handle) }()
+	go func() { done <- conn.WorkerCalls(worker, presence).Consume(ctx, 4, handle) }()
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {
@@ -128,7 +128,7 @@ func TestResidents(t *testing.T) {
 	if alive, err := r.Alive(ctx, "worker-a"); err != nil || alive {
 		t.Fatalf("Alive before consuming = %v, %v; want false", alive, err)
 	}
-	stop := consumeAs(t, w, "worker-a", (&takenBy{}).handler("worker-a", false))
+	stop := consumeAs(t, w, "worker-a", 2*time.Second, (&takenBy{}).handler("worker-a", false))
 	waitAlive(t, r, "worker-a", true)
 	stop()
 	if alive, err := r.Alive(ctx, "worker-a"); err != nil || alive {
@@ -157,8 +157,8 @@ func TestRoutedCalls(t *testing.T) {
 		holdA.Unlock()
 		tb.handler("worker-a", h)(ctx, d)
 	}
-	consumeAs(t, connA, "worker-a", handleA)
-	consumeAs(t, connB, "worker-b", tb.handler("worker-b", false))
+	consumeAs(t, connA, "worker-a", 2*time.Second, handleA)
+	consumeAs(t, connB, "worker-b", 2*time.Second, tb.handler("worker-b", false))
 	waitAlive(t, disp.Residents(), "worker-a", true)
 	waitAlive(t, disp.Residents(), "worker-b", true)
 
@@ -232,5 +232,28 @@ func BenchmarkPublish(b *testing.B) {
 		if err := disp.Calls().Publish(ctx, &call.Call{ID: fmt.Sprintf("c%d", i), Tenant: "acme", Tool: "echo"}); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestRoutedCallsAfterDrain: a worker that stops fetching (a drain) withdraws its presence at once, and
+// a call routed to it afterwards (a dispatcher that read its presence a moment before) is taken by
+// another worker without waiting for a presence TTL.
+func TestRoutedCallsAfterDrain(t *testing.T) {
+	disp, url := jstest.Provisioned(t, nil)
+	connA := jstest.Connect(t, url, "worker-a", false)
+	connB := jstest.Connect(t, url, "worker-b", false)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tb := &takenBy{}
+	stopA := consumeAs(t, connA, "worker-a", time.Minute, tb.handler("worker-a", false))
+	consumeAs(t, connB, "worker-b", time.Minute, tb.handler("worker-b", false))
+	waitAlive(t, disp.Residents(), "worker-a", true)
+	stopA()
+	if err := disp.Calls().PublishTo(ctx, &call.Call{ID: "after-drain", Tenant: "acme", Tool: "echo"}, "worker-a"); err != nil {
+		t.Fatal(err)
+	}
+	// Well within the minute a lapse of its presence would take: a scan and a poll.
+	if by := tb.waitTaken(t, "after-drain", 1, 8*time.Second); by[0] != "worker-b" {
+		t.Fatalf("call routed to a drained worker taken by %v; want worker-b", by)
 	}
 }
