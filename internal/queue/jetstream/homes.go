@@ -2,12 +2,9 @@ package jetstream
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolpool/toolpool/internal/queue"
 )
@@ -46,15 +43,9 @@ func (h *Homes) AcquireHome(ctx context.Context, tenant, workspace, holder strin
 // HomeOf returns the holder of tenant's workspace's home, "" when nobody holds it (released, lapsed on
 // the server's clock, or never taken). It reads from the stream's leader.
 func (h *Homes) HomeOf(ctx context.Context, tenant, workspace string) (string, error) {
-	e, err := h.leases.kv.Get(ctx, homeKey(tenant, workspace))
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
-		return "", nil
-	case err != nil:
-		return "", fmt.Errorf("read home of workspace %s/%s: %w", tenant, workspace, err)
-	}
-	if h.leases.lapsed(e) {
-		return "", nil
+	e, err := h.leases.current(ctx, homeKey(tenant, workspace))
+	if err != nil || e == nil {
+		return "", wrapErr(err, "read home of workspace %s/%s", tenant, workspace)
 	}
 	holder, _, _ := strings.Cut(string(e.Value()), " ")
 	return holder, nil

@@ -54,12 +54,9 @@ func (r *Residents) SetResident(ctx context.Context, tenant, workspace, worker s
 // ResidentOf returns tenant's workspace's resident, "" when none is recorded. It reads from the stream's
 // leader.
 func (r *Residents) ResidentOf(ctx context.Context, tenant, workspace string) (string, error) {
-	e, err := r.leases.kv.Get(ctx, residentKey(tenant, workspace))
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
-		return "", nil
-	case err != nil:
-		return "", fmt.Errorf("read resident of workspace %s/%s: %w", tenant, workspace, err)
+	e, err := r.leases.current(ctx, residentKey(tenant, workspace))
+	if err != nil || e == nil {
+		return "", wrapErr(err, "read resident of workspace %s/%s", tenant, workspace)
 	}
 	return string(e.Value()), nil
 }
@@ -67,14 +64,31 @@ func (r *Residents) ResidentOf(ctx context.Context, tenant, workspace string) (s
 // Alive reports whether worker announced itself within its presence TTL, on the server's clock, and did
 // not withdraw since.
 func (r *Residents) Alive(ctx context.Context, worker string) (bool, error) {
-	e, err := r.leases.kv.Get(ctx, presenceKey(worker))
+	e, err := r.leases.current(ctx, presenceKey(worker))
+	return e != nil, wrapErr(err, "read presence of worker %s", worker)
+}
+
+// current reads key of the leases bucket from the stream's leader: nil when it has no value, or holds a
+// lease (or presence) that lapsed on the server's clock.
+func (s *Leases) current(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	e, err := s.kv.Get(ctx, key)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
-		return false, nil
+		return nil, nil
 	case err != nil:
-		return false, fmt.Errorf("read presence of worker %s: %w", worker, err)
+		return nil, err
+	case s.lapsed(e):
+		return nil, nil
 	}
-	return !r.leases.lapsed(e), nil
+	return e, nil
+}
+
+// wrapErr wraps err as "<what>: err", nil when err is nil.
+func wrapErr(err error, format string, args ...any) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf(format+": %w", append(args, err)...)
 }
 
 // announce writes worker's presence for ttl (at least a second), from now on the server's clock.
