@@ -59,6 +59,9 @@ func (w *WorkerCalls) Consume(ctx context.Context, slots int, handle func(contex
 // the lanes. It makes the worker's consumer, announces the worker's presence until fetching stops, and
 // then withdraws it, so that the calls routed to it meanwhile go to other workers.
 func (w *WorkerCalls) ConsumeWith(fetchCtx, runCtx context.Context, slots int, handle func(context.Context, queue.Delivery)) error {
+	if fetchCtx.Err() != nil {
+		return nil // stopped before it started: nothing fetched, nothing to wait for
+	}
 	if w.presence < time.Second {
 		return fmt.Errorf("consume calls as worker %s: presence %s is below the server's 1s", w.worker, w.presence)
 	}

@@ -3,6 +3,7 @@ package jetstream_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -255,5 +256,25 @@ func TestRoutedCallsAfterDrain(t *testing.T) {
 	// Well within the minute a lapse of its presence would take: a scan and a poll.
 	if by := tb.waitTaken(t, "after-drain", 1, 8*time.Second); by[0] != "worker-b" {
 		t.Fatalf("call routed to a drained worker taken by %v; want worker-b", by)
+	}
+}
+
+// TestWorkerCallsStart: a presence TTL under the server's second is refused with what to change; a worker
+// stopped before it started (fetch context ended) returns nil at once, like Calls, and announces nothing.
+func TestWorkerCallsStart(t *testing.T) {
+	disp, url := jstest.Provisioned(t, nil)
+	w := jstest.Connect(t, url, "worker-a", false)
+	noop := func(context.Context, queue.Delivery) {}
+	err := w.WorkerCalls("worker-a", 500*time.Millisecond).Consume(context.Background(), 1, noop)
+	if err == nil || !strings.Contains(err.Error(), "presence 500ms is below the server's 1s") {
+		t.Fatalf("presence of 500ms: %v; want it refused", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := w.WorkerCalls("worker-a", time.Second).Consume(ctx, 1, noop); err != nil {
+		t.Fatalf("consume on an ended context: %v; want nil", err)
+	}
+	if alive, err := disp.Residents().Alive(context.Background(), "worker-a"); err != nil || alive {
+		t.Fatalf("Alive = %v, %v; want false", alive, err)
 	}
 }
