@@ -65,12 +65,14 @@ func (w *WorkerCalls) ConsumeWith(fetchCtx, runCtx context.Context, slots int, h
 	if w.presence < time.Second {
 		return fmt.Errorf("consume calls as worker %s: presence %s is below the server's 1s", w.worker, w.presence)
 	}
+	// The queue first, then the presence: a dispatcher routes only to a worker whose queue exists, so a
+	// call routed to a worker that dies is always in a queue that other workers drain.
 	r := &routedFetcher{calls: w.Calls, residents: w.residents, worker: w.worker, deadSince: map[string]time.Time{}}
 	if err := r.ensureOwn(fetchCtx); err != nil {
-		return err
+		return w.notStarted(fetchCtx, err)
 	}
 	if err := w.residents.announce(fetchCtx, w.worker, w.presence); err != nil {
-		return err
+		return w.notStarted(fetchCtx, err)
 	}
 	announceCtx, stop := context.WithCancel(fetchCtx)
 	done := make(chan struct{})
@@ -81,9 +83,7 @@ func (w *WorkerCalls) ConsumeWith(fetchCtx, runCtx context.Context, slots int, h
 		for {
 			select {
 			case <-announceCtx.Done():
-				ctx, cancel := context.WithTimeout(context.WithoutCancel(announceCtx), withdrawTimeout)
-				defer cancel()
-				_ = w.residents.withdraw(ctx, w.worker) // one that fails lapses on its own
+				w.withdraw(announceCtx)
 				return
 			case <-t.C:
 			}
@@ -96,6 +96,23 @@ func (w *WorkerCalls) ConsumeWith(fetchCtx, runCtx context.Context, slots int, h
 	context.AfterFunc(fetchCtx, stop)
 	defer func() { stop(); <-done }()
 	return w.consume(fetchCtx, runCtx, slots, handle, r)
+}
+
+// withdraw removes the worker's presence, on a fresh bounded context; one that fails lapses on its own.
+func (w *WorkerCalls) withdraw(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), withdrawTimeout)
+	defer cancel()
+	_ = w.residents.withdraw(ctx, w.worker)
+}
+
+// notStarted ends a ConsumeWith that failed to start with err: it withdraws the presence it may have
+// announced, and returns nil when fetchCtx ended meanwhile (a worker stopped as it started), err otherwise.
+func (w *WorkerCalls) notStarted(fetchCtx context.Context, err error) error {
+	w.withdraw(fetchCtx)
+	if fetchCtx.Err() != nil {
+		return nil
+	}
+	return err
 }
 
 // routedFetcher fetches a worker's own queue and the queues of workers that are gone. Used by the one
@@ -178,8 +195,9 @@ func fetchOne(cons jetstream.Consumer) (jetstream.Msg, error) {
 	return nil, nil
 }
 
-// scan lists the other workers' queues and keeps those whose worker is gone in orphans; it deletes one
-// whose worker has been gone for orphanForget once it is empty (nothing waiting, nothing being run). A
+// scan lists the other workers' queues and keeps those whose worker is gone in orphans (not a queue
+// made within orphanScanEvery, by the server's clock: its worker may be starting); it deletes one whose
+// worker has been gone for orphanForget once it is empty (nothing waiting, nothing being run). A
 // failure leaves the queues it could not read for the next scan.
 func (r *routedFetcher) scan(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, orphanScanEvery)
@@ -213,8 +231,14 @@ func (r *routedFetcher) scan(ctx context.Context) {
 		}
 		since, known := r.deadSince[name]
 		if !known {
-			r.deadSince[name] = time.Now()
-		} else if info := cons.CachedInfo(); time.Since(since) >= orphanForget && info.NumPending == 0 && info.NumAckPending == 0 {
+			since = time.Now()
+			r.deadSince[name] = since
+		}
+		info := cons.CachedInfo()
+		if r.calls.now().Sub(info.Created) < orphanScanEvery {
+			continue // a worker that is starting makes its queue a moment before it announces itself
+		}
+		if time.Since(since) >= orphanForget && info.NumPending == 0 && info.NumAckPending == 0 {
 			if r.calls.js.DeleteConsumer(ctx, cfg.Stream, name) == nil {
 				delete(r.deadSince, name)
 				continue
