@@ -33,6 +33,10 @@ type RoutedQueue interface {
 // a worker that just died is taken by another worker from the dead one's queue.
 const presenceCacheFor = time.Second
 
+// routeReadTimeout bounds the reads of one routing decision (a few milliseconds when NATS is well): one
+// that takes longer (a leader election) sends the call to the shared lanes rather than hold it.
+const routeReadTimeout = time.Second
+
 // HomeRouter is a Publisher that routes each call naming a workspace to the workspace's live resident,
 // and every other call to the shared lanes. Its decision costs one read of the workspace's resident, and
 // of the resident's presence at most once a second per worker; a read that fails sends the call to the
@@ -73,11 +77,14 @@ func (r *HomeRouter) Publish(ctx context.Context, c *call.Call) error {
 func (r *HomeRouter) Counts() (routed, shared uint64) { return r.routed.Load(), r.shared.Load() }
 
 // home returns the live resident of c's workspace; "" (the shared lanes) for a call that names no
-// workspace, a workspace with no resident or whose resident is gone, and a read that failed.
+// workspace, a workspace with no resident or whose resident is gone, and a read that failed or took
+// longer than routeReadTimeout.
 func (r *HomeRouter) home(ctx context.Context, c *call.Call) string {
 	if c.Workspace == "" {
 		return ""
 	}
+	ctx, cancel := context.WithTimeout(ctx, routeReadTimeout)
+	defer cancel()
 	worker, err := r.res.ResidentOf(ctx, c.Tenant, c.Workspace)
 	if err != nil || worker == "" {
 		return ""

@@ -14,11 +14,16 @@ type fakeResidence struct {
 	resident      map[string]string // tenant/workspace -> worker
 	alive         map[string]bool
 	err           error
+	hang          bool
 	reads, alives int
 }
 
 func (f *fakeResidence) ResidentOf(ctx context.Context, tenant, workspace string) (string, error) {
 	f.reads++
+	if f.hang {
+		<-ctx.Done() // a read NATS does not answer (a leader election)
+		return "", ctx.Err()
+	}
 	return f.resident[tenant+"/"+workspace], f.err
 }
 
@@ -92,7 +97,12 @@ func TestHomeRouter(t *testing.T) {
 	if to := publish("c8", "other", "repo"); to != "" {
 		t.Fatalf("a failed read went to %q; want the shared lanes", to)
 	}
-	if routed, shared := r.Counts(); routed != 3 || shared != 5 {
-		t.Fatalf("Counts = %d routed, %d shared; want 3 and 5", routed, shared)
+	res.err, res.hang = nil, true
+	start := time.Now()
+	if to := publish("c9", "other", "repo"); to != "" || time.Since(start) > 3*routeReadTimeout {
+		t.Fatalf("a read that hangs: went to %q after %s; want the shared lanes after %s", to, time.Since(start), routeReadTimeout)
+	}
+	if routed, shared := r.Counts(); routed != 3 || shared != 6 {
+		t.Fatalf("Counts = %d routed, %d shared; want 3 and 6", routed, shared)
 	}
 }
