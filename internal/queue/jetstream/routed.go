@@ -67,7 +67,7 @@ func (w *WorkerCalls) ConsumeWith(fetchCtx, runCtx context.Context, slots int, h
 	}
 	// The queue first, then the presence: a dispatcher routes only to a worker whose queue exists, so a
 	// call routed to a worker that dies is always in a queue that other workers drain.
-	r := &routedFetcher{calls: w.Calls, residents: w.residents, worker: w.worker, deadSince: map[string]time.Time{}}
+	r := &routedFetcher{calls: w.Calls, residents: w.residents, worker: w.worker, deadSince: map[string]time.Time{}, forget: orphanForget}
 	if err := r.ensureOwn(fetchCtx); err != nil {
 		return w.notStarted(fetchCtx, err)
 	}
@@ -125,6 +125,7 @@ type routedFetcher struct {
 	scanned   time.Time            // the last scan of the other workers' queues
 	orphans   []jetstream.Consumer // the queues of workers that are gone, as of the last scan
 	deadSince map[string]time.Time // by consumer name: when its worker was first seen gone
+	forget    time.Duration        // orphanForget (tests shorten it)
 }
 
 // ensureOwn makes the worker's consumer, unless it has it.
@@ -238,7 +239,7 @@ func (r *routedFetcher) scan(ctx context.Context) {
 		if r.calls.now().Sub(info.Created) < orphanScanEvery {
 			continue // a worker that is starting makes its queue a moment before it announces itself
 		}
-		if time.Since(since) >= orphanForget && info.NumPending == 0 && info.NumAckPending == 0 {
+		if time.Since(since) >= r.forget && info.NumPending == 0 && info.NumAckPending == 0 {
 			if r.calls.js.DeleteConsumer(ctx, cfg.Stream, name) == nil {
 				delete(r.deadSince, name)
 				continue
