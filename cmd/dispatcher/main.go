@@ -172,7 +172,10 @@ func run(args []string) error {
 	// The call store, decorated: audit log, then metrics, then tracing (outermost).
 	audited := audit.Wrap(conn.Records(), conn.Audit(), func(err error) { log.Warn("write audit event", "error", err) })
 	store := tracing.TraceStore(metrics.ObserveStore(audited, dm))
-	publisher := tracing.TracePublisher(conn.Calls())
+	// A call naming a workspace goes to the worker that holds the workspace, while it lives.
+	router := dispatcher.NewHomeRouter(conn.Calls(), conn.Residents())
+	dm.WatchRouting(router.Counts)
+	publisher := tracing.TracePublisher(router)
 	api, err := dispatcher.New(cfg.API,
 		dispatcher.Deps{
 			Store:     store,

@@ -237,7 +237,7 @@ func run(args []string) (retErr error) {
 		return err
 	}
 	if cp != nil {
-		opts = append(opts, worker.WithCheckpoints(cp), worker.WithHomes(conn.Homes()))
+		opts = append(opts, worker.WithCheckpoints(cp), worker.WithHomes(conn.Homes()), worker.WithResidents(conn.Residents()))
 		wm.WatchUnsaved(cp.OldestUnsaved)
 		log.Info("workspaces are kept in object storage", "store", cfg.Checkpoints.Store)
 	}
@@ -280,6 +280,11 @@ func run(args []string) (retErr error) {
 		"runtimes", rt.Runtimes(), "oci_runtime", rt.OCIRuntime(), "pool_size", cfg.Pool.MaxSize, "workspaces", cfg.WorkspacesDir)
 	handle := metrics.InstrumentHandler(cfg.Slots, tracing.TraceHandler(w.Handle), wm)
 	err = consumeDraining(ctx, cfg.DrainTimeout, secondSignal, log, func(fetchCtx, runCtx context.Context) error {
+		if cp != nil {
+			// Workspaces live on workers: this worker takes the calls routed to it (its workspaces'), and
+			// those of workers that are gone, before the shared lanes.
+			return conn.WorkerCalls(cfg.ID, cfg.Lease).ConsumeWith(fetchCtx, runCtx, cfg.Slots, handle)
+		}
 		return conn.Calls().ConsumeWith(fetchCtx, runCtx, cfg.Slots, handle)
 	})
 	if cp != nil {

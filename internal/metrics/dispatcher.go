@@ -137,3 +137,15 @@ func (m *DispatcherMetrics) InstrumentHTTP(next http.Handler) http.Handler {
 		next.ServeHTTP(wrapped, r)
 	})
 }
+
+// WatchRouting makes each scrape report toolpool_calls_routed_total{to}: the calls this dispatcher
+// queued for their workspace's resident worker (to="resident") and on the shared lanes (to="shared"),
+// from counts (dispatcher.HomeRouter's Counts). Call it at most once.
+func (m *DispatcherMetrics) WatchRouting(counts func() (resident, shared uint64)) {
+	const help = "Calls queued, by where: for their workspace's resident worker (resident) or on the shared lanes (shared)."
+	m.reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: namespace, Name: "calls_routed_total", Help: help,
+			ConstLabels: prometheus.Labels{"to": "resident"}}, func() float64 { r, _ := counts(); return float64(r) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: namespace, Name: "calls_routed_total", Help: help,
+			ConstLabels: prometheus.Labels{"to": "shared"}}, func() float64 { _, s := counts(); return float64(s) }))
+}

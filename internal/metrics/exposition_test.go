@@ -59,6 +59,7 @@ func exercised(t *testing.T) map[string]*prometheus.Registry {
 	d.PolicyReload(errors.New("bad policy"))
 	d.WatchApprovals(func(ctx context.Context) (int, error) { return 1, nil })
 	d.WatchNATS(func(ctx context.Context) error { return nil })
+	d.WatchRouting(func() (uint64, uint64) { return 2, 1 })
 	d.WatchQueue(func(ctx context.Context) (metrics.QueueState, error) {
 		return metrics.QueueState{Pending: 2, Oldest: 3 * time.Second, Lanes: []uint64{0, 2}}, nil
 	})

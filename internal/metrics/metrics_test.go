@@ -439,3 +439,11 @@ func TestObserveCleanupSteps(t *testing.T) {
 	mustSample(t, reg, "toolpool_sandbox_step_seconds", map[string]string{"step": "delete_task"}, 1)
 	mustSample(t, reg, "toolpool_sandbox_step_seconds", map[string]string{"step": "delete_container"}, 1)
 }
+
+func TestWatchRouting(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := metrics.NewDispatcher(reg, metrics.Options{})
+	m.WatchRouting(func() (uint64, uint64) { return 7, 3 })
+	mustSample(t, reg, "toolpool_calls_routed_total", map[string]string{"to": "resident"}, 7)
+	mustSample(t, reg, "toolpool_calls_routed_total", map[string]string{"to": "shared"}, 3)
+}

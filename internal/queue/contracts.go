@@ -36,6 +36,26 @@ type Calls interface {
 	// on runCtx (a draining worker finishes its calls; cancel runCtx to stop them). It returns once
 	// fetching stopped and every handler returned.
 	ConsumeWith(fetchCtx, runCtx context.Context, slots int, handle func(context.Context, Delivery)) error
+	// PublishTo is Publish onto one worker's own queue (a workspace's resident, Residents): that worker
+	// takes it before the shared lanes, and, once the worker stops or its presence lapses, any other
+	// worker does, so that a call queued for a worker that died still runs once. worker "" is Publish.
+	// The tenant's quota counts the calls of each queue apart.
+	PublishTo(ctx context.Context, c *call.Call, worker string) error
+}
+
+// Residents is where workspaces live and which workers are alive: it places a workspace's calls on the
+// worker that holds its copy (its resident), so that they do not restore it elsewhere. It is placement
+// only: the homes (Homes) and the records' compare-and-set keep calls correct wherever they run.
+type Residents interface {
+	// SetResident records worker as tenant's workspace's resident: it has the workspace's latest copy. A
+	// record not written again for an hour is forgotten.
+	SetResident(ctx context.Context, tenant, workspace, worker string) error
+	// ResidentOf returns the worker recorded as tenant's workspace's resident, "" when none is (alive or
+	// not: ask Alive).
+	ResidentOf(ctx context.Context, tenant, workspace string) (string, error)
+	// Alive reports whether worker is fetching calls: it announced itself within its presence TTL, on the
+	// queue server's clock, and did not stop.
+	Alive(ctx context.Context, worker string) (bool, error)
 }
 
 // Delivery is one call handed to a worker. The worker settles it at most once with Ack, Nak or Term; until

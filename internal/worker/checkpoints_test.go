@@ -249,7 +249,7 @@ func checkpointStore(t *testing.T) (*jetstream.Conn, *checkingStore, *queuetest.
 
 // checkpointWorker is a worker with its own workspaces directory that keeps workspaces in store, with the
 // workspaces' homes in homes.
-func checkpointWorker(t *testing.T, homes Homes, store *checkingStore, records *queuetest.Store, id string) *Worker {
+func checkpointWorker(t *testing.T, homes Homes, store *checkingStore, records *queuetest.Store, id string, opts ...Option) *Worker {
 	t.Helper()
 	cfg := testConfig(t)
 	cfg.ID = id
@@ -257,7 +257,7 @@ func checkpointWorker(t *testing.T, homes Homes, store *checkingStore, records *
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newTestWorkerWith(t, cfg, shellRuntime(t), records, WithLeases(newFakeLeases()), WithCheckpoints(cp), WithHomes(homes))
+	return newTestWorkerWith(t, cfg, shellRuntime(t), records, append([]Option{WithLeases(newFakeLeases()), WithCheckpoints(cp), WithHomes(homes)}, opts...)...)
 }
 
 // TestOneCallAtATimePerWorkspace: two workers, each with its own workspaces directory, take calls into one

@@ -140,6 +140,7 @@ func (w *Worker) process(ctx context.Context, c *call.Call, attempt uint64) (set
 	if unrestored != nil {
 		x = executor.OnHost("", nil, unrestored)
 	} else {
+		w.noteResident(runCtx, c)
 		x, stored, runErr = w.run(runCtx, c, cl)
 	}
 	cause := context.Cause(runCtx)

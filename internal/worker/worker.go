@@ -139,6 +139,9 @@ type Worker struct {
 	// this worker's calls that hold one.
 	homes   Homes
 	writing writers
+	// residents records this worker as the resident of the workspaces it has at their latest checkpoint
+	// (residents.go); nil: not recorded, and calls are not routed here.
+	residents Residents
 }
 
 // New returns a Worker.

@@ -23,15 +23,17 @@ import (
 // JetStream's object store at three replicas. Every call appends a line to one file of one workspace and
 // counts the lines, so each shows whether it saw every call that completed before it:
 //
-//   - 20 calls one after the other, through either dispatcher, wherever they run;
+//   - 20 calls one after the other, through either dispatcher: the first on any worker, which becomes the
+//     workspace's resident, and the 19 others routed to it, with no restore;
 //   - 6 calls at once through both dispatchers: the workspace's home runs them one at a time, none lost;
-//   - kill -9 of the worker running a call in the workspace: the next call runs on another worker once
-//     the dead worker's home lapses, and sees every line of every completed call (and not the line of the
-//     call that was killed, which never completed); the killed call ends lost;
+//   - kill -9 of the resident while it runs a call in the workspace: 3 calls queued meanwhile are routed
+//     to the dead worker's queue, and each runs once on another worker once the dead worker's presence
+//     and home lapse; they and the next call see every line of every completed call (and not the line of
+//     the call that was killed, which never completed); the killed call ends lost;
 //   - SIGTERM of the worker running a call: it drains (the call completes and is checkpointed), exits,
 //     and the next call runs elsewhere and sees that call's line too.
 //
-// The time from the kill to the next call running on another worker is logged.
+// The time from the kill to the first queued call running on another worker is logged.
 func TestWorkspacesAcrossNodes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a NATS cluster, dispatchers and workers with containerd")
@@ -55,11 +57,24 @@ func TestWorkspacesAcrossNodes(t *testing.T) {
 		return r
 	}
 
+	// The first call goes to the shared lanes; the worker that ran it is the workspace's resident, and the
+	// next 19 are routed to it through either dispatcher: one worker, no restore after the first.
 	ran := map[string]int{}
-	for i := range 20 {
+	ran[appendLine(urls[0]).Worker]++
+	restoresBefore, routedBefore := p.restores(), p.routed(urls)
+	for i := 1; i < 20; i++ {
 		ran[appendLine(urls[i%2]).Worker]++
 	}
 	t.Logf("20 calls one after the other ran on %v", ran)
+	if len(ran) != 1 {
+		t.Fatalf("20 calls of one workspace ran on %v; want one worker, the workspace's resident", ran)
+	}
+	if n := p.restores() - restoresBefore; n != 0 {
+		t.Fatalf("%d restores after the first call; want none (every call on the resident's copy)", n)
+	}
+	if n := p.routed(urls) - routedBefore; n != 19 {
+		t.Fatalf("%d of the 19 calls after the first were routed to the resident; want all", n)
+	}
 	p.workspaceOp(urls[0], "ws", "snapshot", map[string]any{"snapshot": "at20"}, http.StatusCreated)
 
 	// At once, through both dispatchers: one at a time under the workspace's home, each on the
@@ -92,15 +107,48 @@ func TestWorkspacesAcrossNodes(t *testing.T) {
 		t.Fatal("the call to kill was not accepted")
 	}
 	victim := p.runningIn(id, "killed")
+	if ran[victim.id] == 0 {
+		t.Fatalf("the call to kill ran on %s; want the resident %v", victim.id, ran)
+	}
 	victim.proc.Kill9(t)
 	killed := time.Now()
+	// Until the victim's presence lapses the dispatchers still route the workspace's calls to it: these
+	// wait in its queue, and another worker takes each once (none lost, none run twice: each appends a
+	// line, and the line counts below add up only so).
+	routedBefore = p.routed(urls)
+	var queued []string
+	for i := range 3 {
+		id, ok := submit(urls[i%2], shellCall("ws", appendAndCount("after-kill"), false))
+		if !ok {
+			t.Fatal("a call after the kill was not accepted")
+		}
+		queued = append(queued, id)
+	}
+	if n := p.routed(urls) - routedBefore; n != 3 {
+		t.Fatalf("%d of the 3 calls after the kill were routed to the dead resident's queue; want 3 (its presence had not lapsed)", n)
+	}
+	seen, first := map[string]bool{}, time.Time{}
+	for _, qid := range queued {
+		r := p.await(qid)
+		if r.Status != call.StatusOK || r.Worker == victim.id {
+			t.Fatalf("call %s queued for the killed worker: %s on %s %+v; want ok on another worker", qid, r.Status, r.Worker, r.Error)
+		}
+		n, _ := strconv.Atoi(strings.TrimSpace(r.Stdout))
+		if n <= lines || n > lines+len(queued) || seen[r.Stdout] {
+			t.Fatalf("call %s queued for the killed worker counted %q lines; want one of %d..%d, each once", qid, r.Stdout, lines+1, lines+len(queued))
+		}
+		seen[r.Stdout] = true
+		if first.IsZero() || r.StartedAt.Before(first) {
+			first = r.StartedAt
+		}
+	}
+	lines += len(queued)
+	t.Logf("kill -9 of %s: the calls queued for it started on other workers from %s after the kill (all done %s after it)",
+		victim.id, first.Sub(killed).Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
 	r := appendLine(urls[1])
 	if r.Worker == victim.id {
 		t.Fatalf("the call after the kill ran on the killed worker %s", victim.id)
 	}
-	failover := r.StartedAt.Sub(killed)
-	t.Logf("kill -9 of %s: the next call started on %s %s after the kill (result %s after it), restore_ms %d",
-		victim.id, r.Worker, failover.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond), r.Timing.RestoreMS)
 	if k := p.await(id); k.Status != call.StatusLost {
 		t.Fatalf("the killed call: %s %+v; want lost", k.Status, k.Error)
 	}
@@ -143,6 +191,39 @@ func TestWorkspacesAcrossNodes(t *testing.T) {
 	if r := p.runCall(urls[1], shellCall("branch", "wc -l < log.txt", true)); r.Status != call.StatusOK || strings.TrimSpace(r.Stdout) != "20" {
 		t.Fatalf("the fork of the snapshot: %s %q %+v; want its 20 lines", r.Status, r.Stdout, r.Error)
 	}
+}
+
+// restores counts the restores that changed a copy, on every worker started so far ("workspace restored
+// from its checkpoint" in their logs).
+func (p *pool) restores() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, w := range p.workers {
+		n += strings.Count(w.proc.Output(), "workspace restored from its checkpoint")
+	}
+	return n
+}
+
+// routed sums toolpool_calls_routed_total{to="resident"} over the dispatchers at urls.
+func (p *pool) routed(urls []string) int {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	total := 0
+	for _, url := range urls {
+		code, data, err := do(ctx, http.MethodGet, url+"/metrics", nil)
+		if err != nil || code != http.StatusOK {
+			p.t.Fatalf("metrics of %s: HTTP %d %v", url, code, err)
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if v, ok := strings.CutPrefix(line, `toolpool_calls_routed_total{to="resident"} `); ok {
+				n, _ := strconv.ParseFloat(v, 64)
+				total += int(n)
+			}
+		}
+	}
+	return total
 }
 
 // workspaceOp posts op (snapshot, fork, restore) of workspace ws with body through url and checks the

@@ -33,11 +33,26 @@ func (c *Calls) subject(tenant string) (string, int) {
 // retried within the duplicate window (2 minutes) is stored once. A call larger than the server's
 // maximum message is refused with queue.ErrTooLarge, a tenant at its quota with queue.ErrTenantFull.
 func (c *Calls) Publish(ctx context.Context, cl *call.Call) error {
+	subject, lane := c.subject(cl.Tenant)
+	return c.publishOn(ctx, cl, subject, c.cfg.bellSubject(lane))
+}
+
+// PublishTo enqueues a call on worker's own queue, PREFIX_home.<worker>.<tenant> (the worker's id
+// base64url-encoded), which the worker's WorkerCalls fetches first and other workers' once it stopped or
+// its presence lapsed (routed.go); worker "" is Publish. Otherwise as Publish.
+func (c *Calls) PublishTo(ctx context.Context, cl *call.Call, worker string) error {
+	if worker == "" {
+		return c.Publish(ctx, cl)
+	}
+	return c.publishOn(ctx, cl, c.cfg.homeSubject(worker, cl.Tenant), c.cfg.homeBell(worker))
+}
+
+// publishOn stores call cl on subject and rings bell, which wakes the idle workers that fetch it.
+func (c *Calls) publishOn(ctx context.Context, cl *call.Call, subject, bell string) error {
 	data, err := json.Marshal(cl)
 	if err != nil {
 		return fmt.Errorf("encode call %s: %w", cl.ID, err)
 	}
-	subject, lane := c.subject(cl.Tenant)
 	msg := nats.NewMsg(subject)
 	msg.Data = data
 	msg.Header.Set(jetstream.MsgIDHeader, cl.ID)
@@ -53,8 +68,8 @@ func (c *Calls) Publish(ctx context.Context, cl *call.Call) error {
 		}
 		return fmt.Errorf("publish call %s: %w", cl.ID, err)
 	}
-	// Wake idle workers of this lane: an empty core message, lost harmlessly when nobody listens.
-	_ = c.nc.Publish(c.cfg.bellSubject(lane), nil)
+	// Wake idle workers: an empty core message, lost harmlessly when nobody listens.
+	_ = c.nc.Publish(bell, nil)
 	return nil
 }
 

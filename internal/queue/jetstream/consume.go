@@ -38,8 +38,26 @@ const (
 // on runCtx, so that a draining worker finishes its calls (cancel runCtx after a grace period to stop
 // them). It returns once fetching stopped and every handler returned.
 func (c *Calls) ConsumeWith(fetchCtx, runCtx context.Context, slots int, handle func(context.Context, queue.Delivery)) error {
+	return c.consume(fetchCtx, runCtx, slots, handle, nil)
+}
+
+// consume is ConsumeWith; a worker's routed calls (routed.go), when routed is not nil, are fetched before
+// the lanes, and their bell wakes the loop too.
+func (c *Calls) consume(fetchCtx, runCtx context.Context, slots int, handle func(context.Context, queue.Delivery), routed *routedFetcher) error {
 	bell := make(chan struct{}, 1)
-	f := &laneFetcher{calls: c, consumers: make([]jetstream.Consumer, c.cfg.Lanes), rung: make([]bool, c.cfg.Lanes)}
+	f := &laneFetcher{calls: c, consumers: make([]jetstream.Consumer, c.cfg.Lanes), rung: make([]bool, c.cfg.Lanes), routed: routed}
+	if routed != nil {
+		hsub, err := c.nc.Subscribe(c.cfg.homeBell(routed.worker), func(*nats.Msg) {
+			select {
+			case bell <- struct{}{}:
+			default:
+			}
+		})
+		if err != nil {
+			return fmt.Errorf("subscribe to worker %s's bell: %w", routed.worker, err)
+		}
+		defer hsub.Unsubscribe()
+	}
 	prefix := c.cfg.SubjectPrefix + "_ready."
 	sub, err := c.nc.Subscribe(prefix+"*", func(m *nats.Msg) {
 		if l, err := strconv.Atoi(strings.TrimPrefix(m.Subject, prefix)); err == nil {
@@ -101,7 +119,8 @@ type laneFetcher struct {
 	consumers []jetstream.Consumer // by lane, looked up on first use
 	turn      int
 	mu        sync.Mutex
-	rung      []bool // by lane: a bell rang since the lane was last fetched from
+	rung      []bool         // by lane: a bell rang since the lane was last fetched from
+	routed    *routedFetcher // a worker's own queue and those of stopped workers; nil: lanes only
 }
 
 // ring notes that lane l's bell rang: a call was queued on it.
@@ -137,8 +156,13 @@ func (f *laneFetcher) tried(l int) {
 }
 
 // next returns the next message in lane rotation, the lanes whose bell rang first, or nil when no lane
-// has one ready: at most one fetch request per lane.
+// has one ready: at most one fetch request per lane. A worker's routed calls come first.
 func (f *laneFetcher) next(ctx context.Context) (jetstream.Msg, error) {
+	if f.routed != nil {
+		if msg, err := f.routed.next(ctx); msg != nil || err != nil {
+			return msg, err
+		}
+	}
 	for _, l := range f.order() {
 		f.tried(l)
 		cons, err := f.consumer(ctx, l)

@@ -2,13 +2,9 @@ package jetstream
 
 import (
 	"context"
-	"encoding/base64"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolpool/toolpool/internal/queue"
 )
@@ -28,7 +24,7 @@ func (c *Conn) Homes() *Homes { return &Homes{leases: c.leases} }
 
 // homeKey is the leases bucket's key of a workspace's home.
 func homeKey(tenant, workspace string) string {
-	return "home." + base64.RawURLEncoding.EncodeToString([]byte(tenant)) + "." + base64.RawURLEncoding.EncodeToString([]byte(workspace))
+	return "home." + token(tenant) + "." + token(workspace)
 }
 
 // AcquireHome takes the home of tenant's workspace for holder for ttl. queue.ErrExists: another
@@ -47,15 +43,9 @@ func (h *Homes) AcquireHome(ctx context.Context, tenant, workspace, holder strin
 // HomeOf returns the holder of tenant's workspace's home, "" when nobody holds it (released, lapsed on
 // the server's clock, or never taken). It reads from the stream's leader.
 func (h *Homes) HomeOf(ctx context.Context, tenant, workspace string) (string, error) {
-	e, err := h.leases.kv.Get(ctx, homeKey(tenant, workspace))
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
-		return "", nil
-	case err != nil:
-		return "", fmt.Errorf("read home of workspace %s/%s: %w", tenant, workspace, err)
-	}
-	if h.leases.lapsed(e) {
-		return "", nil
+	e, err := h.leases.current(ctx, homeKey(tenant, workspace))
+	if err != nil || e == nil {
+		return "", wrapErr(err, "read home of workspace %s/%s", tenant, workspace)
 	}
 	holder, _, _ := strings.Cut(string(e.Value()), " ")
 	return holder, nil

@@ -255,6 +255,20 @@ func (c Config) liveStream() string        { return c.Stream + "_LIVE" }
 func (c Config) laneConsumer(l int) string { return c.Consumer + "_lane" + strconv.Itoa(l) }
 func (c Config) laneFilter(l int) string   { return c.SubjectPrefix + "." + strconv.Itoa(l) + ".*" }
 func (c Config) bellSubject(l int) string  { return c.SubjectPrefix + "_ready." + strconv.Itoa(l) }
+
+// A worker's own queue (routed.go): its subjects PREFIX_home.<worker>.<tenant>, its consumer, its bell.
+func (c Config) homeSubjects() string { return c.SubjectPrefix + "_home.*.*" }
+func (c Config) homeSubject(worker, tenant string) string {
+	return c.SubjectPrefix + "_home." + token(worker) + "." + tenant
+}
+func (c Config) homeFilter(worker string) string {
+	return c.SubjectPrefix + "_home." + token(worker) + ".*"
+}
+func (c Config) homeConsumerPrefix() string        { return c.Consumer + "_home_" }
+func (c Config) homeConsumer(worker string) string { return c.homeConsumerPrefix() + token(worker) }
+func (c Config) homeBell(worker string) string {
+	return c.SubjectPrefix + "_home_ready." + token(worker)
+}
 func (c Config) auditSubject(tenant string) string {
 	return c.SubjectPrefix + "_audit." + tenant
 }

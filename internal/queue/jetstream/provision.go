@@ -31,12 +31,13 @@ func provision(ctx context.Context, js jetstream.JetStream, cfg *Config) error {
 	calls, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        cfg.Stream,
 		Description: "toolpool calls waiting for a worker",
-		Subjects:    []string{cfg.SubjectPrefix + ".*.*"}, // PREFIX.<lane>.<tenant>
-		Retention:   jetstream.WorkQueuePolicy,
-		Storage:     jetstream.FileStorage,
-		MaxAge:      cfg.MaxAge,
-		MaxBytes:    cfg.MaxBytes,
-		Discard:     jetstream.DiscardNew,
+		// PREFIX.<lane>.<tenant>, and the workers' own queues, PREFIX_home.<worker>.<tenant> (routed.go).
+		Subjects:  []string{cfg.SubjectPrefix + ".*.*", cfg.homeSubjects()},
+		Retention: jetstream.WorkQueuePolicy,
+		Storage:   jetstream.FileStorage,
+		MaxAge:    cfg.MaxAge,
+		MaxBytes:  cfg.MaxBytes,
+		Discard:   jetstream.DiscardNew,
 		// One subject per tenant: the per-subject cap is the tenant's quota of queued and running calls.
 		MaxMsgsPerSubject:    cfg.MaxPendingPerTenant,
 		DiscardNewPerSubject: true,
