@@ -95,6 +95,11 @@ func (c *Calls) consume(fetchCtx, runCtx context.Context, slots int, handle func
 			} else {
 				poll = min(2*poll, pollMax)
 			}
+			if routed != nil {
+				// The calls routed to a worker that died ring no bell here: look for them as often as
+				// the scan for gone workers' queues runs.
+				wait = min(wait, routed.scanEvery)
+			}
 			select {
 			case <-fetchCtx.Done():
 			case <-bell:

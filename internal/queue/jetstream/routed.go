@@ -41,7 +41,9 @@ func (c *Conn) WorkerCalls(worker string, presence time.Duration) *WorkerCalls {
 
 // How workers watch each other's queues.
 const (
-	// orphanScanEvery is how often a worker lists the other workers' queues and reads their presence.
+	// orphanScanEvery is how often, at most, a worker lists the other workers' queues and reads their
+	// presence; a worker whose presence TTL is shorter scans twice per TTL (scanEvery), so that a call
+	// routed to a worker that died waits about the TTL and half another, not the TTL and several seconds.
 	orphanScanEvery = 2 * time.Second
 	// orphanForget is how long a worker's presence must have been gone before its empty queue is deleted:
 	// far longer than a dispatcher trusts a presence it read (dispatcher.presenceCacheFor).
@@ -67,7 +69,8 @@ func (w *WorkerCalls) ConsumeWith(fetchCtx, runCtx context.Context, slots int, h
 	}
 	// The queue first, then the presence: a dispatcher routes only to a worker whose queue exists, so a
 	// call routed to a worker that dies is always in a queue that other workers drain.
-	r := &routedFetcher{calls: w.Calls, residents: w.residents, worker: w.worker, deadSince: map[string]time.Time{}, forget: orphanForget}
+	r := &routedFetcher{calls: w.Calls, residents: w.residents, worker: w.worker, deadSince: map[string]time.Time{}, forget: orphanForget,
+		scanEvery: scanEvery(w.presence)}
 	if err := r.ensureOwn(fetchCtx); err != nil {
 		return w.notStarted(fetchCtx, err)
 	}
@@ -123,6 +126,7 @@ type routedFetcher struct {
 	worker    string
 	own       jetstream.Consumer   // nil: make it again (it was deleted, or a fetch failed)
 	scanned   time.Time            // the last scan of the other workers' queues
+	scanEvery time.Duration        // how often to scan them (scanEvery); the idle loop wakes as often
 	orphans   []jetstream.Consumer // the queues of workers that are gone, as of the last scan
 	deadSince map[string]time.Time // by consumer name: when its worker was first seen gone
 	forget    time.Duration        // orphanForget (tests shorten it)
@@ -166,7 +170,7 @@ func (r *routedFetcher) next(ctx context.Context) (jetstream.Msg, error) {
 	if msg != nil {
 		return msg, nil
 	}
-	if time.Since(r.scanned) >= orphanScanEvery {
+	if time.Since(r.scanned) >= r.scanEvery {
 		r.scanned = time.Now()
 		r.scan(ctx)
 	}
@@ -183,6 +187,10 @@ func (r *routedFetcher) next(ctx context.Context) (jetstream.Msg, error) {
 	}
 	return nil, nil
 }
+
+// scanEvery is how often a worker whose presence lives for presence scans the other workers' queues:
+// twice per presence TTL, at most every orphanScanEvery.
+func scanEvery(presence time.Duration) time.Duration { return min(orphanScanEvery, presence/2) }
 
 // fetchOne takes one message from cons without waiting; nil when it has none ready.
 func fetchOne(cons jetstream.Consumer) (jetstream.Msg, error) {

@@ -61,3 +61,15 @@ func TestGoneWorkersQueue(t *testing.T) {
 		t.Fatalf("a deleted queue still fetched from: %d", len(b.orphans))
 	}
 }
+
+// TestScanEveryFollowsThePresence: a worker looks for the calls of gone workers twice per presence TTL,
+// and at most every orphanScanEvery, so that a short lease fails over in about the lease and half another.
+func TestScanEveryFollowsThePresence(t *testing.T) {
+	for _, tt := range []struct{ presence, want time.Duration }{
+		{time.Second, 500 * time.Millisecond}, {2 * time.Second, time.Second}, {4 * time.Second, orphanScanEvery}, {15 * time.Second, orphanScanEvery},
+	} {
+		if got := scanEvery(tt.presence); got != tt.want {
+			t.Errorf("scanEvery(%s) = %s, want %s", tt.presence, got, tt.want)
+		}
+	}
+}
