@@ -815,3 +815,32 @@ func TestTenantBudgetConcurrentSaves(t *testing.T) {
 		t.Fatalf("a save into the room a deleted workspace freed: %v", err)
 	}
 }
+
+// TestRestoreOfATouchedFile: a file whose time changed but not its bytes (touch, a checkout writing the
+// same content) is restored by setting its time in place: the copy is then the checkpoint's, never
+// refused as changed while it was restored.
+func TestRestoreOfATouchedFile(t *testing.T) {
+	s := jsStore(t)
+	a, b := newNode(t, s, "a", 0), newNode(t, s, "b", 0)
+	write(t, a.ws("acme", "ws"), "same.txt", "same bytes", 0o644)
+	write(t, a.ws("acme", "ws"), "other.txt", "other", 0o644)
+	if _, err := a.cp.Save(ctx(t), "acme", "ws"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.cp.Restore(ctx(t), "acme", "ws"); err != nil {
+		t.Fatal(err)
+	}
+	later := time.Now().Add(time.Hour)
+	if err := os.Chtimes(filepath.Join(a.ws("acme", "ws"), "same.txt"), later, later); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := a.cp.Save(ctx(t), "acme", "ws"); err != nil || !r.Changed {
+		t.Fatalf("save of a touched file: %+v, %v; want a new checkpoint", r, err)
+	}
+	if r, err := b.cp.Restore(ctx(t), "acme", "ws"); err != nil || !r.Changed || r.Files != 0 {
+		t.Fatalf("restore of a touched file: %+v, %v; want its time set, no file written", r, err)
+	}
+	if got, want := listing(t, b.ws("acme", "ws")), listing(t, a.ws("acme", "ws")); got != want {
+		t.Fatalf("restored:\n%s\nwant:\n%s", got, want)
+	}
+}

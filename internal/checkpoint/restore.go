@@ -275,6 +275,13 @@ func (a *applier) dir(ctx context.Context, rel, digest string, depth int) error 
 						return fmt.Errorf("chmod %q: %w", p, err)
 					}
 				}
+				if s.Mtim.Nano() != e.MTime {
+					// Touched without a change of its bytes: its time is the checkpoint's too.
+					ts := unix.NsecToTimespec(e.MTime)
+					if err := unix.UtimesNanoAt(fd, e.Name, []unix.Timespec{ts, ts}, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+						return fmt.Errorf("set times of %q: %w", p, err)
+					}
+				}
 				continue
 			}
 			a.jobs = append(a.jobs, writeJob{rel: p, e: e})
