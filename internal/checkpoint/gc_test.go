@@ -20,9 +20,11 @@ import (
 // testGrace is the grace of the collection tests: short, so that they wait seconds for objects to age.
 const testGrace = 2 * time.Second
 
+// gcNode stores each file as chunk objects (no packs), which these tests name by content; packs have
+// their own (TestCollectPacks).
 func gcNode(t *testing.T, s backend, name string) node {
 	t.Helper()
-	return newNodeWith(t, s, checkpoint.Config{Worker: name, Grace: testGrace})
+	return newNodeWith(t, s, checkpoint.Config{Worker: name, Grace: testGrace, PackFilesUnder: -1})
 }
 
 // chunkOf is the store's name of tenant's chunk of content (a file under the chunk size).
