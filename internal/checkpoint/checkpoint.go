@@ -182,7 +182,8 @@ type Result struct {
 	Head Head
 	// Files is how many files were read and stored (Save) or fetched and written (Restore).
 	Files int
-	// Chunks and Bytes are how many chunks and bytes travelled to or from the store.
+	// Chunks and Bytes are how many objects of data (chunks and packs) and bytes travelled to or from the
+	// store.
 	Chunks int
 	Bytes  int64
 	// Took is how long it took.

@@ -406,7 +406,8 @@ func TestStoreUnreachable(t *testing.T) {
 }
 
 // TestHostileCheckpoint: a head or tree that names a path outside the workspace, or content that does
-// not match its digest, is refused and nothing is written outside the workspace.
+// not match its digest, or a packed file whose place in its pack is not there or holds other bytes, is
+// refused and nothing is written outside the workspace.
 func TestHostileCheckpoint(t *testing.T) {
 	s := jsStore(t)
 	b := newNode(t, s, "b", 0)
@@ -425,7 +426,17 @@ func TestHostileCheckpoint(t *testing.T) {
 	if err := s.Put(ctx(t), "acme/chunks/"+chunk, strings.NewReader("owned")); err != nil {
 		t.Fatal(err)
 	}
+	// A pack of "owned" then other bytes: an entry must name the first five, whose digest is chunk's.
+	sum := sha256.Sum256([]byte("ownedOTHER"))
+	pack := put("acme/packs/"+hex.EncodeToString(sum[:]), []byte("ownedOTHER"))
+	packed := func(size, off int) string {
+		return fmt.Sprintf(`[{"n":"x","y":"f","s":%d,"c":["%s"],"p":"%s","o":%d}]`, size, chunk, pack, off)
+	}
 	for _, tc := range []struct{ name, tree, want string }{
+		{"bad pack", `[{"n":"x","y":"f","s":5,"c":["` + chunk + `"],"p":"../../etc/passwd"}]`, "bad pack reference"},
+		{"packed in two chunks", `[{"n":"x","y":"f","s":5,"c":["` + chunk + `","` + chunk + `"],"p":"` + pack + `"}]`, "bad pack reference"},
+		{"past the pack", packed(5, 8), "pack " + pack + " holds 10 bytes, not the 8..13"},
+		{"other bytes of the pack", packed(5, 5), "do not match its digest"},
 		{"dot-dot", `[{"n":"..","y":"f","c":["` + chunk + `"]}]`, "bad entry name"},
 		{"slash", `[{"n":"a/../../x","y":"f","c":["` + chunk + `"]}]`, "bad entry name"},
 		{"bad chunk", `[{"n":"x","y":"f","c":["../../etc/passwd"]}]`, "bad chunk digest"},
