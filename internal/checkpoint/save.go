@@ -521,11 +521,9 @@ func (c *Checkpointer) readFile(ctx context.Context, root int, tenant string, j 
 			sum := sha256.Sum256(buf[:n])
 			d := hex.EncodeToString(sum[:])
 			if len(j.fs.chunks) == 0 && last && (!upload || int64(n) < c.cfg.PackFilesUnder) {
-				j.fs.chunks, size = []string{d}, int64(n)
-				if err := c.packFile(ctx, j, buf[:n], d, sc); err != nil {
-					return err
-				}
-				break
+				// Its entry is packFile's alone from here: a pack another goroutine stores fills it in.
+				j.fs.chunks = []string{d}
+				return c.packFile(ctx, j, buf[:n], d, sc)
 			}
 			j.fs.chunks = append(j.fs.chunks, d)
 			size += int64(n)
