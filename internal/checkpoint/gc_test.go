@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -266,16 +267,25 @@ func TestCollectAllOncePerPeriod(t *testing.T) {
 	}
 }
 
-// opening is a store whose first Open of object name first runs before.
+// opening is a store whose first Open of object name first runs before (Opens run at once: a restore
+// fetches files in parallel).
 type opening struct {
 	backend
+	mu     sync.Mutex
 	name   string
 	before func()
 }
 
 func (o *opening) Open(ctx context.Context, name string) (io.ReadCloser, error) {
-	if f := o.before; f != nil && name == o.name {
+	o.mu.Lock()
+	f := o.before
+	if f != nil && name == o.name {
 		o.before = nil
+	} else {
+		f = nil
+	}
+	o.mu.Unlock()
+	if f != nil {
 		f()
 	}
 	return o.backend.Open(ctx, name)
