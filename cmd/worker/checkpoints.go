@@ -23,6 +23,9 @@ type checkpointsConfig struct {
 	Store      string `yaml:"store"`
 	ChunkBytes int    `yaml:"chunk_bytes"`
 	Parallel   int    `yaml:"parallel"`
+	// PackFilesUnder: a checkpoint writes its new files under this many bytes into pack objects, not one
+	// object each; 0: none.
+	PackFilesUnder int64 `yaml:"pack_files_under"`
 	// MaxWorkspaceBytes is the checkpoint budget of one workspace (bytes of its files), MaxTenantBytes a
 	// tenant's (its workspaces' latest checkpoints together); 0: none.
 	MaxWorkspaceBytes int64 `yaml:"max_workspace_bytes"`
@@ -55,10 +58,20 @@ const (
 func defaultCheckpoints() checkpointsConfig {
 	return checkpointsConfig{
 		Store: checkpointsNone, ChunkBytes: checkpoint.DefaultChunkBytes, Parallel: checkpoint.DefaultParallel,
-		GCEvery: time.Hour, GCGrace: checkpoint.DefaultGrace,
+		PackFilesUnder: checkpoint.DefaultPackFilesUnder,
+		GCEvery:        time.Hour, GCGrace: checkpoint.DefaultGrace,
 		S3: s3Config{AccessKeyID: os.Getenv("AWS_ACCESS_KEY_ID"), SecretAccessKey: os.Getenv("AWS_SECRET_ACCESS_KEY"),
 			Region: os.Getenv("AWS_REGION")},
 	}
+}
+
+// packFilesUnder is PackFilesUnder as checkpoint.Config spells it: there 0 is the default, and none is
+// negative.
+func (c *checkpointsConfig) packFilesUnder() int64 {
+	if c.PackFilesUnder == 0 {
+		return -1
+	}
+	return c.PackFilesUnder
 }
 
 func (c *checkpointsConfig) s3() s3store.Config {
@@ -85,6 +98,10 @@ func (c *checkpointsConfig) validate() error {
 	if c.ChunkBytes < checkpoint.MinChunkBytes || c.ChunkBytes > checkpoint.MaxChunkBytes {
 		errs = append(errs, fmt.Errorf("checkpoints.chunk_bytes %d is outside %d..%d (default %d)", c.ChunkBytes,
 			checkpoint.MinChunkBytes, checkpoint.MaxChunkBytes, checkpoint.DefaultChunkBytes))
+	}
+	if c.PackFilesUnder < 0 || c.PackFilesUnder > checkpoint.PackBytes {
+		errs = append(errs, fmt.Errorf("checkpoints.pack_files_under %d is outside 0..%d: files under this many bytes are packed (default %d), 0 packs none",
+			c.PackFilesUnder, checkpoint.PackBytes, checkpoint.DefaultPackFilesUnder))
 	}
 	if c.MaxWorkspaceBytes < 0 {
 		errs = append(errs, fmt.Errorf("checkpoints.max_workspace_bytes %d is negative: set the most bytes a workspace's checkpoint may hold, or 0 for no budget", c.MaxWorkspaceBytes))
@@ -133,7 +150,7 @@ func (c *config) checkpointer(ctx context.Context, conn *jetstream.Conn, observe
 		return nil, fmt.Errorf("checkpoints: %w", err)
 	}
 	return checkpoint.New(checkpoint.Config{Dir: c.WorkspacesDir, UID: int(c.UID), GID: int(c.GID), Worker: c.ID,
-		ChunkBytes: c.Checkpoints.ChunkBytes, Parallel: c.Checkpoints.Parallel, MaxWorkspaceBytes: c.Checkpoints.MaxWorkspaceBytes,
+		ChunkBytes: c.Checkpoints.ChunkBytes, Parallel: c.Checkpoints.Parallel, PackFilesUnder: c.Checkpoints.packFilesUnder(), MaxWorkspaceBytes: c.Checkpoints.MaxWorkspaceBytes,
 		MaxTenantBytes: c.Checkpoints.MaxTenantBytes, Grace: c.Checkpoints.GCGrace, Now: conn.Now, Observe: observe}, store, heads)
 }
 

@@ -33,7 +33,8 @@ func TestCollectGarbageOnDemand(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	cp, err := checkpoint.New(checkpoint.Config{Dir: dir, Worker: "w", UID: os.Getuid(), GID: os.Getgid(), Grace: time.Nanosecond}, store, heads)
+	// One chunk object per file (no packs): the test names the deleted file's chunk by its content.
+	cp, err := checkpoint.New(checkpoint.Config{Dir: dir, Worker: "w", UID: os.Getuid(), GID: os.Getgid(), Grace: time.Nanosecond, PackFilesUnder: -1}, store, heads)
 	if err != nil {
 		t.Fatal(err)
 	}

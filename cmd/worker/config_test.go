@@ -146,21 +146,24 @@ func TestLoadConfigCheckpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := cfg.Checkpoints; c.Store != "none" || c.ChunkBytes != 4<<20 || c.Parallel != 16 || c.S3.AccessKeyID != "env-key" || c.GCEvery != time.Hour || c.GCGrace != time.Hour {
+	if c := cfg.Checkpoints; c.Store != "none" || c.ChunkBytes != 4<<20 || c.Parallel != 16 || c.S3.AccessKeyID != "env-key" || c.GCEvery != time.Hour || c.GCGrace != time.Hour ||
+		c.PackFilesUnder != 256<<10 || c.packFilesUnder() != 256<<10 {
 		t.Fatalf("defaults: %+v", c)
 	}
 	cfg, err = load(t, "-data-dir", t.TempDir(), "-config", writeConfig(t,
-		"checkpoints:\n  store: jetstream\n  chunk_bytes: 1048576\n  max_workspace_bytes: 1073741824\n  max_tenant_bytes: 10737418240\n  gc_every: 10m\n  gc_grace: 2h\n  s3: {endpoint: 'http://127.0.0.1:9000', bucket: ckpt, secret_access_key: file-secret}\n"),
+		"checkpoints:\n  store: jetstream\n  chunk_bytes: 1048576\n  pack_files_under: 0\n  max_workspace_bytes: 1073741824\n  max_tenant_bytes: 10737418240\n  gc_every: 10m\n  gc_grace: 2h\n  s3: {endpoint: 'http://127.0.0.1:9000', bucket: ckpt, secret_access_key: file-secret}\n"),
 		"-checkpoints", "s3")
 	if err != nil {
 		t.Fatal(err)
 	}
 	s3 := cfg.Checkpoints.s3()
-	if cfg.Checkpoints.Store != "s3" || cfg.Checkpoints.ChunkBytes != 1<<20 || cfg.Checkpoints.MaxWorkspaceBytes != 1<<30 || cfg.Checkpoints.MaxTenantBytes != 10<<30 || cfg.Checkpoints.GCEvery != 10*time.Minute || cfg.Checkpoints.GCGrace != 2*time.Hour || s3.AccessKeyID != "env-key" || s3.SecretAccessKey != "file-secret" || s3.Bucket != "ckpt" {
+	if cfg.Checkpoints.Store != "s3" || cfg.Checkpoints.ChunkBytes != 1<<20 || cfg.Checkpoints.MaxWorkspaceBytes != 1<<30 || cfg.Checkpoints.MaxTenantBytes != 10<<30 || cfg.Checkpoints.GCEvery != 10*time.Minute || cfg.Checkpoints.GCGrace != 2*time.Hour || s3.AccessKeyID != "env-key" || s3.SecretAccessKey != "file-secret" || s3.Bucket != "ckpt" ||
+		cfg.Checkpoints.PackFilesUnder != 0 || cfg.Checkpoints.packFilesUnder() >= 0 {
 		t.Fatalf("file and flag: %+v", cfg.Checkpoints)
 	}
-	_, err = load(t, "-data-dir", t.TempDir(), "-config", writeConfig(t, "checkpoints: {store: nfs, chunk_bytes: 1000, parallel: 0, max_workspace_bytes: -1, max_tenant_bytes: -2, gc_every: 10s, gc_grace: 5m}\n"))
+	_, err = load(t, "-data-dir", t.TempDir(), "-config", writeConfig(t, "checkpoints: {store: nfs, chunk_bytes: 1000, pack_files_under: 5000000, parallel: 0, max_workspace_bytes: -1, max_tenant_bytes: -2, gc_every: 10s, gc_grace: 5m}\n"))
 	for _, want := range []string{`checkpoints.store "nfs" is none of none, jetstream or s3`, "checkpoints.chunk_bytes 1000 is outside 65536..67108864",
+		"checkpoints.pack_files_under 5000000 is outside 0..4194304",
 		"checkpoints.parallel 0 is outside 1..256", "checkpoints.max_workspace_bytes -1 is negative", "checkpoints.max_tenant_bytes -2 is negative",
 		"checkpoints.gc_every 10s must be at least 1m", "checkpoints.gc_grace 5m0s is under 30m0s"} {
 		if err == nil || !strings.Contains(err.Error(), want) {

@@ -4,7 +4,11 @@
 //
 // Checkpoints are content-addressed and incremental. A file is cut into chunks of Config.ChunkBytes, each
 // stored once per tenant under the SHA-256 of its bytes (so the chunks of a tenant's workspaces are
-// shared); a directory is a tree object listing its entries (name, type, mode, size, modification time,
+// shared); a small file (under Config.PackFilesUnder) that a Save finds new is instead written with the
+// Save's other new small files into a pack object of up to PackBytes, stored under the SHA-256 of the
+// pack, and its tree entry says where its bytes are (pack, offset, size) beside their digest: a Save of
+// many small files stores a few objects rather than one per file, and a file that did not change keeps
+// its entry, packed or not. A directory is a tree object listing its entries (name, type, mode, size, modification time,
 // and a file's chunks, a symlink's target or a subdirectory's tree), stored under the SHA-256 of its
 // encoding; the workspace's head names its root tree. Saving a one-file change reads that one file and
 // writes its new chunks, the trees on its path to the root and the head; the rest of the tree is known by
@@ -12,7 +16,7 @@
 // Restore skips every subtree whose digest the local copy already has, and rewrites only the files whose
 // chunks differ.
 //
-// Object names, per tenant: <tenant>/chunks/<sha256>, <tenant>/trees/<sha256>. The head of each workspace
+// Object names, per tenant: <tenant>/chunks/<sha256>, <tenant>/packs/<sha256>, <tenant>/trees/<sha256>. The head of each workspace
 // is in Heads, written only by compare-and-set on the revision the copy was restored or last saved at: a
 // worker whose copy is older than the latest checkpoint (its hold on the workspace lapsed while another
 // worker wrote) gets ErrStale and never replaces it. (Heads written by an earlier version, as the object
@@ -118,6 +122,11 @@ type Config struct {
 	// clocks of the store and of Now. Default DefaultGrace; a worker's config allows no less than
 	// MinGrace (tests use seconds). Every worker of a pool should have the same.
 	Grace time.Duration
+	// PackFilesUnder: a file a Save reads whose bytes are fewer than this (and than ChunkBytes and
+	// PackBytes), and which the workspace's previous checkpoint does not already hold, is written into a
+	// pack object with the other such files of the Save rather than as a chunk object of its own; default
+	// DefaultPackFilesUnder; negative: never (every file its own chunks, as before packs).
+	PackFilesUnder int64
 	// Observe, if set, is called after every Save (op "save") and Restore (op "restore") with its result,
 	// how long it took and its error: the worker's metrics.
 	Observe func(op string, r Result, took time.Duration, err error)
@@ -131,6 +140,13 @@ const (
 	// whatever the ChunkBytes of the worker that wrote them.
 	MinChunkBytes = 64 << 10
 	MaxChunkBytes = 64 << 20
+	// DefaultPackFilesUnder is Config.PackFilesUnder's default.
+	DefaultPackFilesUnder = 256 << 10
+	// PackBytes is how many bytes a pack object holds before it is sealed and stored (it holds fewer
+	// when a Save's small files are fewer); MaxPackBytes bounds a pack Restore reads, whatever the
+	// PackBytes of the worker that wrote it.
+	PackBytes    = 4 << 20
+	MaxPackBytes = 16 << 20
 )
 
 // Head is a workspace's latest checkpoint.
@@ -166,7 +182,8 @@ type Result struct {
 	Head Head
 	// Files is how many files were read and stored (Save) or fetched and written (Restore).
 	Files int
-	// Chunks and Bytes are how many chunks and bytes travelled to or from the store.
+	// Chunks and Bytes are how many objects of data (chunks and packs) and bytes travelled to or from the
+	// store.
 	Chunks int
 	Bytes  int64
 	// Took is how long it took.
@@ -215,6 +232,10 @@ type dirState struct {
 type fileState struct {
 	sig    statSig
 	chunks []string
+	// pack and off locate a packed file's bytes (entry.Pack, entry.Off); pack is "" for a file of chunk
+	// objects.
+	pack string
+	off  int64
 }
 
 // statSig identifies a file's content without reading it: it changes whenever the content may have.
@@ -243,6 +264,10 @@ func New(cfg Config, store Store, heads Heads) (*Checkpointer, error) {
 	if cfg.Parallel <= 0 {
 		cfg.Parallel = DefaultParallel
 	}
+	if cfg.PackFilesUnder == 0 {
+		cfg.PackFilesUnder = DefaultPackFilesUnder
+	}
+	cfg.PackFilesUnder = min(cfg.PackFilesUnder, int64(cfg.ChunkBytes), PackBytes)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -332,4 +357,5 @@ func (c *Checkpointer) forget(name string) {
 
 func chunkName(tenant, digest string) string { return tenant + "/chunks/" + digest }
 func treeName(tenant, digest string) string  { return tenant + "/trees/" + digest }
+func packName(tenant, digest string) string  { return tenant + "/packs/" + digest }
 func headName(tenant, name string) string    { return tenant + "/heads/" + name }

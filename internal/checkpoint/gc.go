@@ -1,4 +1,4 @@
-// Garbage collection: a tenant's chunks and trees that no head names any more (a deleted workspace's, a
+// Garbage collection: a tenant's chunks, packs and trees that no head names any more (a deleted workspace's, a
 // file's old versions) are removed by a mark and sweep that is safe while Saves run.
 
 package checkpoint
@@ -41,12 +41,12 @@ type Collected struct {
 	Took time.Duration
 }
 
-// Collect removes tenant's chunks and trees that no head names and that were last written longer ago
+// Collect removes tenant's chunks, packs and trees that no head names and that were last written longer ago
 // than Config.Grace. It marks every object reachable from the tenant's heads (every workspace's that is
 // not deleted, every snapshot's, and those of an earlier version's head objects), then lists the tenant's
-// chunks and trees and deletes the others.
+// chunks, packs and trees and deletes the others. A pack is kept whole while a head names any file in it.
 //
-// It is safe while Saves run, on this worker or others: a Save writes its chunks and trees before its
+// It is safe while Saves run, on this worker or others: a Save writes its chunks, packs and trees before its
 // head, and trusts an object it did not write only when the store says it was written within half the
 // grace (putChunk, putObject), so every object a head written after the mark names is younger than the
 // grace. A Restore of a head that a Save replaced meanwhile may find an object swept: it follows the
@@ -69,7 +69,7 @@ func (c *Checkpointer) Collect(ctx context.Context, tenant string) (res Collecte
 		return res, fmt.Errorf("collect checkpoints of tenant %s: %w", tenant, err)
 	}
 	res.Heads = heads
-	for _, kind := range []string{"chunks", "trees"} {
+	for _, kind := range []string{"chunks", "packs", "trees"} {
 		prefix := tenant + "/" + kind + "/"
 		var dead []string
 		var deadBytes []int64
@@ -137,7 +137,7 @@ func (c *Checkpointer) CollectAll(ctx context.Context, lock CollectLock, observe
 	return errors.Join(errs...)
 }
 
-// mark returns the names of every chunk and tree reachable from tenant's heads, and how many heads it
+// mark returns the names of every chunk, pack and tree reachable from tenant's heads, and how many heads it
 // marked from.
 func (c *Checkpointer) mark(ctx context.Context, tenant string) (map[string]struct{}, int, error) {
 	roots := map[string]struct{}{}
@@ -204,8 +204,8 @@ func (c *Checkpointer) mark(ctx context.Context, tenant string) (map[string]stru
 	return live, n, err
 }
 
-// reach walks the trees of roots, Parallel at a time, and returns the name of every tree and chunk they
-// reach (each tree read once however many heads share it).
+// reach walks the trees of roots, Parallel at a time, and returns the name of every tree, chunk and pack
+// they reach (each tree read once however many heads share it).
 func (c *Checkpointer) reach(ctx context.Context, tenant string, roots map[string]struct{}) (map[string]struct{}, error) {
 	live := map[string]struct{}{}
 	var mu sync.Mutex
@@ -228,6 +228,11 @@ func (c *Checkpointer) reach(ctx context.Context, tenant string, roots map[strin
 			}
 			mu.Lock()
 			for _, e := range entries {
+				if e.Pack != "" {
+					// A pack is live, whole, while any live tree names any of its files.
+					live[packName(tenant, e.Pack)] = struct{}{}
+					continue
+				}
 				for _, d := range e.Chunks {
 					live[chunkName(tenant, d)] = struct{}{}
 				}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,9 +21,11 @@ import (
 // testGrace is the grace of the collection tests: short, so that they wait seconds for objects to age.
 const testGrace = 2 * time.Second
 
+// gcNode stores each file as chunk objects (no packs), which these tests name by content; packs have
+// their own (TestCollectPacks).
 func gcNode(t *testing.T, s backend, name string) node {
 	t.Helper()
-	return newNodeWith(t, s, checkpoint.Config{Worker: name, Grace: testGrace})
+	return newNodeWith(t, s, checkpoint.Config{Worker: name, Grace: testGrace, PackFilesUnder: -1})
 }
 
 // chunkOf is the store's name of tenant's chunk of content (a file under the chunk size).
@@ -264,16 +267,25 @@ func TestCollectAllOncePerPeriod(t *testing.T) {
 	}
 }
 
-// opening is a store whose first Open of object name first runs before.
+// opening is a store whose first Open of object name first runs before (Opens run at once: a restore
+// fetches files in parallel).
 type opening struct {
 	backend
+	mu     sync.Mutex
 	name   string
 	before func()
 }
 
 func (o *opening) Open(ctx context.Context, name string) (io.ReadCloser, error) {
-	if f := o.before; f != nil && name == o.name {
+	o.mu.Lock()
+	f := o.before
+	if f != nil && name == o.name {
 		o.before = nil
+	} else {
+		f = nil
+	}
+	o.mu.Unlock()
+	if f != nil {
 		f()
 	}
 	return o.backend.Open(ctx, name)

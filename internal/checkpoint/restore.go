@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -104,12 +105,7 @@ func (c *Checkpointer) restoreHead(ctx context.Context, tenant, name string, st 
 	if err := a.dir(ctx, "", h.Tree, 0); err != nil {
 		return res, fmt.Errorf("restore workspace %s/%s: %w", tenant, name, err)
 	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(c.cfg.Parallel)
-	for _, j := range a.jobs {
-		g.Go(func() error { return a.write(gctx, j) })
-	}
-	if err := g.Wait(); err != nil {
+	if err := a.writeAll(ctx); err != nil {
 		return res, fmt.Errorf("restore workspace %s/%s: %w", tenant, name, err)
 	}
 	// What the copy is now, by stat: the files written are known by the stat taken as they were written.
@@ -270,9 +266,20 @@ func (a *applier) dir(ctx context.Context, rel, digest string, depth int) error 
 			}
 		case typeFile:
 			if k, ok := a.local.files[p]; ok && have == unix.S_IFREG && slices.Equal(k.chunks, e.Chunks) {
+				// The same bytes: the copy keeps them where the checkpoint has them (a file read
+				// back has no pack of its own), so that its tree is the checkpoint's.
+				k.pack, k.off = e.Pack, e.Off
+				a.local.files[p] = k
 				if s.Mode&0o777 != e.Mode {
 					if err := unix.Fchmodat(fd, e.Name, e.Mode, 0); err != nil {
 						return fmt.Errorf("chmod %q: %w", p, err)
+					}
+				}
+				if s.Mtim.Nano() != e.MTime {
+					// Touched without a change of its bytes: its time is the checkpoint's too.
+					ts := unix.NsecToTimespec(e.MTime)
+					if err := unix.UtimesNanoAt(fd, e.Name, []unix.Timespec{ts, ts}, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+						return fmt.Errorf("set times of %q: %w", p, err)
 					}
 				}
 				continue
@@ -298,8 +305,53 @@ func (a *applier) replace(dirfd int, tmp, name string, have uint32) error {
 	return nil
 }
 
-// write fetches a file's chunks into a new file beside it and renames that into place.
-func (a *applier) write(ctx context.Context, j writeJob) (err error) {
+// writeAll fetches and writes the files of the jobs, Parallel at a time: each pack the files need is
+// fetched once, and its files written from it; a file of chunks is fetched chunk by chunk.
+func (a *applier) writeAll(ctx context.Context) error {
+	byPack := map[string][]writeJob{}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(a.c.cfg.Parallel)
+	for _, j := range a.jobs {
+		if j.e.Pack != "" {
+			byPack[j.e.Pack] = append(byPack[j.e.Pack], j)
+			continue
+		}
+		g.Go(func() error { return a.write(gctx, j, nil) })
+	}
+	for d, jobs := range byPack {
+		g.Go(func() error { return a.writePack(gctx, d, jobs) })
+	}
+	return g.Wait()
+}
+
+// writePack fetches pack d and writes the files of jobs from it, each checked against its digest.
+func (a *applier) writePack(ctx context.Context, d string, jobs []writeJob) error {
+	pack, err := readObject(ctx, a.c.store, packName(a.tenant, d), d, MaxPackBytes)
+	if err != nil {
+		return fmt.Errorf("fetch pack %s of %q and %d other files: %w", d, jobs[0].rel, len(jobs)-1, err)
+	}
+	a.mu.Lock()
+	a.chunks++
+	a.mu.Unlock()
+	for _, j := range jobs {
+		end := j.e.Off + j.e.Size
+		if end > int64(len(pack)) {
+			return fmt.Errorf("fetch %q: pack %s holds %d bytes, not the %d..%d its checkpoint names (corrupt store)", j.rel, d, len(pack), j.e.Off, end)
+		}
+		b := pack[j.e.Off:end]
+		if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) != j.e.Chunks[0] {
+			return fmt.Errorf("fetch %q: its bytes in pack %s do not match its digest (corrupt store)", j.rel, d)
+		}
+		if err := a.write(ctx, j, b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// write writes a file into a new file beside it and renames that into place: its bytes are packed, or
+// (packed nil) its chunks are fetched.
+func (a *applier) write(ctx context.Context, j writeJob, packed []byte) (err error) {
 	parent, leaf := splitRel(j.rel)
 	dfd, err := openDir(a.root, parent)
 	if err != nil {
@@ -321,15 +373,13 @@ func (a *applier) write(ctx context.Context, j writeJob) (err error) {
 		}
 	}()
 	var n int64
-	for _, d := range j.e.Chunks {
-		b, err := readObject(ctx, a.c.store, chunkName(a.tenant, d), d, MaxChunkBytes)
-		if err != nil {
-			return fmt.Errorf("fetch %q: %w", j.rel, err)
-		}
-		if _, err := f.Write(b); err != nil {
+	if j.e.Pack != "" {
+		if _, err := f.Write(packed); err != nil {
 			return fmt.Errorf("write %q: %w", j.rel, err)
 		}
-		n += int64(len(b))
+		n = int64(len(packed))
+	} else if n, err = a.fetchChunks(ctx, j, f); err != nil {
+		return err
 	}
 	if err := f.Chmod(os.FileMode(j.e.Mode)); err != nil {
 		return fmt.Errorf("chmod %q: %w", j.rel, err)
@@ -360,11 +410,29 @@ func (a *applier) write(ctx context.Context, j writeJob) (err error) {
 		return fmt.Errorf("stat %q: %w", j.rel, err)
 	}
 	a.mu.Lock()
-	a.written[j.rel] = fileState{sig: sigOf(&s), chunks: j.e.Chunks}
-	a.chunks += len(j.e.Chunks)
+	a.written[j.rel] = fileState{sig: sigOf(&s), chunks: j.e.Chunks, pack: j.e.Pack, off: j.e.Off}
+	if j.e.Pack == "" {
+		a.chunks += len(j.e.Chunks)
+	}
 	a.bytes += n
 	a.mu.Unlock()
 	return nil
+}
+
+// fetchChunks fetches the chunks of j's file into f and returns how many bytes they hold.
+func (a *applier) fetchChunks(ctx context.Context, j writeJob, f *os.File) (int64, error) {
+	var n int64
+	for _, d := range j.e.Chunks {
+		b, err := readObject(ctx, a.c.store, chunkName(a.tenant, d), d, MaxChunkBytes)
+		if err != nil {
+			return n, fmt.Errorf("fetch %q: %w", j.rel, err)
+		}
+		if _, err := f.Write(b); err != nil {
+			return n, fmt.Errorf("write %q: %w", j.rel, err)
+		}
+		n += int64(len(b))
+	}
+	return n, nil
 }
 
 // tempName is a name for a file being written beside its place.

@@ -164,9 +164,107 @@ type scanned struct {
 	dirState map[string]dirState
 	total    int64 // the files' bytes
 	read     int   // how many files were read (not known by their stat)
-	// chunks and bytes count what was stored.
+	// chunks and bytes count what was stored (chunks and packs).
 	chunks atomic.Int64
 	bytes  atomic.Int64
+
+	// prev is what was known of the files before the scan (the copy's state at its head), whose packed
+	// files a small file read with the same bytes refers to again (reuse); byDigest indexes its packed
+	// files by digest, built once when first needed.
+	prev     map[string]fileState
+	prevOnce sync.Once
+	byDigest map[string]fileState
+	// packs gathers the Save's new small files (nil when nothing is stored).
+	packs *packer
+}
+
+// reuse returns how the state before the scan keeps a small file of path rel whose bytes have digest d:
+// as the same path's file if it had the same bytes (packed or not), else as any packed file of the same
+// bytes. A Save may name what it returns without storing it: the head it replaces (by compare-and-set)
+// names it, so a Collect never sweeps it before the new head does.
+func (sc *scanned) reuse(rel, d string) (fileState, bool) {
+	if k, ok := sc.prev[rel]; ok && len(k.chunks) == 1 && k.chunks[0] == d {
+		return k, true
+	}
+	sc.prevOnce.Do(func() {
+		sc.byDigest = map[string]fileState{}
+		for _, k := range sc.prev {
+			if k.pack != "" {
+				sc.byDigest[k.chunks[0]] = k
+			}
+		}
+	})
+	k, ok := sc.byDigest[d]
+	return k, ok
+}
+
+// packer writes a Save's new small files into pack objects: the files' bytes one after the other, stored
+// under the SHA-256 of the whole like every object, sealed once they hold PackBytes (the last when every
+// file was read: flush). Each file's entry learns its pack and offset once its pack is stored.
+type packer struct {
+	c      *Checkpointer
+	tenant string
+	sc     *scanned
+
+	mu      sync.Mutex
+	buf     []byte
+	members []packed
+}
+
+// packed is a file in a pack being filled: its entry and state, which learn the pack, and its offset.
+type packed struct {
+	e   *entry
+	fs  *fileState
+	off int64
+}
+
+// add puts b, the bytes of the file of e and fs, into the pack being filled; a pack it fills is stored.
+func (p *packer) add(ctx context.Context, b []byte, e *entry, fs *fileState) error {
+	p.mu.Lock()
+	var full []byte
+	var fullMembers []packed
+	if len(p.buf) > 0 && len(p.buf)+len(b) > PackBytes {
+		full, fullMembers = p.buf, p.members
+		p.buf, p.members = nil, nil
+	}
+	if p.buf == nil {
+		p.buf = make([]byte, 0, PackBytes)
+	}
+	p.members = append(p.members, packed{e: e, fs: fs, off: int64(len(p.buf))})
+	p.buf = append(p.buf, b...)
+	p.mu.Unlock()
+	if full == nil {
+		return nil
+	}
+	return p.store(ctx, full, fullMembers)
+}
+
+// flush stores the pack being filled, if it holds anything.
+func (p *packer) flush(ctx context.Context) error {
+	p.mu.Lock()
+	b, members := p.buf, p.members
+	p.buf, p.members = nil, nil
+	p.mu.Unlock()
+	if len(members) == 0 {
+		return nil
+	}
+	return p.store(ctx, b, members)
+}
+
+// store stores pack b and tells its members where their bytes are.
+func (p *packer) store(ctx context.Context, b []byte, members []packed) error {
+	sum := sha256.Sum256(b)
+	d := hex.EncodeToString(sum[:])
+	if err := p.c.putObject(ctx, packName(p.tenant, d), b); err != nil {
+		return fmt.Errorf("store pack of %d files: %w", len(members), err)
+	}
+	p.sc.chunks.Add(1)
+	p.sc.bytes.Add(int64(len(b)))
+	for _, m := range members {
+		m.e.Pack, m.e.Off = d, m.off
+		m.fs.pack, m.fs.off = d, m.off
+	}
+	return nil
 }
 
 // dirNode is a directory being scanned: its entries, and which of them are directories still to digest.
@@ -189,7 +287,10 @@ type fileJob struct {
 // and nothing is stored when it says no; then the new chunks and trees are stored.
 func (c *Checkpointer) scan(ctx context.Context, root int, tenant string, st *wsState, budget func(total int64) error) (*scanned, error) {
 	upload := budget != nil
-	sc := &scanned{dirs: map[string]string{}, files: map[string]fileState{}, dirState: map[string]dirState{}}
+	sc := &scanned{dirs: map[string]string{}, files: map[string]fileState{}, dirState: map[string]dirState{}, prev: st.files}
+	if upload && c.cfg.PackFilesUnder > 0 {
+		sc.packs = &packer{c: c, tenant: tenant, sc: sc}
+	}
 	w := &walker{c: c, root: root, known: st.files, sc: sc}
 	top, err := w.run()
 	if err != nil {
@@ -210,6 +311,11 @@ func (c *Checkpointer) scan(ctx context.Context, root int, tenant string, st *ws
 	}
 	if err := g.Wait(); err != nil {
 		return sc, err
+	}
+	if sc.packs != nil {
+		if err := sc.packs.flush(ctx); err != nil {
+			return sc, err
+		}
 	}
 	for _, j := range jobs {
 		sc.files[j.rel] = *j.fs
@@ -342,7 +448,7 @@ func (w *walker) dir(n *dirNode, depth int) error {
 			sig := sigOf(&s)
 			total += s.Size
 			if k, ok := w.known[p]; ok && k.sig == sig {
-				e.Chunks = k.chunks
+				e.Chunks, e.Pack, e.Off = k.chunks, k.pack, k.off
 				reused[p] = k
 			} else {
 				reads = append(reads, pending{p, len(n.entries), sig})
@@ -390,7 +496,7 @@ func (c *Checkpointer) readFile(ctx context.Context, root int, tenant string, j 
 	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) {
 		// Removed, or replaced by a symlink, since the walk: saved as it was seen, empty; the next Save
 		// sees what is there.
-		j.e.Size, j.e.Chunks = 0, nil
+		j.e.Size, j.e.Chunks, j.e.Pack, j.e.Off = 0, nil, "", 0
 		j.fs.sig = statSig{}
 		return nil
 	}
@@ -405,13 +511,20 @@ func (c *Checkpointer) readFile(ctx context.Context, root int, tenant string, j 
 	}
 	j.fs.sig = sigOf(&s) // the stat of the content read, for the next Save
 	j.e.MTime, j.e.Mode = s.Mtim.Nano(), s.Mode&0o777
-	buf := make([]byte, min(int64(c.cfg.ChunkBytes), max(s.Size, 1)))
+	// One byte more than the stat says: a file read whole in its first chunk is known to end there.
+	buf := make([]byte, min(int64(c.cfg.ChunkBytes), s.Size+1))
 	var size int64
 	for {
 		n, err := io.ReadFull(f, buf)
+		last := errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 		if n > 0 {
 			sum := sha256.Sum256(buf[:n])
 			d := hex.EncodeToString(sum[:])
+			if len(j.fs.chunks) == 0 && last && (!upload || int64(n) < c.cfg.PackFilesUnder) {
+				// Its entry is packFile's alone from here: a pack another goroutine stores fills it in.
+				j.fs.chunks = []string{d}
+				return c.packFile(ctx, j, buf[:n], d, sc)
+			}
 			j.fs.chunks = append(j.fs.chunks, d)
 			size += int64(n)
 			if upload {
@@ -420,7 +533,7 @@ func (c *Checkpointer) readFile(ctx context.Context, root int, tenant string, j 
 				}
 			}
 		}
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		if last {
 			break
 		}
 		if err != nil {
@@ -430,8 +543,24 @@ func (c *Checkpointer) readFile(ctx context.Context, root int, tenant string, j 
 			buf = make([]byte, c.cfg.ChunkBytes) // grew since the stat
 		}
 	}
-	j.e.Size, j.e.Chunks = size, j.fs.chunks
+	j.e.Size, j.e.Chunks, j.e.Pack, j.e.Off = size, j.fs.chunks, j.fs.pack, j.fs.off
 	return nil
+}
+
+// packFile keeps a file of one chunk (small enough to pack, or read by a scan that stores nothing), b of digest d: where the state before the scan has the same
+// bytes (reuse), else, in a Save, in a new pack. A scan that stores nothing (a Restore's) leaves a file
+// it cannot reuse unpacked: its tree then differs from the checkpoint's, which Restore compares by chunks.
+func (c *Checkpointer) packFile(ctx context.Context, j fileJob, b []byte, d string, sc *scanned) error {
+	if k, ok := sc.reuse(j.rel, d); ok {
+		j.fs.pack, j.fs.off = k.pack, k.off
+		j.e.Size, j.e.Chunks, j.e.Pack, j.e.Off = int64(len(b)), j.fs.chunks, k.pack, k.off
+		return nil
+	}
+	j.e.Size, j.e.Chunks = int64(len(b)), j.fs.chunks
+	if sc.packs == nil {
+		return nil
+	}
+	return sc.packs.add(ctx, b, j.e, j.fs)
 }
 
 // putChunk stores a chunk unless it is in the store, written within half the grace: known so to this
@@ -487,7 +616,7 @@ func (c *Checkpointer) digest(n *dirNode, prev map[string]dirState, sc *scanned,
 // sameEntry reports whether two entries encode the same.
 func sameEntry(a, b entry) bool {
 	return a.Name == b.Name && a.Type == b.Type && a.Mode == b.Mode && a.Size == b.Size && a.MTime == b.MTime &&
-		a.Tree == b.Tree && a.Target == b.Target && slices.Equal(a.Chunks, b.Chunks)
+		a.Tree == b.Tree && a.Target == b.Target && slices.Equal(a.Chunks, b.Chunks) && a.Pack == b.Pack && a.Off == b.Off
 }
 
 func sigOf(s *unix.Stat_t) statSig {

@@ -13,7 +13,7 @@ import (
 	"github.com/toolpool/toolpool/internal/checkpoint"
 )
 
-// counting counts the objects written, and the chunks and trees read: operations on heads move none
+// counting counts the objects written, and the chunks, packs and trees read: operations on heads move none
 // (they may look for a head an earlier version stored as an object).
 type counting struct {
 	backend
@@ -26,7 +26,7 @@ func (c *counting) Put(ctx context.Context, name string, r io.Reader) error {
 }
 
 func (c *counting) Open(ctx context.Context, name string) (io.ReadCloser, error) {
-	if strings.Contains(name, "/chunks/") || strings.Contains(name, "/trees/") {
+	if strings.Contains(name, "/chunks/") || strings.Contains(name, "/packs/") || strings.Contains(name, "/trees/") {
 		c.opens.Add(1)
 	}
 	return c.backend.Open(ctx, name)
@@ -55,7 +55,7 @@ func snapshotsOnCheckpoints(t *testing.T, s backend) {
 			t.Fatalf("%s: %v", what, err)
 		}
 		if p, o := cs.puts.Load()-puts, cs.opens.Load()-opens; p != 0 || o != 0 {
-			t.Fatalf("%s wrote %d objects and read %d chunks or trees; want none (heads only)", what, p, o)
+			t.Fatalf("%s wrote %d objects and read %d chunks, packs or trees; want none (heads only)", what, p, o)
 		}
 	}
 	moved("snapshot on a", func() error {

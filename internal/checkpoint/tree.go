@@ -30,8 +30,13 @@ type entry struct {
 	Size   int64    `json:"s,omitempty"`
 	MTime  int64    `json:"t,omitempty"` // Unix nanoseconds
 	Chunks []string `json:"c,omitempty"` // a file's
-	Tree   string   `json:"r,omitempty"` // a directory's
-	Target string   `json:"l,omitempty"` // a symlink's
+	// Pack and Off say where a packed file's bytes are: Size bytes at offset Off of the pack object
+	// Pack (its digest). A packed file has exactly one chunk, the digest of its bytes, which Restore
+	// checks; it has no chunk object of its own.
+	Pack   string `json:"p,omitempty"`
+	Off    int64  `json:"o,omitempty"`
+	Tree   string `json:"r,omitempty"` // a directory's
+	Target string `json:"l,omitempty"` // a symlink's
 	// RawName and RawTarget hold a name or target that is not valid UTF-8 (which JSON would not keep),
 	// in place of Name and Target.
 	RawName   []byte `json:"bn,omitempty"`
@@ -138,6 +143,9 @@ func checkEntry(e entry) error {
 			if !isDigest(d) {
 				return fmt.Errorf("entry %q: bad chunk digest %q", e.Name, d)
 			}
+		}
+		if e.Pack != "" && (!isDigest(e.Pack) || len(e.Chunks) != 1 || e.Off < 0 || e.Size <= 0 || e.Off+e.Size > MaxPackBytes) {
+			return fmt.Errorf("entry %q: bad pack reference (pack %q, offset %d, size %d, %d chunks)", e.Name, e.Pack, e.Off, e.Size, len(e.Chunks))
 		}
 	case typeDir:
 		if !isDigest(e.Tree) {
