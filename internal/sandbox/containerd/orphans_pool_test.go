@@ -56,6 +56,8 @@ func TestRemoveOrphansOfKilledWorkersPool(t *testing.T) {
 	ws := workspace(t)
 	runWarm(t, live, warmSpec(probe, ws, "true")) // the pool is up; it refills behind the call
 	waitFor(t, time.Minute, "the live worker's pool to refill", func() bool { return live.PoolStats().Ready == 1 })
+	// The warm call's own container is removed in the background: the live pool is what stays after.
+	live.WaitCleanups()
 	livePool := poolContainersOf(t, d.Address(), "live-worker")
 	if len(livePool) == 0 {
 		t.Fatal("the live worker has no pooled container")
