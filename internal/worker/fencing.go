@@ -144,14 +144,14 @@ func (w *Worker) process(ctx context.Context, c *call.Call, attempt uint64) (set
 		x, stored, runErr = w.run(runCtx, c, cl)
 	}
 	cause := context.Cause(runCtx)
-	switch {
+	switch { // a claim past its local deadline lapsed, whichever of the guard's checks stopped the call first
+	case errors.Is(cause, errLeaseLapsed) || cl.lapsed():
+		w.log.WarnContext(ctx, "lease not renewed in time: the call was stopped and nothing is recorded", "call_id", c.ID, "cause", cause)
+		return settleLeave, nil // others may have judged the call's runner gone: record nothing
 	case errors.Is(cause, errFenced):
 		w.log.WarnContext(ctx, "the call's lease was taken while it ran: the call was stopped and nothing is recorded", "call_id", c.ID, "cause", cause)
 		_ = lease.Release(storeCtx)
 		return settleLeave, nil // the record belongs to another writer now; it settles the call
-	case errors.Is(cause, errLeaseLapsed) || cl.lapsed():
-		w.log.WarnContext(ctx, "lease not renewed in time: the call was stopped and nothing is recorded", "call_id", c.ID, "cause", cause)
-		return settleLeave, nil // others may have judged the call's runner gone: record nothing
 	}
 	if errors.Is(runErr, sandbox.ErrNotStarted) && ctx.Err() == nil && cause == nil {
 		// Nothing ran: hand it back as queued for this or another worker.
